@@ -1,0 +1,131 @@
+"""The attention contract and what every variant shares.
+
+Contract (DESIGN.md): a variant is an `nnx.Module` built by `registry.build` with
+
+    __call__(x: f[b n d], mask: bool[b n], *, deterministic: bool, rngs=None) -> f[b n d]
+
+where `mask` is True on real tokens. Outputs at real positions do not depend on
+the content of padded positions nor on how much padding follows; nothing is NaN
+or Inf, even on a row that is all padding; outputs at padded positions are zero.
+
+`Attention` gives a variant the shared pieces: query/key/value/output projections
+(Vaswani et al. 2017, eq. 2: MultiHead(Q, K, V) = Concat(head_1..head_h) W^O),
+the head split, attention dropout and the padding of the output. A variant
+implements only `attend(q, k, v, mask)` on per-head tensors [b n h d]. Token
+mixers without queries and keys (MLP-Mixer, FNet, ...) subclass `nnx.Module`
+directly and keep the same `__call__` signature.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Bool, Float
+
+from lra_jax.errors import ConfigError
+
+# Logit given to masked keys. Finite, so a row with every key masked gives a uniform
+# (not NaN) softmax; far below any real logit, so it gets zero weight otherwise.
+MASK_VALUE = -1e30
+
+IMPLS = ("auto", "xla", "pallas")
+
+
+def split_heads(x: Float[Array, "b n hd"], num_heads: int) -> Float[Array, "b n h d"]:
+    """[b, n, h*d] -> [b, n, h, d]."""
+    return x.reshape(*x.shape[:-1], num_heads, x.shape[-1] // num_heads)
+
+
+def merge_heads(x: Float[Array, "b n h d"]) -> Float[Array, "b n hd"]:
+    """[b, n, h, d] -> [b, n, h*d]."""
+    return x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
+
+
+def zero_padding(x: Float[Array, "b n ..."], mask: Bool[Array, "b n"]) -> Float[Array, "b n ..."]:
+    """Sets x to zero at padded positions (mask False), whatever x holds there (NaN included)."""
+    mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
+    return jnp.where(mask, x, jnp.zeros((), x.dtype))
+
+
+def masked_softmax(logits: Float[Array, "... k"], key_mask: Bool[Array, "... k"]) -> Float[Array, "... k"]:
+    """Softmax over the last axis in float32, giving masked keys zero weight.
+
+    A row whose keys are all masked gets uniform weights (finite, never NaN);
+    callers zero such rows' outputs.
+    """
+    logits = jnp.where(key_mask, logits.astype(jnp.float32), MASK_VALUE)
+    return jax.nn.softmax(logits, axis=-1)
+
+
+class Attention(nnx.Module):
+    """Multi-head attention with shared projections; subclasses implement `attend`.
+
+    Args:
+      dim: model width d_model (= num_heads * head_dim).
+      num_heads: number of heads h.
+      rngs: parameter initialisation keys.
+      max_len: longest sequence the model is built for (fixed-length variants need it).
+      dropout_rate: dropout on attention weights, where a variant has them.
+      dtype: computation dtype (parameters stay float32).
+      impl: kernel choice, "xla" | "pallas" | "auto" (see lra_jax/kernels).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        rngs: nnx.Rngs,
+        max_len: int | None = None,
+        dropout_rate: float = 0.0,
+        dtype: jnp.dtype = jnp.float32,
+        impl: str = "xla",
+    ):
+        if dim % num_heads:
+            raise ConfigError(f"model width {dim} is not divisible by num_heads={num_heads}")
+        if impl not in IMPLS:
+            raise ConfigError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
+        if impl == "pallas":
+            raise ConfigError(
+                f"attention variant {type(self).__name__} has no Pallas kernel; "
+                "set config.attention.impl='xla' (or 'auto')"
+            )
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.max_len = max_len
+        self.dtype = dtype
+        linear = lambda: nnx.Linear(dim, dim, dtype=dtype, rngs=rngs)  # noqa: E731
+        self.query, self.key, self.value, self.out = linear(), linear(), linear(), linear()
+        self.attention_dropout = nnx.Dropout(dropout_rate)
+
+    def __call__(
+        self,
+        x: Float[Array, "b n d"],
+        mask: Bool[Array, "b n"],
+        *,
+        deterministic: bool,
+        rngs: nnx.Rngs | None = None,
+    ) -> Float[Array, "b n d"]:
+        q = split_heads(self.query(x), self.num_heads)
+        k = split_heads(self.key(x), self.num_heads)
+        v = split_heads(self.value(x), self.num_heads)
+        out = self.attend(q, k, v, mask, deterministic=deterministic, rngs=rngs)
+        return zero_padding(self.out(merge_heads(out.astype(x.dtype))), mask)
+
+    def attend(
+        self,
+        q: Float[Array, "b n h d"],
+        k: Float[Array, "b n h d"],
+        v: Float[Array, "b n h d"],
+        mask: Bool[Array, "b n"],
+        *,
+        deterministic: bool,
+        rngs: nnx.Rngs | None,
+    ) -> Float[Array, "b n h d"]:
+        """Mixes values across positions; `mask` is True on real tokens."""
+        raise NotImplementedError
+
+    def drop(self, weights: Array, *, deterministic: bool, rngs: nnx.Rngs | None) -> Array:
+        """Attention dropout on weights (identity when deterministic)."""
+        return self.attention_dropout(weights, deterministic=deterministic, rngs=rngs)

@@ -1,0 +1,82 @@
+"""The attention registry: variants register by name, the encoder builds them by name.
+
+    @register("softmax")
+    class SoftmaxAttention(Attention): ...
+
+    layer = build("softmax", dim=256, num_heads=4, rngs=nnx.Rngs(0), dropout_rate=0.1)
+
+Settings are checked against the variant's constructor, so a typo in
+`config.attention` fails with the list of settings the variant accepts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Callable
+
+from flax import nnx
+
+from lra_jax.errors import ConfigError
+
+_VARIANTS: dict[str, type[nnx.Module]] = {}
+
+
+def register(name: str) -> Callable[[type[nnx.Module]], type[nnx.Module]]:
+    """Class decorator that makes a variant buildable under `name`."""
+
+    def add(cls: type[nnx.Module]) -> type[nnx.Module]:
+        if name in _VARIANTS and _VARIANTS[name] is not cls:
+            raise ValueError(f"attention variant {name!r} is registered twice")
+        _VARIANTS[name] = cls
+        cls.variant_name = name
+        return cls
+
+    return add
+
+
+def names() -> list[str]:
+    """All registered variant names, sorted."""
+    return sorted(_VARIANTS)
+
+
+def get(name: str) -> type[nnx.Module]:
+    """The class registered under `name`; an unknown name lists the known ones."""
+    if name not in _VARIANTS:
+        hint = difflib.get_close_matches(name, _VARIANTS, n=1)
+        did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise ConfigError(
+            f"unknown attention variant {name!r}{did_you_mean}; "
+            f"known variants: {', '.join(names())}. Set config.attention.name to one of them."
+        )
+    return _VARIANTS[name]
+
+
+def settings_of(name: str) -> dict[str, Any]:
+    """The keyword settings a variant accepts, with their defaults."""
+    accepted: dict[str, Any] = {}
+    for klass in get(name).__mro__:  # a variant passes **common on to its base class
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        for p in params:
+            if p.kind is p.KEYWORD_ONLY and p.name != "rngs":
+                accepted.setdefault(p.name, p.default)
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return accepted
+
+
+def build(name: str, *, dim: int, num_heads: int, rngs: nnx.Rngs, **settings: Any) -> nnx.Module:
+    """Builds variant `name` with model width `dim`, `num_heads` heads and its `settings`."""
+    cls = get(name)
+    accepted = settings_of(name)
+    for key in settings:
+        if key not in accepted:
+            hint = difflib.get_close_matches(key, accepted, n=1)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ConfigError(
+                f"attention variant {name!r} has no setting {key!r}{did_you_mean}; "
+                f"its settings are: {', '.join(sorted(accepted))}"
+            )
+    return cls(dim, num_heads, rngs=rngs, **settings)

@@ -1,0 +1,42 @@
+"""Full softmax attention (Vaswani et al. 2017, eq. 1): the reference for every variant.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d)) V,  padded keys masked out.
+
+O(n^2) time and memory in the sequence length n.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Bool, Float
+
+from lra_jax.attention.core import Attention, masked_softmax
+from lra_jax.attention.registry import register
+
+
+def attention_weights(
+    q: Float[Array, "b q h d"], k: Float[Array, "b k h d"], key_mask: Bool[Array, "b k"]
+) -> Float[Array, "b h q k"]:
+    """softmax(q k^T / sqrt(d)) over the real keys, in float32."""
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    return masked_softmax(logits, key_mask[:, None, None, :])
+
+
+def softmax_attention(
+    q: Float[Array, "b q h d"],
+    k: Float[Array, "b k h d"],
+    v: Float[Array, "b k h d"],
+    key_mask: Bool[Array, "b k"],
+) -> Float[Array, "b q h d"]:
+    """Full attention of every query over the real keys (no dropout): the test reference."""
+    return jnp.einsum("bhqk,bkhd->bqhd", attention_weights(q, k, key_mask).astype(v.dtype), v)
+
+
+@register("softmax")
+class SoftmaxAttention(Attention):
+    """Full scaled dot-product attention over all real tokens."""
+
+    def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+        probs = self.drop(attention_weights(q, k, mask), deterministic=deterministic, rngs=rngs)
+        return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
