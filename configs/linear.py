@@ -1,0 +1,13 @@
+"""Linear Transformer (Katharopoulos et al. 2020), feature map elu(x) + 1, on an LRA task.
+
+    python -m lra_jax.train --config=configs/linear.py:listops,mini
+    python -m lra_jax.train --config=configs/linear.py                 # full-scale ListOps
+
+Expected: mini ListOps, see README; full-scale ListOps, LRA paper Table 1: 16.13.
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    return base.get_config(arg, attention=dict(name="linear"))

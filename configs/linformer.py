@@ -1,0 +1,15 @@
+"""Linformer (Wang et al. 2020): keys and values projected to `k` positions, on an LRA task.
+
+    python -m lra_jax.train --config=configs/linformer.py:listops,mini --workdir=runs/linformer-mini
+    python -m lra_jax.train --config=configs/linformer.py              # full-scale ListOps
+
+Expected: mini ListOps, see README (measured on a 2-core CPU); full-scale ListOps,
+LRA paper Table 1: 35.70 test accuracy.
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    _, scale = base.parse(arg)
+    return base.get_config(arg, attention=dict(name="linformer", k=32 if scale == "mini" else 256))

@@ -1,0 +1,15 @@
+"""Performer (FAVOR+, Choromanski et al. 2021) with positive orthogonal random features, on an LRA task.
+
+    python -m lra_jax.train --config=configs/performer.py:listops,mini
+    python -m lra_jax.train --config=configs/performer.py              # full-scale ListOps
+
+Expected: mini ListOps, see README; full-scale ListOps, LRA paper Table 1: 18.01.
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    _, scale = base.parse(arg)
+    return base.get_config(arg, attention=dict(name="performer", num_features=64 if scale == "mini" else 256,
+                                               redraw=False))

@@ -1,0 +1,74 @@
+"""The LRA tasks: what the model needs to know about each, and where its data comes from.
+
+Token id 0 is padding in every task; the model's mask is `tokens != 0`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable
+
+import ml_collections
+import numpy as np
+
+from lra_jax.errors import ConfigError
+
+Split = tuple[np.ndarray, np.ndarray]  # tokens int32 [N, max_len], labels int32 [N]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """An LRA task.
+
+    Attributes:
+      name: registry name, as in `configs/<variant>.py:<name>`.
+      vocab_size: token ids are in [0, vocab_size); 0 is padding.
+      num_classes: number of labels.
+      dual: True when an example is a pair of sequences (Retrieval).
+      load: config -> {"train", "val", "test"} splits.
+    """
+
+    name: str
+    vocab_size: int
+    num_classes: int
+    dual: bool
+    load: Callable[[ml_collections.ConfigDict], dict[str, Split]]
+
+
+def default_cache_dir() -> str:
+    """Where generated datasets are kept: $LRA_JAX_CACHE, else ~/.cache/lra_jax."""
+    return os.environ.get("LRA_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "lra_jax"))
+
+
+def _load_listops(config: ml_collections.ConfigDict) -> dict[str, Split]:
+    from lra_jax.data import listops
+
+    generator = config.data.generator
+    return listops.load_splits(
+        config.data.data_dir,
+        cache_dir=config.data.cache_dir or default_cache_dir(),
+        max_len=config.max_len,
+        **generator.to_dict(),
+    )
+
+
+def _listops_spec() -> TaskSpec:
+    from lra_jax.data import listops
+
+    return TaskSpec("listops", listops.VOCAB_SIZE, listops.NUM_CLASSES, False, _load_listops)
+
+
+_TASKS: dict[str, Callable[[], TaskSpec]] = {"listops": _listops_spec}
+
+
+def names() -> list[str]:
+    """Known task names."""
+    return sorted(_TASKS)
+
+
+def get_task(name: str) -> TaskSpec:
+    """The TaskSpec for `name`; an unknown name lists the known ones."""
+    if name not in _TASKS:
+        raise ConfigError(f"unknown task {name!r}; known tasks: {', '.join(names())}")
+    return _TASKS[name]()

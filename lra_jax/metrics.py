@@ -1,0 +1,28 @@
+"""Run metrics to JSON lines (`metrics.jsonl`) and TensorBoard event files in the workdir."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tensorboardX import SummaryWriter
+
+
+class MetricsWriter:
+    """`write(step, {"train/loss": 0.7, ...})` appends one JSON line and one scalar per key."""
+
+    def __init__(self, workdir: str | os.PathLike):
+        self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+        self.tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        scalars = {key: float(value) for key, value in scalars.items()}
+        self.jsonl.write(json.dumps({"step": step, **scalars}) + "\n")
+        self.jsonl.flush()
+        for key, value in scalars.items():
+            self.tensorboard.add_scalar(key, value, step)
+        self.tensorboard.flush()
+
+    def close(self) -> None:
+        self.jsonl.close()
+        self.tensorboard.close()

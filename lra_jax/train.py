@@ -1,0 +1,48 @@
+"""Train one LRA model: `python -m lra_jax.train --config=configs/linformer.py:listops,mini`.
+
+Flags only: the work is `trainer.train_and_evaluate(config, workdir)`.
+Overrides: `--config.model.num_layers=2 --config.attention.k=64`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+from absl import app, flags
+from ml_collections import config_flags
+
+from lra_jax import trainer
+from lra_jax.data.tasks import default_cache_dir
+from lra_jax.errors import LraError
+
+config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/linformer.py:listops,mini",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, results.json); "
+                    "default runs/<variant>-<task>-<scale>.")
+FLAGS = flags.FLAGS
+
+
+def default_workdir(config) -> str:
+    return os.path.join("runs", f"{config.attention.name}-{config.task}-{config.scale}")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.config is None:
+        raise app.UsageError("--config is required, e.g. --config=configs/linformer.py:listops,mini")
+    jax.config.update("jax_compilation_cache_dir", os.path.join(default_cache_dir(), "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    workdir = FLAGS.workdir or default_workdir(FLAGS.config)
+    print(f"workdir: {workdir}")
+    try:
+        trainer.train_and_evaluate(FLAGS.config, workdir)
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,327 @@
+"""The training loop: `train_and_evaluate(config, workdir)`.
+
+One jitted, buffer-donating train step over pure NNX state, its batch split over
+a mesh of every device (data parallel); validation every `eval_every` steps;
+last + best checkpoints; resume from the workdir; SIGTERM saves and stops.
+Determinism: one seed gives the init key, the dropout key (folded with the step)
+and the data order (seeded by epoch), so a resumed run continues exactly.
+
+Results (`results.json`): task, variant, test accuracy of the best-validation
+checkpoint, its validation accuracy, steps/s, examples/s, peak memory,
+parameter count, the config and library versions.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import itertools
+import json
+import os
+import platform
+import resource
+import signal
+import threading
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from tqdm import tqdm
+
+from lra_jax import checkpointing, metrics
+from lra_jax.data import pipeline, tasks
+from lra_jax.errors import ConfigError
+from lra_jax.models.classifier import build_model
+
+# Settings that may change between a run and its resumption; any other change is refused.
+RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_every", "data.data_dir",
+                     "data.cache_dir"}
+
+
+def lra_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
+    """LRA's "constant * linear_warmup * rsqrt_decay": lr * min(1, s/w) / sqrt(max(s, w))."""
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32)
+        warmup = jnp.minimum(1.0, step / max(warmup_steps, 1))
+        return learning_rate * warmup * jax.lax.rsqrt(jnp.maximum(step, max(warmup_steps, 1)))
+
+    return schedule
+
+
+def make_optimizer(opt: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    """AdamW with the LRA schedule and optional global-norm clipping."""
+    adamw = optax.adamw(lra_schedule(opt.learning_rate, opt.warmup_steps), b1=opt.b1, b2=opt.b2,
+                        eps=opt.eps, weight_decay=opt.weight_decay)
+    if opt.grad_clip_norm > 0:
+        return optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), adamw)
+    return adamw
+
+
+def make_mesh() -> Mesh:
+    """A 1-D data-parallel mesh over every device."""
+    return Mesh(np.array(jax.devices()), ("data",))
+
+
+def cross_entropy(logits, labels):
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+
+def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, dropout_key: jax.Array):
+    """(state, batch) -> (state, metrics); the dropout key of step s is fold_in(dropout_key, s)."""
+
+    def train_step(state, batch):
+        step_key = jax.random.fold_in(dropout_key, state["step"])
+
+        def loss_fn(params):
+            model = nnx.merge(graphdef, params, state["rest"])
+            logits = model(batch["inputs"], deterministic=False, rngs=nnx.Rngs(step_key))
+            _, _, rest = nnx.split(model, nnx.Param, ...)
+            return cross_entropy(logits, batch["label"]).mean(), (logits, rest)
+
+        (loss, (logits, rest)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
+        new_state = dict(step=state["step"] + 1, params=params, rest=rest, opt_state=opt_state)
+        return new_state, {"loss": loss, "accuracy": accuracy}
+
+    return jax.jit(train_step, donate_argnums=0)
+
+
+def make_eval_step(graphdef: nnx.GraphDef):
+    """(state, batch) -> summed loss, correct count and example count (padding weighs 0)."""
+
+    def eval_step(state, batch):
+        model = nnx.merge(graphdef, state["params"], state["rest"])
+        logits = model(batch["inputs"], deterministic=True)
+        weight = batch["weight"]
+        correct = (jnp.argmax(logits, -1) == batch["label"]) * weight
+        return {"loss": jnp.sum(cross_entropy(logits, batch["label"]) * weight),
+                "correct": jnp.sum(correct), "count": jnp.sum(weight)}
+
+    return jax.jit(eval_step)
+
+
+def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) -> dict[str, float]:
+    """Accuracy and mean loss over a whole split."""
+    totals = {"loss": 0.0, "correct": 0.0, "count": 0.0}
+    batches = pipeline.prefetch_to_mesh(pipeline.eval_batches(*split, batch_size=batch_size), mesh)
+    sums = [eval_step(state, batch) for batch in batches]
+    for key in totals:
+        totals[key] = float(sum(s[key] for s in sums))
+    return {"accuracy": totals["correct"] / totals["count"], "loss": totals["loss"] / totals["count"]}
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("lra_jax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "unknown"
+    return versions
+
+
+def peak_memory(compiled) -> dict[str, Any]:
+    """Device peak bytes where the backend reports them, else XLA's compiled estimate of the step."""
+    stats = jax.devices()[0].memory_stats() or {}
+    analysis = compiled.memory_analysis()
+    estimate = None
+    if analysis is not None:
+        estimate = (analysis.temp_size_in_bytes + analysis.argument_size_in_bytes
+                    + analysis.output_size_in_bytes - analysis.alias_size_in_bytes)
+    device_peak = stats.get("peak_bytes_in_use")
+    return {
+        "peak_memory_bytes": device_peak if device_peak is not None else estimate,
+        "peak_memory_source": "device" if device_peak is not None else "xla_compiled_step",
+        "compiled_step_memory_bytes": estimate,
+        "host_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+def check_workdir_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """Writes config.json on a first run; refuses to resume a run made with another config."""
+    path = os.path.join(workdir, "config.json")
+    current = json.loads(config.to_json())
+    if not os.path.exists(path):
+        write_json(path, current)
+        return
+
+    def flat(d, prefix=""):
+        for key, value in d.items():
+            if isinstance(value, dict):
+                yield from flat(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    with open(path, encoding="utf-8") as f:
+        saved = dict(flat(json.load(f)))
+    now = dict(flat(current))
+    changed = sorted(k for k in saved.keys() | now.keys()
+                     if saved.get(k) != now.get(k) and k not in RESUMABLE_CHANGES)
+    if changed:
+        raise ConfigError(
+            f"workdir {workdir} holds a run made with a different config ({', '.join(changed)} differ); "
+            "pass a new --workdir, or delete that one to start over"
+        )
+    write_json(path, current)
+
+
+def write_json(path: str, content: dict) -> None:
+    """Writes JSON atomically (temporary file, then rename)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(content, f, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, path)
+
+
+class _StopSignal:
+    """Turns SIGTERM into a flag the loop polls, so the step in flight completes and is saved."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
+    """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM."""
+    os.makedirs(workdir, exist_ok=True)
+    check_workdir_config(config, workdir)
+    results_path = os.path.join(workdir, "results.json")
+    task = tasks.get_task(config.task)
+    mesh = make_mesh()
+    if config.batch_size % mesh.size:
+        raise ConfigError(f"batch_size {config.batch_size} is not divisible by the {mesh.size} devices; "
+                          f"set --config.batch_size to a multiple of {mesh.size}")
+
+    init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+    create = nnx.jit(lambda key: build_model(config, vocab_size=task.vocab_size,
+                                             num_classes=task.num_classes, rngs=nnx.Rngs(key)))
+    model = create(init_key)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    tx = make_optimizer(config.optimizer)
+    state = dict(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
+    state = jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
+    num_parameters = sum(x.size for x in jax.tree.leaves(params))
+
+    checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"))
+    state = checkpoints.restore_last(state) or state
+    start = int(state["step"])
+    if start >= config.num_train_steps and os.path.exists(results_path):
+        with open(results_path, encoding="utf-8") as f:
+            print(f"{workdir}: finished at step {start}; results in {results_path}")
+            return json.load(f)
+    if start:
+        print(f"{workdir}: resuming from step {start}")
+
+    splits = task.load(config)
+    eval_step = make_eval_step(graphdef)
+    batches = pipeline.prefetch_to_mesh(
+        pipeline.train_batches(*splits["train"], batch_size=config.batch_size, seed=config.seed,
+                               start_step=start), mesh)
+    first = next(batches)
+    train_step = make_train_step(graphdef, tx, dropout_key).lower(state, first).compile()
+    memory = peak_memory(train_step)
+
+    writer = metrics.MetricsWriter(workdir)
+    schedule = lra_schedule(config.optimizer.learning_rate, config.optimizer.warmup_steps)
+    best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
+    window, train_seconds, timed_steps, untimed = [], 0.0, 0, 0
+    progress = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
+                    desc=f"{config.attention.name} {config.task}", mininterval=1.0)
+    step = start
+    with _StopSignal() as stop:
+        tick = time.perf_counter()
+        for batch in itertools.chain([first], batches):
+            if step >= config.num_train_steps or stop.requested:
+                break
+            state, step_metrics = train_step(state, batch)
+            step += 1
+            untimed += 1
+            window.append(step_metrics)
+            progress.update(1)
+            last = step == config.num_train_steps
+            log, validate, save = (last or step % every == 0 for every in
+                                   (config.log_every, config.eval_every, config.checkpoint_every))
+            if not (log or validate or save):
+                continue
+            jax.block_until_ready(state)  # time training only, not validation or saving
+            train_seconds += time.perf_counter() - tick
+            timed_steps, untimed = timed_steps + untimed, 0
+            if log:
+                summary = {k: float(np.mean([m[k] for m in window])) for k in window[0]}
+                window = []
+                writer.write(step, {"train/loss": summary["loss"], "train/accuracy": summary["accuracy"],
+                                    "train/learning_rate": float(schedule(step))})
+                progress.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
+                                     best_val=f"{max(best['accuracy'], 0):.3f}")
+            if validate:
+                val = evaluate(eval_step, state, splits["val"], config.batch_size, mesh)
+                writer.write(step, {"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
+                if val["accuracy"] > best["accuracy"]:
+                    best = {"accuracy": val["accuracy"], "loss": val["loss"], "step": step}
+                    checkpoints.save_best(step, state, best)
+            if save:
+                checkpoints.save_last(step, state)
+            tick = time.perf_counter()
+        if stop.requested and step < config.num_train_steps:
+            checkpoints.save_last(step, state)
+    progress.close()
+    if step < config.num_train_steps:
+        print(f"stopped at step {step}; checkpoint saved in {workdir}. Run the same command to resume.")
+        writer.close()
+        checkpoints.close()
+        return None
+
+    best_state = checkpoints.restore_best(state)
+    test = evaluate(eval_step, best_state, splits["test"], config.batch_size, mesh)
+    writer.write(step, {"test/accuracy": test["accuracy"], "test/loss": test["loss"]})
+    writer.close()
+    checkpoints.close()
+    steps_per_second = timed_steps / train_seconds if train_seconds else None
+    test_labels = splits["test"][1]
+    results = {
+        "task": config.task,
+        "variant": config.attention.name,
+        "impl": config.attention.impl,
+        "scale": config.scale,
+        "test_accuracy": test["accuracy"],
+        "test_loss": test["loss"],
+        "val_accuracy": best["accuracy"],
+        "best_step": best["step"],
+        "test_majority_class_rate": float(np.bincount(test_labels).max() / len(test_labels)),
+        "num_train_steps": config.num_train_steps,
+        "batch_size": config.batch_size,
+        "max_len": config.max_len,
+        "steps_per_second": steps_per_second,
+        "examples_per_second": steps_per_second * config.batch_size if steps_per_second else None,
+        **memory,
+        "num_parameters": int(num_parameters),
+        "devices": {"platform": jax.devices()[0].platform, "kind": jax.devices()[0].device_kind,
+                    "count": jax.device_count()},
+        "versions": library_versions(),
+        "config": json.loads(config.to_json()),
+    }
+    write_json(results_path, results)
+    print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
+          f"{best['step']}); results in {results_path}")
+    return results
+
