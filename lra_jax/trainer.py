@@ -63,20 +63,15 @@ def make_optimizer(opt: ml_collections.ConfigDict) -> optax.GradientTransformati
     return adamw
 
 
-def make_mesh() -> Mesh:
-    """A 1-D data-parallel mesh over every device."""
-    return Mesh(np.array(jax.devices()), ("data",))
-
-
 def cross_entropy(logits, labels):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
-def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, dropout_key: jax.Array):
-    """(state, batch) -> (state, metrics); the dropout key of step s is fold_in(dropout_key, s)."""
+def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, key: jax.Array):
+    """(state, batch) -> (state, metrics); the dropout key of step s is fold_in(key, s)."""
 
     def train_step(state, batch):
-        step_key = jax.random.fold_in(dropout_key, state["step"])
+        step_key = jax.random.fold_in(key, state["step"])
 
         def loss_fn(params):
             model = nnx.merge(graphdef, params, state["rest"])
@@ -201,26 +196,43 @@ class _StopSignal:
             signal.signal(signal.SIGTERM, self.previous)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
-    """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM."""
-    os.makedirs(workdir, exist_ok=True)
-    check_workdir_config(config, workdir)
-    results_path = os.path.join(workdir, "results.json")
-    task = tasks.get_task(config.task)
-    mesh = make_mesh()
+def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
+    """A 1-D data-parallel mesh over `devices` (default: every device)."""
+    return Mesh(np.array(devices or jax.devices()), ("data",))
+
+
+def create_train_state(config: ml_collections.ConfigDict, task: tasks.TaskSpec, mesh: Mesh):
+    """Builds the model and optimizer; returns (graphdef, optimizer, state replicated on `mesh`).
+
+    state = {"step", "params" (nnx.Param), "rest" (other model state), "opt_state"}.
+    Initialisation is jitted: one compilation instead of many small eager ones.
+    """
     if config.batch_size % mesh.size:
         raise ConfigError(f"batch_size {config.batch_size} is not divisible by the {mesh.size} devices; "
                           f"set --config.batch_size to a multiple of {mesh.size}")
-
-    init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
-    create = nnx.jit(lambda key: build_model(config, vocab_size=task.vocab_size,
-                                             num_classes=task.num_classes, rngs=nnx.Rngs(key)))
-    model = create(init_key)
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    init_key = jax.random.fold_in(jax.random.key(config.seed), 0)
+    build = lambda key: build_model(config, vocab_size=task.vocab_size,  # noqa: E731
+                                    num_classes=task.num_classes, rngs=nnx.Rngs(key))
+    nnx.eval_shape(build, init_key)  # configuration errors surface here, before any compilation
+    graphdef, params, rest = nnx.split(nnx.jit(build)(init_key), nnx.Param, ...)
     tx = make_optimizer(config.optimizer)
     state = dict(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
-    state = jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
-    num_parameters = sum(x.size for x in jax.tree.leaves(params))
+    return graphdef, tx, jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
+
+
+def dropout_key(config: ml_collections.ConfigDict) -> jax.Array:
+    return jax.random.fold_in(jax.random.key(config.seed), 1)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
+    """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM."""
+    task = tasks.get_task(config.task)
+    mesh = make_mesh()
+    graphdef, tx, state = create_train_state(config, task, mesh)
+    num_parameters = sum(x.size for x in jax.tree.leaves(state["params"]))
+    os.makedirs(workdir, exist_ok=True)
+    check_workdir_config(config, workdir)
+    results_path = os.path.join(workdir, "results.json")
 
     checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"))
     state = checkpoints.restore_last(state) or state
@@ -238,7 +250,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         pipeline.train_batches(*splits["train"], batch_size=config.batch_size, seed=config.seed,
                                start_step=start), mesh)
     first = next(batches)
-    train_step = make_train_step(graphdef, tx, dropout_key).lower(state, first).compile()
+    train_step = make_train_step(graphdef, tx, dropout_key(config)).lower(state, first).compile()
     memory = peak_memory(train_step)
 
     writer = metrics.MetricsWriter(workdir)
