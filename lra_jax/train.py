@@ -10,10 +10,10 @@ import os
 import sys
 
 import jax
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lra_jax import trainer
+from lra_jax import config_errors, trainer
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import LraError
 
@@ -28,11 +28,24 @@ def default_workdir(config) -> str:
     return os.path.join("runs", f"{config.attention.name}-{config.task}-{config.scale}")
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing, with config failures reported in one line instead of a traceback."""
+    problem = config_errors.check(argv)
+    if problem is None:
+        try:
+            return FLAGS(argv)
+        except flags.Error as error:
+            problem = f"{str(error).strip().splitlines()[-1]} (pass --helpshort to see the flags)"
+    print(f"error: {problem}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.config is None:
         raise app.UsageError("--config is required, e.g. --config=configs/linformer.py:listops,mini")
+    logging.set_verbosity(logging.WARNING)
     jax.config.update("jax_compilation_cache_dir", os.path.join(default_cache_dir(), "jax"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
@@ -45,4 +58,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,60 @@
+"""One-line explanations of bad `--config` flags (missing file, bad task/scale, unknown key).
+
+ml_collections reports these as tracebacks while parsing flags (or later, when the
+config is first read); `check` finds them first and says what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import glob
+import importlib.util
+import os
+
+
+def _load(spec: str):
+    """Runs `get_config` of 'path/to/config.py[:arg]' and returns the config."""
+    path, _, arg = spec.partition(":")
+    module_spec = importlib.util.spec_from_file_location("lra_jax_user_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+
+
+def _unknown_key(config, dotted: str) -> str | None:
+    """A message if `dotted` (e.g. 'model.num_layer') is not a key of `config`, else None."""
+    node, walked = config, []
+    for part in dotted.split("."):
+        keys = list(node.keys()) if hasattr(node, "keys") else []
+        if part not in keys:
+            where = ".".join(walked) or "the config"
+            hint = difflib.get_close_matches(part, keys, n=1)
+            did_you_mean = f"; did you mean --config.{'.'.join(walked + hint)}?" if hint else ""
+            known = f" (keys of {where}: {', '.join(sorted(keys))})" if keys else ""
+            return f"unknown config key --config.{dotted}{did_you_mean}{known}"
+        node = node[part]
+        walked.append(part)
+    return None
+
+
+def check(argv: list[str]) -> str | None:
+    """A one-line message if `argv`'s --config file or overrides are bad, else None."""
+    spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    if spec is None:
+        return None
+    path = spec.partition(":")[0]
+    if not os.path.isfile(path):
+        here = sorted(glob.glob(os.path.join(os.path.dirname(path) or ".", "*.py")))
+        choices = ", ".join(p for p in here if not p.endswith("__init__.py")) or "configs/<variant>.py"
+        return f"config file {path!r} not found (run from the repository root); available: {choices}"
+    try:
+        config = _load(spec)
+    except Exception as error:  # noqa: BLE001 - reported to the user in one line
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        return f"could not load {spec}: {lines[-1]}"
+    for arg in argv:
+        if arg.startswith("--config."):
+            message = _unknown_key(config, arg[len("--config."):].split("=", 1)[0])
+            if message:
+                return message
+    return None

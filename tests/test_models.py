@@ -1,0 +1,101 @@
+"""The shared encoder, pooling and classifier."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import base
+from lra_jax.attention import registry
+from lra_jax.errors import ConfigError
+from lra_jax.models.classifier import build_model
+from lra_jax.models.encoder import sinusoidal_positions
+from lra_jax.models.heads import pool
+
+SMALL = {"local": dict(window=2), "linformer": dict(k=8), "performer": dict(num_features=16)}
+
+
+def small_config(name, positions="learned", pooling="cls"):
+    config = base.get_config("listops,mini", attention=dict(name=name, **SMALL.get(name, {})))
+    config.max_len = 40
+    config.model.update(num_layers=2, num_heads=2, emb_dim=16, mlp_dim=32, positions=positions,
+                        pooling=pooling, cls_token=pooling == "cls")
+    return config
+
+
+def tokens_with_padding(lengths, total):
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(1, 18, size=(len(lengths), total))
+    tokens[np.arange(total)[None, :] >= np.asarray(lengths)[:, None]] = 0
+    return jnp.asarray(tokens, jnp.int32)
+
+
+@pytest.mark.parametrize("name", registry.names())
+@pytest.mark.parametrize("positions,pooling", [("learned", "cls"), ("sinusoidal", "mean"), ("learned", "max")])
+def test_logits_do_not_depend_on_the_padded_length(name, positions, pooling):
+    model = build_model(small_config(name, positions, pooling), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    short = tokens_with_padding([7, 20, 24], 24)
+    long = jnp.pad(short, ((0, 0), (0, 16)))
+    np.testing.assert_allclose(model(long, deterministic=True), model(short, deterministic=True), atol=2e-5)
+
+
+def test_pooling_ignores_padding_and_all_padding_rows_give_zeros():
+    x = jnp.arange(2 * 4 * 3, dtype=jnp.float32).reshape(2, 4, 3) - 20
+    mask = jnp.array([[True, True, False, False], [False] * 4])
+    np.testing.assert_allclose(pool(x, mask, "mean")[0], x[0, :2].mean(0))
+    np.testing.assert_allclose(pool(x, mask, "max")[0], x[0, :2].max(0))
+    np.testing.assert_allclose(pool(x, mask, "cls")[0], x[0, 0])
+    np.testing.assert_array_equal(pool(x, mask, "mean")[1], 0)
+    np.testing.assert_array_equal(pool(x, mask, "max")[1], 0)
+
+
+def test_sinusoidal_table_matches_the_formula():
+    table = sinusoidal_positions(50, 8)
+    p, i = 17, 2
+    np.testing.assert_allclose(table[p, 2 * i], np.sin(p / 10000 ** (2 * i / 8)), rtol=1e-6)
+    np.testing.assert_allclose(table[p, 2 * i + 1], np.cos(p / 10000 ** (2 * i / 8)), rtol=1e-6)
+
+
+def test_bfloat16_model_gives_finite_float32_logits():
+    config = small_config("softmax")
+    config.model.dtype = "bfloat16"
+    model = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    logits = model(tokens_with_padding([5, 9], 12), deterministic=True)
+    assert logits.dtype == jnp.float32 and np.isfinite(np.asarray(logits)).all()
+
+
+def test_dropout_is_keyed_by_the_given_rngs():
+    config = small_config("softmax")
+    config.model.update(dropout_rate=0.1, attention_dropout_rate=0.1)
+    model = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    tokens = tokens_with_padding([5, 9], 12)
+    a = model(tokens, deterministic=False, rngs=nnx.Rngs(1))
+    b = model(tokens, deterministic=False, rngs=nnx.Rngs(1))
+    c = model(tokens, deterministic=False, rngs=nnx.Rngs(2))
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("pooling", "median", "unknown pooling"),
+    ("positions", "rotary", "unknown positions"),
+    ("dtype", "float16", "unknown model dtype"),
+])
+def test_bad_model_settings_name_the_choices(field, value, message):
+    config = small_config("softmax")
+    config.model[field] = value
+    with pytest.raises(ConfigError, match=message):
+        build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+
+
+def test_cls_pooling_without_cls_token_is_refused():
+    config = small_config("softmax")
+    config.model.cls_token = False
+    with pytest.raises(ConfigError, match="cls_token"):
+        build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+
+
+def test_unknown_variant_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="known variants: .*softmax"):
+        build_model(small_config("flash"), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))

@@ -1,0 +1,157 @@
+"""train_and_evaluate end to end on a tiny ListOps config: results, resume, SIGTERM, sharding."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from lra_jax import checkpointing, trainer
+from lra_jax.data import pipeline, tasks
+from lra_jax.errors import ConfigError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def last_params(config, workdir):
+    """The parameters of the newest checkpoint in `workdir`, as numpy arrays."""
+    _, _, like = trainer.create_train_state(config, tasks.get_task(config.task), trainer.make_mesh())
+    state = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints")).restore_last(like)
+    return int(state["step"]), [np.asarray(x) for x in jax.tree.leaves(state["params"])]
+
+
+def test_lra_schedule_is_linear_warmup_then_rsqrt_decay():
+    schedule = trainer.lra_schedule(0.05, warmup_steps=1000)
+    assert float(schedule(0)) == 0.0
+    np.testing.assert_allclose(schedule(500), 0.05 * 0.5 / np.sqrt(1000), rtol=1e-6)
+    np.testing.assert_allclose(schedule(1000), 0.05 / np.sqrt(1000), rtol=1e-6)
+    np.testing.assert_allclose(schedule(4000), 0.05 / np.sqrt(4000), rtol=1e-6)
+
+
+def test_training_order_is_a_function_of_seed_and_epoch():
+    tokens = np.arange(40, dtype=np.int32)[:, None]
+    labels = np.arange(40, dtype=np.int32)
+    stream = pipeline.train_batches(tokens, labels, batch_size=8, seed=3)
+    first = [next(stream)["label"] for _ in range(12)]  # 2.4 epochs (5 batches each)
+    resumed = pipeline.train_batches(tokens, labels, batch_size=8, seed=3, start_step=7)
+    np.testing.assert_array_equal(next(resumed)["label"], first[7])
+    assert sorted(np.concatenate(first[:5])) == list(range(40))  # an epoch sees each example once
+    assert not np.array_equal(np.concatenate(first[:5]), np.concatenate(first[5:10]))  # reshuffled
+
+
+def test_eval_batches_cover_every_example_once_with_zero_weight_padding():
+    tokens = np.arange(10, dtype=np.int32)[:, None]
+    batches = list(pipeline.eval_batches(tokens, np.arange(10, dtype=np.int32), batch_size=4))
+    weights = np.concatenate([b["weight"] for b in batches])
+    labels = np.concatenate([b["label"] for b in batches])
+    assert weights.sum() == 10 and list(labels[weights > 0]) == list(range(10))
+
+
+def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, data_cache):
+    config = tiny_config(data_cache, "linformer", k=8)
+    workdir = str(tmp_path / "run")
+    results = trainer.train_and_evaluate(config, workdir)
+    with open(os.path.join(workdir, "results.json")) as f:
+        assert json.load(f) == json.loads(json.dumps(results))
+    for key in ("test_accuracy", "val_accuracy", "steps_per_second", "examples_per_second",
+                "peak_memory_bytes", "num_parameters", "versions", "config", "test_majority_class_rate"):
+        assert results[key] is not None, key
+    assert results["task"] == "listops" and results["variant"] == "linformer"
+    assert 0.0 <= results["test_accuracy"] <= 1.0 and results["num_parameters"] > 1000
+    assert results["examples_per_second"] == pytest.approx(results["steps_per_second"] * 16)
+    lines = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    assert [m["step"] for m in lines if "train/loss" in m] == [3, 6, 9, 12]
+    assert [m["step"] for m in lines if "val/accuracy" in m] == [6, 12]
+    assert any("test/accuracy" in m for m in lines)
+    assert os.listdir(os.path.join(workdir, "tensorboard"))
+    assert last_params(config, workdir)[0] == 12
+
+
+def test_finished_run_returns_its_results_without_training(tmp_path, data_cache, monkeypatch):
+    config = tiny_config(data_cache)
+    workdir = str(tmp_path / "run")
+    first = trainer.train_and_evaluate(config, workdir)
+    monkeypatch.setattr(trainer, "make_train_step", lambda *a: pytest.fail("trained again"))
+    assert trainer.train_and_evaluate(config, workdir) == json.loads(json.dumps(first))
+
+
+def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path, data_cache, monkeypatch):
+    config = tiny_config(data_cache)  # dropout on: the resumed run must reuse the same keys
+    straight = str(tmp_path / "straight")
+    trainer.train_and_evaluate(config, straight)
+
+    batches = pipeline.train_batches
+
+    def terminated_at_batch_5(*args, **kwargs):
+        for index, batch in enumerate(batches(*args, **kwargs)):
+            if index == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield batch
+
+    interrupted = str(tmp_path / "interrupted")
+    monkeypatch.setattr(pipeline, "train_batches", terminated_at_batch_5)
+    assert trainer.train_and_evaluate(config, interrupted) is None
+    stopped_at, _ = last_params(config, interrupted)
+    assert 0 < stopped_at < config.num_train_steps
+    monkeypatch.setattr(pipeline, "train_batches", batches)
+    resumed = trainer.train_and_evaluate(config, interrupted)
+
+    step_a, params_a = last_params(config, straight)
+    step_b, params_b = last_params(config, interrupted)
+    assert step_a == step_b == config.num_train_steps
+    for a, b in zip(params_a, params_b):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    with open(os.path.join(straight, "results.json")) as f:
+        assert resumed["test_accuracy"] == json.load(f)["test_accuracy"]
+
+
+def test_resuming_with_a_different_model_is_refused(tmp_path, data_cache):
+    config = tiny_config(data_cache)
+    config.num_train_steps = 3
+    workdir = str(tmp_path / "run")
+    trainer.train_and_evaluate(config, workdir)
+    config.model.emb_dim = 32
+    with pytest.raises(ConfigError, match="model.emb_dim"):
+        trainer.train_and_evaluate(config, workdir)
+
+
+SHARDED_VS_SINGLE = r"""
+import jax, numpy as np
+from conftest import tiny_config
+from lra_jax import trainer
+from lra_jax.data import pipeline, tasks
+assert jax.device_count() == 4, jax.devices()
+config = tiny_config("/unused")
+task = tasks.get_task("listops")
+rng = np.random.default_rng(0)
+batches = [{"inputs": rng.integers(0, task.vocab_size, (16, 32)).astype(np.int32),
+            "label": rng.integers(0, 10, 16).astype(np.int32)} for _ in range(3)]
+runs = []
+for mesh in (trainer.make_mesh(jax.devices()[:1]), trainer.make_mesh()):
+    graphdef, tx, state = trainer.create_train_state(config, task, mesh)
+    step = trainer.make_train_step(graphdef, tx, trainer.dropout_key(config))
+    losses = []
+    for batch in batches:
+        state, metrics = step(state, jax.device_put(batch, pipeline.data_sharding(mesh)))
+        losses.append(float(metrics["loss"]))
+    assert len(state["params"]["encoder"]["embed"]["embedding"].sharding.device_set) == mesh.size
+    runs.append((np.array(losses), [np.asarray(x) for x in jax.tree.leaves(state["params"])]))
+(loss_1, params_1), (loss_4, params_4) = runs
+np.testing.assert_allclose(loss_4, loss_1, rtol=1e-5, atol=1e-6)
+worst = max(float(np.abs(a - b).max()) for a, b in zip(params_1, params_4))
+assert worst < 1e-4, worst
+print("max parameter difference", worst)
+"""
+
+
+def test_sharded_step_on_four_devices_matches_one_device():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", SHARDED_VS_SINGLE], cwd=os.path.join(REPO, "tests"),
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "max parameter difference" in done.stdout
