@@ -1,0 +1,230 @@
+"""Kernelized attention: softmax's exp(q.k) replaced by a feature map, linear in n.
+
+Both variants here write attention as a kernel phi(q)^T phi(k) and reorder the product
+(Katharopoulos et al. 2020, eq. 4-6) so that no n x n matrix is ever formed:
+
+    out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps)
+          = [phi(Q) (phi(K)^T V)]_i / [phi(Q) (phi(K)^T 1)]_i,
+
+computed once, by `kernel_attention`, for both. With m features per head (m = d for the
+Linear Transformer) the cost is O(n m d) time and O(n m + m d) memory per head, instead of
+softmax attention's O(n^2 d) time and O(n^2) memory.
+
+* Performer, FAVOR+ (Choromanski et al. 2021, "Rethinking Attention with Performers",
+  Lemma 1, positive random features; Sec. 2.4, orthogonal random features):
+
+      phi(x) = exp(w_r^T x - |x|^2 / 2) / sqrt(m),  r = 1..m,   x = q / d^{1/4} (same for k),
+
+  with w_r ~ N(0, I_d), so that E[phi(q)^T phi(k)] = exp(q^T k / sqrt(d)), the softmax kernel.
+  The rows of W are drawn in blocks of d mutually orthogonal directions (QR of a Gaussian
+  matrix), each row rescaled by the norm of an independent Gaussian d-vector, so every row is
+  still marginally N(0, I_d) (unbiased) while orthogonality lowers the variance.
+  The estimate converges to softmax attention as m grows.
+* Linear Transformer (Katharopoulos et al. 2020, "Transformers are RNNs", eq. 4-6 with
+  eq. 7's feature map): phi(x) = elu(x) + 1, non-causal, normaliser kept.
+
+Padding. The original LRA code for Performer and Linear Transformer ignored the padding mask,
+so padded keys entered every sum above and outputs depended on how much padding followed.
+Here phi(k_j) is zeroed at padded keys before the sums, and Performer's key stabiliser (below)
+is a max over real keys only, so padded content can neither enter the sums nor push the real
+keys' features into underflow or overflow. A row with no real key has S = z = 0 and gives
+0 / eps = 0, never NaN.
+
+Numerics (Performer). Exponents are stabilised by subtracting, inside the exp, the max over
+features of each query row (a per-query factor that cancels in the ratio) and one max per
+(batch, head) over the real keys' features (a common factor that cancels too); both pass
+through `stop_gradient`. Everything is computed in float32 and cast back to the input dtype.
+
+Dropout. These variants never form attention weights, so `dropout_rate` (accepted by the base
+class) is unused: there is nothing to drop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
+
+from lra_jax.attention.core import Attention
+from lra_jax.attention.registry import register
+from lra_jax.errors import ConfigError
+
+# Added to the normaliser phi(q_i)^T z: keeps an all-padding row at 0 / eps = 0
+# (Katharopoulos et al. use the same value).
+EPS = 1e-6
+
+
+def kernel_attention(
+    phi_q: Float[Array, "b n h m"],
+    phi_k: Float[Array, "b n h m"],
+    v: Float[Array, "b n h d"],
+    *,
+    eps: float = EPS,
+) -> Float[Array, "b n h d"]:
+    """phi(Q) (phi(K)^T V) / (phi(Q) phi(K)^T 1 + eps), never forming the n x n kernel matrix.
+
+    Args:
+      phi_q: non-negative query features.
+      phi_k: non-negative key features, zero at padded keys.
+      v: values.
+      eps: added to the normaliser, so a row without real keys gives 0.
+
+    Returns:
+      The kernel-weighted average of the values for every query, in float32.
+    """
+    phi_q, phi_k, v = (t.astype(jnp.float32) for t in (phi_q, phi_k, v))
+    kv = jnp.einsum("bnhm,bnhd->bhmd", phi_k, v)  # S = sum_j phi(k_j) v_j^T
+    z = jnp.sum(phi_k, axis=1)  # z = sum_j phi(k_j), [b h m]
+    numerator = jnp.einsum("bnhm,bhmd->bnhd", phi_q, kv)
+    normaliser = jnp.einsum("bnhm,bhm->bnh", phi_q, z)
+    return numerator / (normaliser[..., None] + eps)
+
+
+# ----------------------------------------------------------------------------- Performer
+
+
+class RandomFeatures(nnx.Variable):
+    """Non-trainable random projections: the optimiser trains only `nnx.Param`; checkpoints keep them."""
+
+
+def orthogonal_random_features(key: PRNGKeyArray, num_features: int, dim: int) -> Float[Array, "m d"]:
+    """W for FAVOR+: ceil(m / d) blocks of d orthogonal rows, each row of norm ~ chi_d.
+
+    Each block is Q^T from the QR decomposition of a d x d Gaussian matrix, with the signs of
+    diag(R) folded into Q so that Q is Haar distributed; the last block is truncated to m rows.
+    Each row is then rescaled by the norm of an independent N(0, I_d) vector, which makes
+    every row marginally N(0, I_d) while rows of one block stay orthogonal.
+    """
+    num_blocks = -(-num_features // dim)
+    # One flat draw, reshaped: XLA:CPU compiles rank-3 random draws ~10x slower than 1-D ones.
+    gaussian = jax.random.normal(key, (num_blocks * dim * dim + num_features * dim,), jnp.float32)
+    blocks = gaussian[: num_blocks * dim * dim].reshape(num_blocks, dim, dim)
+    norms = jnp.linalg.norm(gaussian[num_blocks * dim * dim :].reshape(num_features, dim), axis=-1)
+    q, r = jnp.linalg.qr(blocks)
+    q = q * jnp.sign(jnp.diagonal(r, axis1=-2, axis2=-1))[:, None, :]
+    directions = jnp.swapaxes(q, -1, -2).reshape(num_blocks * dim, dim)[:num_features]
+    return directions * norms[:, None]
+
+
+def favor_log_features(x: Float[Array, "b n h d"], w: Float[Array, "m d"]) -> Float[Array, "b n h m"]:
+    """log(sqrt(m) phi(x)) = w_r^T x' - |x'|^2 / 2 with x' = x / d^{1/4} (Lemma 1), in float32."""
+    x = x.astype(jnp.float32) * x.shape[-1] ** -0.25
+    projections = jnp.einsum("bnhd,md->bnhm", x, w.astype(jnp.float32))
+    return projections - 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)
+
+
+def favor_attention(
+    q: Float[Array, "b n h d"],
+    k: Float[Array, "b n h d"],
+    v: Float[Array, "b n h d"],
+    mask: Bool[Array, "b n"],
+    w: Float[Array, "m d"],
+) -> Float[Array, "b n h d"]:
+    """FAVOR+ estimate of softmax(q k^T / sqrt(d)) v over the real keys, with random features w.
+
+    Padded keys get phi = 0. Stabilisers (subtracted inside the exp, cancelling in the ratio):
+    the max over features per query row, and the max over real keys and features per (b, h).
+    """
+    sqrt_m = math.sqrt(w.shape[0])
+    log_q = favor_log_features(q, w)
+    phi_q = jnp.exp(log_q - jax.lax.stop_gradient(jnp.max(log_q, axis=-1, keepdims=True))) / sqrt_m
+
+    key_mask = mask[:, :, None, None]
+    log_k = favor_log_features(k, w)
+    key_max = jnp.max(jnp.where(key_mask, log_k, -jnp.inf), axis=(1, 3), keepdims=True)
+    key_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(key_max), key_max, 0.0))  # no real key: 0
+    # Padded keys go to exp(-inf) = 0 before the exp, so their content can never overflow.
+    phi_k = jnp.exp(jnp.where(key_mask, log_k - key_max, -jnp.inf)) / sqrt_m
+    return kernel_attention(phi_q, phi_k, v).astype(v.dtype)
+
+
+def _key_for_features(rngs: nnx.Rngs, fallback: str) -> PRNGKeyArray:
+    """A key from the "features" stream, else "default", else `fallback`."""
+    if "features" in rngs or "default" in rngs:
+        return rngs.features()
+    if fallback in rngs:
+        return getattr(rngs, fallback)()
+    raise ValueError(
+        f"drawing Performer random features needs an nnx.Rngs with a 'features', 'default' "
+        f"or '{fallback}' stream"
+    )
+
+
+@register("performer")
+class PerformerAttention(Attention):
+    """Performer attention with FAVOR+ positive orthogonal random features (see module docstring).
+
+    The feature matrix W [num_features, head_dim] is shared by all heads, drawn at init from
+    `rngs` (stream "features", falling back to the default, then the params stream) and
+    stored as `RandomFeatures` state: not trained, saved in checkpoints.
+
+    Args:
+      dim, num_heads, rngs, **common: as `Attention` (dropout_rate is unused: no attention weights).
+      num_features: number of random features m. Cost is O(n m d); the softmax estimate's
+        error falls as m grows (256 is the default of the authors' FAVOR+ code, used by LRA).
+      redraw: if True, every training call (deterministic=False) draws a fresh W from the
+        `rngs` given to `__call__` (stream "features", falling back to the default, then the
+        dropout stream), so the model does not overfit one draw; the stored W is left as is
+        and used whenever deterministic=True (evaluation is reproducible).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        rngs: nnx.Rngs,
+        num_features: int = 256,
+        redraw: bool = False,
+        **common,
+    ):
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        if num_features < 1:
+            raise ConfigError(f"performer needs num_features >= 1, got {num_features}")
+        self.num_features = num_features
+        self.redraw = redraw
+        self.features = RandomFeatures(
+            orthogonal_random_features(_key_for_features(rngs, "params"), num_features, self.head_dim)
+        )
+
+    def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+        w = self.features[...]
+        if self.redraw and not deterministic:
+            if rngs is None:
+                raise ValueError("performer with redraw=True needs `rngs` when deterministic=False")
+            key = _key_for_features(rngs, "dropout")
+            w = orthogonal_random_features(key, self.num_features, self.head_dim)
+        return favor_attention(q, k, v, mask, w)
+
+
+# ----------------------------------------------------------------------- Linear Transformer
+
+
+def elu_features(x: Float[Array, "b n h d"]) -> Float[Array, "b n h d"]:
+    """phi(x) = elu(x) + 1 > 0 (Katharopoulos et al. 2020, eq. 7), in float32."""
+    return jax.nn.elu(x.astype(jnp.float32)) + 1.0
+
+
+def linear_attention(
+    q: Float[Array, "b n h d"],
+    k: Float[Array, "b n h d"],
+    v: Float[Array, "b n h d"],
+    mask: Bool[Array, "b n"],
+) -> Float[Array, "b n h d"]:
+    """Non-causal linear attention (eq. 6) over the real keys; padded keys get phi = 0."""
+    phi_k = jnp.where(mask[:, :, None, None], elu_features(k), 0.0)
+    return kernel_attention(elu_features(q), phi_k, v).astype(v.dtype)
+
+
+@register("linear")
+class LinearAttention(Attention):
+    """Linear Transformer attention, phi(x) = elu(x) + 1 (see module docstring).
+
+    Args: as `Attention`; dropout_rate is unused (no attention weights are formed).
+    """
+
+    def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+        return linear_attention(q, k, v, mask)
