@@ -30,6 +30,10 @@ class Checkpoints:
         self.last = ocp.CheckpointManager(os.path.join(directory, "last"), options=options())
         self.best = ocp.CheckpointManager(os.path.join(directory, "best"), options=options())
 
+    def last_step(self) -> int | None:
+        """Step of the newest checkpoint, or None."""
+        return self.last.latest_step()
+
     def save_last(self, step: int, state: Any) -> None:
         if self.last.latest_step() != step:
             self.last.save(step, args=ocp.args.StandardSave(state))
@@ -40,7 +44,7 @@ class Checkpoints:
 
     def restore_last(self, like: Any) -> Any | None:
         """The newest saved state (shaped like `like`), or None if there is none."""
-        step = self.last.latest_step()
+        step = self.last_step()
         if step is None:
             return None
         return self.last.restore(step, args=ocp.args.StandardRestore(_abstract(like)))

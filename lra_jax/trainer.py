@@ -140,11 +140,39 @@ def peak_memory(compiled) -> dict[str, Any]:
     }
 
 
-def check_workdir_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """Writes config.json on a first run; refuses to resume a run made with another config."""
+def available_memory() -> tuple[int | None, str]:
+    """Bytes the step may use: the accelerator's limit, or the host's available memory on CPU."""
+    device = jax.devices()[0]
+    limit = (device.memory_stats() or {}).get("bytes_limit")
+    if limit:
+        return limit, f"the {device.device_kind}"
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024, "this machine's available memory"
+    except (OSError, KeyError, ValueError):
+        return None, ""
+
+
+def check_fits(memory: dict[str, Any], config: ml_collections.ConfigDict) -> None:
+    """Refuses a train step that XLA says needs more memory than there is (instead of an OOM kill)."""
+    need = memory["compiled_step_memory_bytes"]
+    have, where = available_memory()
+    if need and have and need > have:
+        gib = 2**30
+        hint = ("set --config.model.scan_layers=True --config.model.remat=True, or "
+                if not (config.model.scan_layers and config.model.remat) else "")
+        raise ConfigError(
+            f"the train step needs about {need / gib:.1f} GiB but {where} has {have / gib:.1f} GiB; "
+            f"{hint}lower --config.batch_size (now {config.batch_size}) or --config.max_len"
+        )
+
+
+def check_workdir_config(config: ml_collections.ConfigDict, workdir: str, resuming: bool) -> None:
+    """Writes config.json; refuses to resume a checkpointed run that was made with another config."""
     path = os.path.join(workdir, "config.json")
     current = json.loads(config.to_json())
-    if not os.path.exists(path):
+    if not resuming or not os.path.exists(path):
         write_json(path, current)
         return
 
@@ -231,10 +259,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     graphdef, tx, state = create_train_state(config, task, mesh)
     num_parameters = sum(x.size for x in jax.tree.leaves(state["params"]))
     os.makedirs(workdir, exist_ok=True)
-    check_workdir_config(config, workdir)
     results_path = os.path.join(workdir, "results.json")
 
     checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"))
+    check_workdir_config(config, workdir, resuming=checkpoints.last_step() is not None)
     state = checkpoints.restore_last(state) or state
     start = int(state["step"])
     if start >= config.num_train_steps and os.path.exists(results_path):
@@ -252,6 +280,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     first = next(batches)
     train_step = make_train_step(graphdef, tx, dropout_key(config)).lower(state, first).compile()
     memory = peak_memory(train_step)
+    check_fits(memory, config)
 
     writer = metrics.MetricsWriter(workdir)
     schedule = lra_schedule(config.optimizer.learning_rate, config.optimizer.warmup_steps)
@@ -266,6 +295,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             if step >= config.num_train_steps or stop.requested:
                 break
             state, step_metrics = train_step(state, batch)
+            if window:  # at most two steps in flight: a stop or a save never waits for a long queue
+                jax.block_until_ready(window[-1])
             step += 1
             untimed += 1
             window.append(step_metrics)

@@ -99,3 +99,32 @@ def test_cls_pooling_without_cls_token_is_refused():
 def test_unknown_variant_lists_the_known_ones():
     with pytest.raises(ConfigError, match="known variants: .*softmax"):
         build_model(small_config("flash"), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("name", ["softmax", "performer"])
+def test_scanned_and_rematerialised_layers_compute_the_same_function(name):
+    """Same parameters and dropout keys: a Python loop of blocks, lax.scan, and scan + remat agree."""
+    config = small_config(name)
+    config.model.update(dropout_rate=0.1, attention_dropout_rate=0.1)
+    looped = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    config.model.update(scan_layers=True, remat=True)
+    scanned = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(1))
+    stacked = jax.tree.map(lambda *layers: jnp.stack(layers), *[nnx.state(b) for b in looped.encoder.blocks])
+    nnx.update(scanned.encoder.blocks, stacked)
+    for part in ("embed", "final_norm"):
+        nnx.update(getattr(scanned.encoder, part), nnx.state(getattr(looped.encoder, part)))
+    scanned.encoder.positions[...] = looped.encoder.positions[...]
+    scanned.encoder.cls[...] = looped.encoder.cls[...]
+    nnx.update(scanned.head, nnx.state(looped.head))
+    tokens = tokens_with_padding([5, 12], 14)
+
+    def loss(model):
+        return jnp.sum(model(tokens, deterministic=False, rngs=nnx.Rngs(3)) ** 2)
+
+    np.testing.assert_allclose(scanned(tokens, deterministic=True), looped(tokens, deterministic=True), atol=1e-5)
+    loss_looped, grads_looped = nnx.value_and_grad(loss)(looped)
+    loss_scanned, grads_scanned = nnx.value_and_grad(loss)(scanned)
+    np.testing.assert_allclose(loss_scanned, loss_looped, rtol=1e-5)
+    stacked_grads = jnp.stack([g["attention"]["query"]["kernel"][...] for g in grads_looped["encoder"]["blocks"].values()])
+    np.testing.assert_allclose(grads_scanned["encoder"]["blocks"]["attention"]["query"]["kernel"][...],
+                               stacked_grads, rtol=1e-4, atol=1e-6)

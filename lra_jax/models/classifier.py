@@ -41,7 +41,8 @@ def build_model(config: ml_collections.ConfigDict, *, vocab_size: int, num_class
         vocab_size=vocab_size, max_len=config.max_len, dim=m.emb_dim, num_heads=m.num_heads,
         mlp_dim=m.mlp_dim, num_layers=m.num_layers, attention=config.attention.to_dict(),
         positions=m.positions, cls_token=m.cls_token, dropout_rate=m.dropout_rate,
-        attention_dropout_rate=m.attention_dropout_rate, dtype=dtype, rngs=rngs,
+        attention_dropout_rate=m.attention_dropout_rate, scan_layers=m.scan_layers, remat=m.remat,
+        dtype=dtype, rngs=rngs,
     )
     head = ClassifierHead(m.emb_dim, m.mlp_dim, num_classes, dtype=dtype, rngs=rngs)
     return SequenceClassifier(encoder, head, m.pooling)
