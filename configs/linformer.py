@@ -3,8 +3,8 @@
     python -m lra_jax.train --config=configs/linformer.py:listops,mini --workdir=runs/linformer-mini
     python -m lra_jax.train --config=configs/linformer.py              # full-scale ListOps
 
-Expected: mini ListOps, see README (measured on a 2-core CPU); full-scale ListOps,
-LRA paper Table 1: 35.70 test accuracy.
+Expected: mini ListOps test accuracy 0.358 (majority class 0.167; 2-core CPU, seed 0); full-scale
+ListOps, LRA paper Table 1: 35.70 test accuracy.
 """
 
 from configs import base

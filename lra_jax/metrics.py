@@ -9,10 +9,21 @@ from tensorboardX import SummaryWriter
 
 
 class MetricsWriter:
-    """`write(step, {"train/loss": 0.7, ...})` appends one JSON line and one scalar per key."""
+    """`write(step, {"train/loss": 0.7, ...})` appends one JSON line and one scalar per key.
 
-    def __init__(self, workdir: str | os.PathLike):
-        self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+    A run resumed at step s first drops the JSON lines of steps after s, written
+    before the interruption and about to be written again.
+    """
+
+    def __init__(self, workdir: str | os.PathLike, start_step: int = 0):
+        path = os.path.join(workdir, "metrics.jsonl")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                kept = [line for line in f if line.strip() and json.loads(line)["step"] <= start_step]
+            with open(f"{path}.tmp", "w", encoding="utf-8") as f:
+                f.writelines(kept)
+            os.replace(f"{path}.tmp", path)
+        self.jsonl = open(path, "a", encoding="utf-8")
         self.tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
     def write(self, step: int, scalars: dict[str, float]) -> None:

@@ -282,10 +282,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     memory = peak_memory(train_step)
     check_fits(memory, config)
 
-    writer = metrics.MetricsWriter(workdir)
+    writer = metrics.MetricsWriter(workdir, start_step=start)
     schedule = lra_schedule(config.optimizer.learning_rate, config.optimizer.warmup_steps)
     best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
-    window, train_seconds, timed_steps, untimed = [], 0.0, 0, 0
+    window, train_seconds, timed_steps, steps_since_tick = [], 0.0, 0, 0
     progress = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
                     desc=f"{config.attention.name} {config.task}", mininterval=1.0)
     step = start
@@ -298,7 +298,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             if window:  # at most two steps in flight: a stop or a save never waits for a long queue
                 jax.block_until_ready(window[-1])
             step += 1
-            untimed += 1
+            steps_since_tick += 1
             window.append(step_metrics)
             progress.update(1)
             last = step == config.num_train_steps
@@ -308,7 +308,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 continue
             jax.block_until_ready(state)  # time training only, not validation or saving
             train_seconds += time.perf_counter() - tick
-            timed_steps, untimed = timed_steps + untimed, 0
+            timed_steps, steps_since_tick = timed_steps + steps_since_tick, 0
             if log:
                 summary = {k: float(np.mean([m[k] for m in window])) for k in window[0]}
                 window = []
@@ -339,9 +339,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     writer.write(step, {"test/accuracy": test["accuracy"], "test/loss": test["loss"]})
     writer.close()
     checkpoints.close()
-    steps_per_second = timed_steps / train_seconds if train_seconds else None
-    test_labels = splits["test"][1]
-    results = {
+    steps_per_second = timed_steps / train_seconds if timed_steps else None  # None: no step ran here
+    results = summarize(config, test, best, splits["test"][1], steps_per_second, memory, num_parameters)
+    write_json(results_path, results)
+    print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
+          f"{best['step']}); results in {results_path}")
+    return results
+
+
+def summarize(config, test: dict[str, float], best: dict[str, float], test_labels: np.ndarray,
+              steps_per_second: float | None, memory: dict[str, Any], num_parameters: int) -> dict[str, Any]:
+    """The contents of results.json."""
+    device = jax.devices()[0]
+    return {
         "task": config.task,
         "variant": config.attention.name,
         "impl": config.attention.impl,
@@ -355,16 +365,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         "batch_size": config.batch_size,
         "max_len": config.max_len,
         "steps_per_second": steps_per_second,
-        "examples_per_second": steps_per_second * config.batch_size if steps_per_second else None,
+        "examples_per_second": steps_per_second and steps_per_second * config.batch_size,
         **memory,
         "num_parameters": int(num_parameters),
-        "devices": {"platform": jax.devices()[0].platform, "kind": jax.devices()[0].device_kind,
-                    "count": jax.device_count()},
+        "devices": {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()},
         "versions": library_versions(),
         "config": json.loads(config.to_json()),
     }
-    write_json(results_path, results)
-    print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
-          f"{best['step']}); results in {results_path}")
-    return results
-

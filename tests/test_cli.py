@@ -1,0 +1,47 @@
+"""The command line: bad input gets one line naming the problem and the fix, and a non-zero exit."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def train(*flags, tmp_path):
+    env = dict(os.environ, LRA_JAX_CACHE=str(tmp_path / "cache"), JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-m", "lra_jax.train", *flags, f"--workdir={tmp_path / 'run'}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--config=configs/linformer.py:listops,mini", "--config.attention.name=flsh"],
+     "unknown attention variant 'flsh'.*known variants: .*linformer.*softmax"),
+    (["--config=configs/linformer.py:listops,mini", "--config.model.num_layer=2"],
+     "unknown config key --config.model.num_layer; did you mean --config.model.num_layers"),
+    (["--config=configs/linformer.py:listops,mini", "--config.attention.kk=2"],
+     "unknown config key --config.attention.kk; did you mean --config.attention.k"),
+    (["--config=configs/linformer.py:listops,huge"], "expected 'TASK\\[,SCALE\\]'"),
+    (["--config=configs/linformr.py"], "config file 'configs/linformr.py' not found.*configs/linformer.py"),
+    (["--config=configs/linformer.py:listops,mini", "--config.data.data_dir=/nonexistent/listops"],
+     "missing ListOps files: /nonexistent/listops/basic_train.tsv.*lra_release.gz"),
+])
+def test_bad_input_gets_one_clear_line_and_a_nonzero_exit(flags, expected, tmp_path):
+    done = train(*flags, tmp_path=tmp_path)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr + done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and re.search(expected, errors[0]), done.stderr[-2000:]
+
+
+def test_ci_runs_the_readme_install_and_test_commands():
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = [line.strip() for block in re.findall(r"```bash\n(.*?)```", quick_start, re.S)
+                for line in block.splitlines() if line.strip()]
+    assert len(commands) == 3, commands  # install, run the main job, test
+    ci = open(os.path.join(REPO, ".ci", "run"), encoding="utf-8").read()
+    assert commands[0].startswith("pip install") and commands[0] in ci
+    assert commands[2].startswith("pytest") and commands[2] in ci
