@@ -8,12 +8,13 @@ where `mask` is True on real tokens. Outputs at real positions do not depend on
 the content of padded positions nor on how much padding follows; nothing is NaN
 or Inf, even on a row that is all padding; outputs at padded positions are zero.
 
-`Attention` gives a variant the shared pieces: query/key/value/output projections
-(Vaswani et al. 2017, eq. 2: MultiHead(Q, K, V) = Concat(head_1..head_h) W^O),
-the head split, attention dropout and the padding of the output. A variant
-implements only `attend(q, k, v, mask)` on per-head tensors [b n h d]. Token
-mixers without queries and keys (MLP-Mixer, FNet, ...) subclass `nnx.Module`
-directly and keep the same `__call__` signature.
+`TokenMixer` checks the settings every variant accepts. `Attention` adds the
+shared pieces: query/key/value/output projections (Vaswani et al. 2017, eq. 2:
+MultiHead(Q, K, V) = Concat(head_1..head_h) W^O), the head split, attention
+dropout and the padding of the output; a variant implements only
+`attend(q, k, v, mask)` on per-head tensors [b n h d]. Token mixers without
+queries and keys (MLP-Mixer, FNet, ...) subclass `TokenMixer` and implement
+`__call__` with the same signature.
 """
 
 from __future__ import annotations
@@ -58,8 +59,11 @@ def masked_softmax(logits: Float[Array, "... k"], key_mask: Bool[Array, "... k"]
     return jax.nn.softmax(logits, axis=-1)
 
 
-class Attention(nnx.Module):
-    """Multi-head attention with shared projections; subclasses implement `attend`.
+class TokenMixer(nnx.Module):
+    """Base of every variant: the settings all of them accept, checked once.
+
+    Variants without queries and keys (MLP-Mixer, FNet, gMLP, convolutions)
+    subclass this directly and implement `__call__` with the contract's signature.
 
     Args:
       dim: model width d_model (= num_heads * head_dim).
@@ -69,7 +73,13 @@ class Attention(nnx.Module):
       dropout_rate: dropout on attention weights, where a variant has them.
       dtype: computation dtype (parameters stay float32).
       impl: kernel choice, "xla" | "pallas" | "auto" (see lra_jax/kernels).
+
+    Class attribute `length_invariant`: False for a variant whose real outputs
+    change when padding is appended (e.g. an FFT over the padded length); its
+    docstring must say why. The contract suite skips only that one check for it.
     """
+
+    length_invariant = True
 
     def __init__(
         self,
@@ -91,13 +101,25 @@ class Attention(nnx.Module):
                 f"attention variant {type(self).__name__} has no Pallas kernel; "
                 "set config.attention.impl='xla' (or 'auto')"
             )
+        self.dim = dim
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.max_len = max_len
         self.dtype = dtype
-        linear = lambda: nnx.Linear(dim, dim, dtype=dtype, rngs=rngs)  # noqa: E731
+        self.dropout_rate = dropout_rate
+
+
+class Attention(TokenMixer):
+    """Multi-head attention with shared q/k/v/out projections; subclasses implement `attend`.
+
+    Takes the settings of `TokenMixer`.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, **common):
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        linear = lambda: nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs)  # noqa: E731
         self.query, self.key, self.value, self.out = linear(), linear(), linear(), linear()
-        self.attention_dropout = nnx.Dropout(dropout_rate)
+        self.attention_dropout = nnx.Dropout(self.dropout_rate)
 
     def __call__(
         self,
