@@ -327,6 +327,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             tick = time.perf_counter()
         if stop.requested and step < config.num_train_steps:
             checkpoints.save_last(step, state)
+    batches.close()
     progress.close()
     if step < config.num_train_steps:
         print(f"stopped at step {step}; checkpoint saved in {workdir}. Run the same command to resume.")

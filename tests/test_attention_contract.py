@@ -20,6 +20,9 @@ SETTINGS = {
     "local": dict(window=3),
     "linformer": dict(k=8),
     "performer": dict(num_features=16),
+    "strided": dict(stride=4),
+    "longformer": dict(window=3, num_global=2),
+    "bigbird": dict(block=4, num_random_blocks=2),
 }
 
 

@@ -45,3 +45,16 @@ def test_ci_runs_the_readme_install_and_test_commands():
     ci = open(os.path.join(REPO, ".ci", "run"), encoding="utf-8").read()
     assert commands[0].startswith("pip install") and commands[0] in ci
     assert commands[2].startswith("pytest") and commands[2] in ci
+
+
+def test_a_short_run_exits_zero_and_a_rerun_finishes_at_once(tmp_path):
+    """Exit status 0 after training and after the rerun that finds the run finished."""
+    small = ["--config=configs/linformer.py:listops,mini", "--config.num_train_steps=8", "--config.eval_every=4",
+             "--config.checkpoint_every=4", "--config.log_every=4", "--config.max_len=48",
+             "--config.data.generator.num_train=128", "--config.data.generator.num_val=32",
+             "--config.data.generator.num_test=32", "--config.data.generator.max_length=48"]
+    first = train(*small, tmp_path=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "test accuracy" in first.stdout and (tmp_path / "run" / "results.json").exists()
+    again = train(*small, tmp_path=tmp_path)
+    assert again.returncode == 0 and "finished at step 8" in again.stdout

@@ -13,7 +13,8 @@ from lra_jax.models.classifier import build_model
 from lra_jax.models.encoder import sinusoidal_positions
 from lra_jax.models.heads import pool
 
-SMALL = {"local": dict(window=2), "linformer": dict(k=8), "performer": dict(num_features=16)}
+SMALL = {"local": dict(window=2), "linformer": dict(k=8), "performer": dict(num_features=16),
+         "strided": dict(stride=4), "longformer": dict(window=2), "bigbird": dict(block=4, num_random_blocks=2)}
 
 
 def small_config(name, positions="learned", pooling="cls"):
@@ -45,6 +46,8 @@ def check_padding_length_invariance(name, positions="learned", pooling="cls"):
 
 @pytest.mark.parametrize("name", registry.names())
 def test_logits_do_not_depend_on_the_padded_length(name):
+    if not registry.get(name).length_invariant:
+        pytest.skip(f"{name} depends on the padded length by construction (see its docstring)")
     check_padding_length_invariance(name)
 
 

@@ -1,1 +1,116 @@
-"""(being written)"""
+"""Additive (Bahdanau) and general bilinear (Luong) attention over the shared projections.
+
+Bahdanau attention (Bahdanau et al. 2015, "Neural Machine Translation by Jointly
+Learning to Align and Translate", eq. 6; the "concat" score of Luong et al.), per head:
+
+    e_ij = v^T tanh(q_i + k_j),   q = W_q x, k = W_k x, v in R^d per head,
+    out_i = sum_j softmax_j(e_ij) v_j   over the real keys j.
+
+The tanh tensor is [n, n, d] per head; it is never built for the whole sequence:
+queries go through in chunks of `query_chunk` (a `lax.map`, each chunk recomputed
+in the backward pass), so it costs O(n^2 d) time but only O(chunk n d) memory for
+it, beside the O(n^2) logits every full-attention variant holds.
+
+Luong "general" attention (Luong et al. 2015, "Effective Approaches to
+Attention-based Neural Machine Translation", eq. 8, general score), per head:
+
+    e_ij = q_i^T W_a k_j / sqrt(d),   W_a [d, d] per head,
+
+O(n^2 d + n d^2) time, O(n^2) memory. Scaled by 1/sqrt(d) like dot-product
+attention (the paper has no scale; it keeps logits of order one as d grows).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float
+
+from lra_jax.attention.core import Attention, masked_softmax
+from lra_jax.attention.registry import register
+from lra_jax.errors import ConfigError
+
+
+def additive_logits(
+    q: Float[Array, "b n h d"], k: Float[Array, "b m h d"], v: Float[Array, "h d"], chunk: int
+) -> Float[Array, "b h n m"]:
+    """e_ij = v_h^T tanh(q_i + k_j), computed `chunk` queries at a time.
+
+    The queries are zero-padded up to a multiple of `chunk`; the padded rows'
+    logits are dropped. Each chunk's [b, chunk, m, h, d] tanh tensor is
+    rematerialised in the backward pass rather than stored.
+    """
+    b, n, h, d = q.shape
+    chunk = max(1, min(chunk, n))
+    num_chunks = -(-n // chunk)
+    q = jnp.pad(q, ((0, 0), (0, num_chunks * chunk - n), (0, 0), (0, 0)))
+    q_chunks = q.reshape(b, num_chunks, chunk, h, d).transpose(1, 0, 2, 3, 4)  # [c b q h d]
+
+    @jax.checkpoint
+    def scores(q_chunk: Float[Array, "b q h d"]) -> Float[Array, "b h q m"]:
+        hidden = jnp.tanh(q_chunk[:, :, None] + k[:, None])  # [b q m h d]
+        return jnp.einsum("bqmhd,hd->bhqm", hidden, v)
+
+    logits = jax.lax.map(scores, q_chunks)  # [c b h q m]
+    logits = logits.transpose(1, 2, 0, 3, 4).reshape(b, h, num_chunks * chunk, k.shape[1])
+    return logits[:, :, :n]
+
+
+@register("additive")
+class AdditiveAttention(Attention):
+    """Bahdanau (additive, "concat") attention: v^T tanh(q_i + k_j) per head.
+
+    Padded keys are masked out of the softmax; outputs at padded queries are zeroed
+    by `Attention`, so neither padded content nor appended padding reaches a real output.
+
+    Args:
+      dim: model width.
+      num_heads: number of heads.
+      query_chunk: queries per chunk of the tanh tensor (clamped to n); memory of
+        that tensor is O(query_chunk * n * d).
+      rngs: parameter initialisation keys.
+      **common: shared settings of `Attention`.
+
+    Raises:
+      ConfigError: if query_chunk < 1.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, query_chunk: int = 64, rngs: nnx.Rngs, **common):
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        if query_chunk < 1:
+            raise ConfigError(f"additive attention needs query_chunk >= 1, got {query_chunk}")
+        self.query_chunk = query_chunk
+        init = nnx.initializers.normal(stddev=self.head_dim**-0.5)
+        self.score_vector = nnx.Param(init(rngs.params(), (num_heads, self.head_dim)))
+
+    def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+        logits = additive_logits(q, k, self.score_vector[...].astype(q.dtype), self.query_chunk)
+        probs = self.drop(masked_softmax(logits, mask[:, None, None, :]), deterministic=deterministic, rngs=rngs)
+        return jnp.einsum("bhnm,bmhd->bnhd", probs.astype(v.dtype), v)
+
+
+@register("luong")
+class LuongAttention(Attention):
+    """Luong "general" attention: q_i^T W_a k_j / sqrt(d) with a learned W_a per head.
+
+    W_a starts at the identity, so at initialisation the layer equals softmax
+    attention built from the same seed (the projections are created first, from
+    the same keys); training moves it away. Padded keys are masked out.
+
+    Args:
+      dim: model width.
+      num_heads: number of heads.
+      rngs: parameter initialisation keys.
+      **common: shared settings of `Attention`.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, **common):
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        self.bilinear = nnx.Param(jnp.broadcast_to(jnp.eye(self.head_dim), (num_heads, self.head_dim, self.head_dim)))
+
+    def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+        wk = jnp.einsum("hde,bmhe->bmhd", self.bilinear[...].astype(k.dtype), k)
+        logits = jnp.einsum("bnhd,bmhd->bhnm", q, wk) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+        probs = self.drop(masked_softmax(logits, mask[:, None, None, :]), deterministic=deterministic, rngs=rngs)
+        return jnp.einsum("bhnm,bmhd->bnhd", probs.astype(v.dtype), v)

@@ -1,4 +1,9 @@
-"""Sparse attention patterns: a contiguous sliding window (local attention).
+"""Sparse attention patterns: sliding window (local), strided (Sparse Transformer), Longformer, BigBird.
+
+None of them forms an n x n matrix: each cuts the (padded) sequence into blocks
+and scores every query against a fixed number of key blocks, so time and memory
+grow as O(n * block * const) instead of O(n^2). Padded keys are masked inside
+every softmax, so real outputs do not depend on padding.
 
 Local attention (Parmar et al. 2018, "Image Transformer", local 1D attention;
 Beltagy et al. 2020, "Longformer", sec. 3.1 sliding window): query i attends to
@@ -19,17 +24,31 @@ else: it cuts the sequence into fixed blocks (50 tokens) and attends only inside
 each block, so a token at a block edge sees no neighbour on one side and two
 adjacent tokens in different blocks never see each other. Here every token sees
 the same symmetric window, wherever it sits.
+
+`strided`, `longformer` and `bigbird` are described in their class docstrings.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.attention.core import Attention, masked_softmax
+from lra_jax.attention.core import (
+    Attention,
+    masked_softmax,
+    merge_heads,
+    split_heads,
+    zero_padding,
+)
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
+
+
+def _pad_to(x: Array, length: int) -> Array:
+    """Pads axis 1 of x with zeros (False for a mask) up to `length`."""
+    return jnp.pad(x, [(0, 0), (0, length - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
 
 
 def _blocks(x: Array, num_blocks: int, block: int) -> Array:
@@ -62,6 +81,28 @@ def band_mask(block: int, window: int, num_keys: int) -> Bool[Array, "q k"]:
     return jnp.abs(query - key) <= window
 
 
+def local_logits(
+    q: Float[Array, "b n h d"], k: Float[Array, "b n h d"], mask: Bool[Array, "b n"], window: int
+) -> tuple[Float[Array, "b c h q k"], Bool[Array, "b c 1 q k"], int, int]:
+    """Blocked sliding-window logits q.k / sqrt(d) and the keys each query may see.
+
+    Returns:
+      The logits [b, c, h, B, 3B] of the c blocks of B queries over their 3B keys
+      ([b, 1, h, n, n] when window >= n), the mask of allowed keys (band and real
+      keys) [b, c, 1, B, 3B], the block size B and the padded length c * B.
+    """
+    n = q.shape[1]
+    block = max(1, min(window, n))
+    num_blocks = -(-n // block)
+    padded = num_blocks * block
+    q_blocks = _blocks(_pad_to(q, padded), num_blocks, block)  # [b c B h d]
+    k_blocks = _three_blocks(_pad_to(k, padded), num_blocks, block)  # [b c 3B h d]
+    key_mask = _three_blocks(_pad_to(mask, padded), num_blocks, block)  # [b c 3B]; pads are False
+    logits = jnp.einsum("bcqhd,bckhd->bchqk", q_blocks, k_blocks) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    allowed = band_mask(block, window, k_blocks.shape[2]) & key_mask[:, :, None, None, :]
+    return logits, allowed, block, padded
+
+
 def local_weights(
     q: Float[Array, "b n h d"], k: Float[Array, "b n h d"], mask: Bool[Array, "b n"], window: int
 ) -> tuple[Float[Array, "b c h q k"], int, int]:
@@ -71,17 +112,8 @@ def local_weights(
       The weights [b, c, h, B, 3B] of the c blocks of B queries over their 3B keys
       ([b, 1, h, n, n] when window >= n), the block size B and the padded length c * B.
     """
-    n = q.shape[1]
-    block = max(1, min(window, n))
-    num_blocks = -(-n // block)
-    extra = num_blocks * block - n
-    pad = lambda x: jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2))  # noqa: E731
-    q_blocks = _blocks(pad(q), num_blocks, block)  # [b c B h d]
-    k_blocks = _three_blocks(pad(k), num_blocks, block)  # [b c 3B h d]
-    key_mask = _three_blocks(pad(mask), num_blocks, block)  # [b c 3B]; pads are False
-    logits = jnp.einsum("bcqhd,bckhd->bchqk", q_blocks, k_blocks) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
-    allowed = band_mask(block, window, k_blocks.shape[2]) & key_mask[:, :, None, None, :]
-    return masked_softmax(logits, allowed), block, num_blocks * block
+    logits, allowed, block, padded = local_logits(q, k, mask, window)
+    return masked_softmax(logits, allowed), block, padded
 
 
 @register("local")
@@ -113,3 +145,342 @@ class LocalAttention(Attention):
         v_blocks = _three_blocks(v_pad, padded // block, block)  # [b c 3B h d]
         out = jnp.einsum("bchqk,bckhd->bcqhd", probs.astype(v.dtype), v_blocks)
         return out.reshape(b, padded, h, d)[:, :n]
+
+
+@register("strided")
+class StridedAttention(Attention):
+    """Sparse Transformer fixed/strided factorised attention, bidirectional (Child et al. 2019).
+
+    Child et al. ("Generating Long Sequences with Sparse Transformers", sec. 4.2)
+    factorise full attention into two patterns of stride l whose composition
+    reaches every position in two steps. Here, bidirectionally, with the key sets
+
+        A_local(i)   = { j : floor(j / l) = floor(i / l) }   (the l positions of i's block)
+        A_strided(i) = { j : j = i (mod l) }                  (every l-th position, n / l of them)
+
+    and each head computing softmax_{j in A(i), mask_j}(q_i . k_j / sqrt(d)) v_j.
+    The first h // 2 heads use A_local, the other heads A_strided (the paper's
+    "multi-head" integration, sec. 4.3). With a single head (h = 1) that head
+    uses the union A_local(i) u A_strided(i) in one softmax (the paper's
+    "merged" integration), with i itself counted once.
+
+    The sequence is padded to a multiple of l and reshaped to [n / l, l]: local
+    heads attend along the within-block axis, strided heads along the block axis.
+    Scores take n * l (local) or n * n / l (strided) floats: O(n * (l + n / l)),
+    O(n^1.5) at l = sqrt(n). The LRA code's "sparse transformer" built the same
+    pattern as a dense n x n mask, at full O(n^2) cost.
+
+    A stride l > n is clamped to n: the pattern restricted to positions < n is the
+    same (every token in one block; A_strided(i) = {i}), so outputs do not change.
+
+    Args:
+      dim: model width.
+      num_heads: number of heads.
+      stride: block length and stride l. The default 128 is near sqrt(n) at the
+        LRA lengths (1K-16K: sqrt is 32-128), keeping both parts small.
+      rngs: parameter initialisation keys.
+      **common: shared settings of `Attention` (max_len, dropout_rate, dtype, impl).
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, stride: int = 128, rngs: nnx.Rngs, **common):
+        if stride < 1:
+            raise ConfigError(f"strided attention stride must be >= 1, got stride={stride}")
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        self.stride = stride
+
+    def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+        b, n, h, d = v.shape
+        stride = max(1, min(self.stride, n))
+        num_blocks = -(-n // stride)
+        padded = num_blocks * stride
+        grid = lambda x: _blocks(_pad_to(x, padded), num_blocks, stride)  # noqa: E731  [b c l ...]
+        q, k, v, key_mask = grid(q), grid(k), grid(v), grid(mask)
+        scale = jnp.sqrt(d).astype(q.dtype)
+        # Local: within block c, query offset q, key offset k.
+        local_logits_ = lambda heads: jnp.einsum(  # noqa: E731
+            "bcqhd,bckhd->bchqk", q[..., heads, :], k[..., heads, :]) / scale
+        local_mask = key_mask[:, :, None, None, :]  # [b c 1 1 l]
+        # Strided: at offset r, query block q, key block k.
+        strided_logits_ = lambda heads: jnp.einsum(  # noqa: E731
+            "bqrhd,bkrhd->brhqk", q[..., heads, :], k[..., heads, :]) / scale
+        strided_mask = jnp.swapaxes(key_mask, 1, 2)[:, :, None, None, :]  # [b r 1 1 c]
+        drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
+
+        if h == 1:  # merged: one softmax over the union, the query's own block not repeated
+            strided = jnp.transpose(strided_logits_(slice(None)), (0, 3, 2, 1, 4))  # [b c h r k]
+            other_block = jnp.arange(num_blocks)[:, None] != jnp.arange(num_blocks)[None, :]  # [c k]
+            union_mask = jnp.concatenate(
+                [
+                    jnp.broadcast_to(local_mask, (b, num_blocks, 1, stride, stride)),
+                    jnp.swapaxes(key_mask, 1, 2)[:, None, None, :, :] & other_block[None, :, None, None, :],
+                ],
+                axis=-1,
+            )  # [b c 1 r l+c]
+            probs = drop(masked_softmax(jnp.concatenate([local_logits_(slice(None)), strided], -1), union_mask))
+            out = jnp.einsum("bchqk,bckhd->bcqhd", probs[..., :stride], v) + jnp.einsum(
+                "bchrk,bkrhd->bcrhd", probs[..., stride:], v
+            )
+        else:
+            local_heads, strided_heads = slice(0, h // 2), slice(h // 2, h)
+            local_probs = drop(masked_softmax(local_logits_(local_heads), local_mask))
+            local_out = jnp.einsum("bchqk,bckhd->bcqhd", local_probs, v[..., local_heads, :])
+            strided_probs = drop(masked_softmax(strided_logits_(strided_heads), strided_mask))
+            strided_out = jnp.einsum("brhqk,bkrhd->bqrhd", strided_probs, v[..., strided_heads, :])
+            out = jnp.concatenate([local_out, strided_out], axis=3)
+        return out.reshape(b, padded, h, d)[:, :n]
+
+
+@register("longformer")
+class LongformerAttention(Attention):
+    """Longformer: sliding window plus global tokens with their own projections (Beltagy et al. 2020).
+
+    Sec. 3.1 of "Longformer: The Long-Document Transformer": every token attends to
+    a window of radius w and to the k global tokens; the global tokens attend to
+    every token. Here the first k positions are global (the encoder prepends a
+    CLS token at position 0, so k = 1 makes CLS global; the LRA code had no global
+    token at all). Global attention uses separate projections Q_g, K_g, V_g, as in
+    the paper:
+
+        i <  k:  out_i = sum_{j real} softmax_j(Q_g x_i . K_g x_j / sqrt(d)) V_g x_j
+        i >= k:  out_i = sum_{j in W(i) u G, j real} softmax_j(q_i . k_j / sqrt(d)) v_j,
+                 W(i) = {j : |i - j| <= w},  G = {0, .., k - 1},
+
+    one softmax per row, a global key inside the window counted once. Global
+    positions that are padding (a sequence shorter than k) are masked like any
+    padded key. With k >= n and Q_g, K_g, V_g equal to Q, K, V this is full
+    softmax attention.
+
+    Cost: the window as in `local` (n * 3B scores, B = min(w, n)), plus n * k
+    scores of every query against the global keys and k * n of the global queries
+    against every key: O(n * (w + k)).
+
+    Args:
+      dim: model width.
+      num_heads: number of heads.
+      window: radius w of the sliding window (default 128, as `local`).
+      num_global: number k of global tokens, the first k positions (default 1: CLS).
+      rngs: parameter initialisation keys.
+      **common: shared settings of `Attention` (max_len, dropout_rate, dtype, impl).
+    """
+
+    def __init__(
+        self, dim: int, num_heads: int, *, window: int = 128, num_global: int = 1, rngs: nnx.Rngs, **common
+    ):
+        if window < 0:
+            raise ConfigError(f"longformer window must be >= 0, got window={window}")
+        if num_global < 0:
+            raise ConfigError(f"longformer num_global must be >= 0, got num_global={num_global}")
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        self.window = window
+        self.num_global = num_global
+        linear = lambda: nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs)  # noqa: E731
+        self.query_global, self.key_global, self.value_global = linear(), linear(), linear()
+
+    def __call__(self, x, mask, *, deterministic: bool, rngs: nnx.Rngs | None = None):
+        heads = lambda y: split_heads(y, self.num_heads)  # noqa: E731
+        num_global = min(self.num_global, x.shape[1])
+        global_qkv = (
+            heads(self.query_global(x[:, :num_global])),
+            heads(self.key_global(x)),
+            heads(self.value_global(x)),
+        )
+        out = self.attend(
+            heads(self.query(x)), heads(self.key(x)), heads(self.value(x)), mask,
+            deterministic=deterministic, rngs=rngs, global_qkv=global_qkv,
+        )
+        return zero_padding(self.out(merge_heads(out.astype(x.dtype))), mask)
+
+    def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None, global_qkv=None):
+        """As `Attention.attend`; `global_qkv` = (Q_g x [b k h d], K_g x, V_g x [b n h d]).
+
+        Without `global_qkv` the global rows use q, k, v (the shared-projection limit).
+        """
+        b, n, h, d = v.shape
+        num_global = min(self.num_global, n)
+        q_global, k_global, v_global = global_qkv if global_qkv is not None else (q[:, :num_global], k, v)
+        drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
+        scale = jnp.sqrt(d).astype(q.dtype)
+
+        # Every row: its window and the global keys, in one softmax.
+        logits, allowed, block, padded = local_logits(q, k, mask, self.window)
+        num_blocks = padded // block
+        q_blocks = _blocks(_pad_to(q, padded), num_blocks, block)  # [b c B h d]
+        v_blocks = _three_blocks(_pad_to(v, padded), num_blocks, block)  # [b c 3B h d] ([b 1 n h d] if w >= n)
+        num_window = v_blocks.shape[2]
+        if num_global:
+            to_global = jnp.einsum("bcqhd,bkhd->bchqk", q_blocks, k[:, :num_global]) / scale  # [b c h B k]
+            position = jnp.arange(padded).reshape(num_blocks, block)
+            outside = jnp.abs(position[:, :, None] - jnp.arange(num_global)) > self.window  # [c B k]
+            global_allowed = outside[None, :, None] & mask[:, None, None, None, :num_global]  # [b c 1 B k]
+            logits = jnp.concatenate([logits, to_global], axis=-1)
+            allowed = jnp.concatenate([jnp.broadcast_to(allowed, global_allowed.shape[:-1] + (num_window,)),
+                                       global_allowed], axis=-1)
+        probs = drop(masked_softmax(logits, allowed))
+        out = jnp.einsum("bchqk,bckhd->bcqhd", probs[..., :num_window], v_blocks)
+        if num_global:
+            out += jnp.einsum("bchqk,bkhd->bcqhd", probs[..., num_window:], v[:, :num_global])
+        out = out.reshape(b, padded, h, d)[:, :n]
+        if not num_global:
+            return out
+
+        # Global rows: every real key, with the global projections.
+        global_logits = jnp.einsum("bqhd,bkhd->bhqk", q_global, k_global) / scale  # [b h k n]
+        global_probs = drop(masked_softmax(global_logits, mask[:, None, None, :]))
+        global_out = jnp.einsum("bhqk,bkhd->bqhd", global_probs, v_global.astype(v.dtype))
+        return jnp.concatenate([global_out.astype(out.dtype), out[:, num_global:]], axis=1)
+
+
+class RandomLayout(nnx.Variable):
+    """Non-trainable state: BigBird's random key blocks per query block (int32, -1 = none)."""
+
+
+def random_layout(
+    key: Array, num_blocks: int, num_global_blocks: int, num_random_blocks: int
+) -> Array:
+    """[num_blocks, num_random_blocks] distinct random key blocks per query block, from `key`.
+
+    Each query block c draws, without replacement, among the blocks outside its
+    window (|c - c'| > 1) and outside the global blocks; where fewer such blocks
+    exist the remaining entries are -1 (no block), so no key is ever counted
+    twice. Global query blocks attend to everything and get -1 throughout.
+    """
+    query = jnp.arange(num_blocks)[:, None]
+    candidate = jnp.arange(num_blocks)[None, :]
+    excluded = (jnp.abs(query - candidate) <= 1) | (candidate < num_global_blocks) | (query < num_global_blocks)
+    scores = jnp.where(excluded, 2.0, jax.random.uniform(key, (num_blocks, num_blocks)))  # excluded sort last
+    take = min(num_random_blocks, num_blocks)
+    order = jnp.argsort(scores, axis=1)[:, :take].astype(jnp.int32)
+    layout = jnp.where(jnp.take_along_axis(excluded, order, axis=1), -1, order)
+    return jnp.pad(layout, [(0, 0), (0, num_random_blocks - take)], constant_values=-1)
+
+
+@register("bigbird")
+class BigBirdAttention(Attention):
+    """BigBird block-sparse attention, ITC form (Zaheer et al. 2020, "Big Bird", sec. 2 and app. D).
+
+    The (padded) sequence is cut into blocks of B tokens. Query block c attends to
+
+        key blocks {c - 1, c, c + 1}            (window: 3 blocks)
+                 u {0, .., g - 1}               (global blocks)
+                 u R(c), |R(c)| = r             (random blocks)
+
+    in one softmax over the real keys, each key counted once; the g global query
+    blocks attend to every key. The random layout R is drawn once at init from
+    the init key (`rngs`), for the ceil(max_len / B) blocks of `max_len`, among
+    the blocks outside the window and the globals (fewer than r where too few
+    exist), and stored as non-trainable `RandomLayout` state: it is fixed for the
+    model's life and saved with it. A call on n < max_len uses the layout of its
+    first ceil(n / B) query blocks and masks random key blocks past the padded
+    length; those hold only padding, so real outputs do not change when padding
+    is appended. With g >= the number of blocks this is full softmax attention.
+
+    Cost: n * (3 + g + r) * B scores for the other blocks, plus g * B * n for the
+    global blocks: O(n * B * (3 + g + r)).
+
+    Block size: B = min(block, max_len), fixed at init so that the layout is
+    defined in the same blocks at every call. For max_len <= block there is a
+    single block, which is global when g >= 1: full attention, as a short input
+    should get. (Clamping B to each call's n instead would change the blocks,
+    and the layout's meaning, with the amount of padding.)
+
+    Args:
+      dim: model width.
+      num_heads: number of heads.
+      block: block size B (default 64, as the paper's ITC runs).
+      num_global_blocks: g, the first g blocks are global (default 1, which holds CLS).
+      num_random_blocks: r random key blocks per query block (default 3, as the paper).
+      rngs: parameter initialisation keys; also draw the random layout.
+      **common: shared settings of `Attention`; max_len is required.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        block: int = 64,
+        num_global_blocks: int = 1,
+        num_random_blocks: int = 3,
+        rngs: nnx.Rngs,
+        **common,
+    ):
+        if block < 1:
+            raise ConfigError(f"bigbird block must be >= 1, got block={block}")
+        if num_global_blocks < 0 or num_random_blocks < 0:
+            raise ConfigError(
+                f"bigbird num_global_blocks and num_random_blocks must be >= 0, got "
+                f"{num_global_blocks} and {num_random_blocks}"
+            )
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        if self.max_len is None:
+            raise ConfigError(
+                "bigbird draws its random block layout for a fixed longest sequence: pass max_len "
+                "(the encoder passes the task's max_len)"
+            )
+        self.block = max(1, min(block, self.max_len))
+        self.num_global_blocks = num_global_blocks
+        num_blocks = -(-self.max_len // self.block)
+        self.random_blocks = RandomLayout(
+            random_layout(rngs.params(), num_blocks, num_global_blocks, num_random_blocks)
+        )
+
+    def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+        b, n, h, d = v.shape
+        block = self.block
+        layout = self.random_blocks[...]
+        num_blocks = -(-n // block)
+        if num_blocks > layout.shape[0]:
+            raise ConfigError(
+                f"bigbird got a sequence of {n} tokens but was built for max_len={self.max_len}; "
+                "build it with a larger max_len"
+            )
+        padded = num_blocks * block
+        num_global = min(self.num_global_blocks, num_blocks)
+        q, k, v, mask = (_pad_to(x, padded) for x in (q, k, v, mask))
+        drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
+        scale = jnp.sqrt(d).astype(q.dtype)
+
+        # Global query blocks: every real key.
+        global_rows = num_global * block
+        logits = jnp.einsum("bqhd,bkhd->bhqk", q[:, :global_rows], k) / scale
+        probs = drop(masked_softmax(logits, mask[:, None, None, :]))
+        global_out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        if num_global == num_blocks:
+            return global_out[:, :n]
+
+        # The other query blocks c = g .. C - 1: window, global and random key blocks.
+        rows = jnp.arange(num_global, num_blocks)
+        q_blocks = _blocks(q, num_blocks, block)[:, num_global:]  # [b c B h d]
+        offsets = jnp.array([-1, 0, 1] if num_blocks > 1 else [0])  # as _three_blocks
+        window_block = rows[:, None] + offsets  # [c w]; blocks off the ends come back as masked padding
+        window_mask = _three_blocks(mask, num_blocks, block)[:, num_global:] & jnp.repeat(
+            window_block >= num_global, block, axis=1  # a global neighbour is counted with the globals
+        )
+        chosen = layout[num_global:num_blocks]  # [c r]
+        chosen_ok = (chosen >= 0) & (chosen < num_blocks)  # blocks past this call's length: none
+        chosen = jnp.clip(chosen, 0, num_blocks - 1)
+        gather = lambda x: _blocks(x, num_blocks, block)[:, chosen].reshape(  # noqa: E731
+            b, num_blocks - num_global, chosen.shape[1] * block, *x.shape[2:])  # [b c rB ...]
+        random_mask = gather(mask) & jnp.repeat(chosen_ok, block, axis=1)
+        window_k, window_v = (_three_blocks(x, num_blocks, block)[:, num_global:] for x in (k, v))  # [b c wB h d]
+        random_k, random_v = gather(k), gather(v)  # [b c rB h d]
+        global_k, global_v = k[:, :global_rows], v[:, :global_rows]  # [b gB h d], the same for every block
+        logits = jnp.concatenate(
+            [
+                jnp.einsum("bcqhd,bckhd->bchqk", q_blocks, window_k),
+                jnp.einsum("bcqhd,bkhd->bchqk", q_blocks, global_k),
+                jnp.einsum("bcqhd,bckhd->bchqk", q_blocks, random_k),
+            ],
+            axis=-1,
+        ) / scale
+        global_mask = jnp.broadcast_to(mask[:, None, :global_rows], (b, num_blocks - num_global, global_rows))
+        key_mask = jnp.concatenate([window_mask, global_mask, random_mask], axis=-1)
+        probs = drop(masked_softmax(logits, key_mask[:, :, None, None, :]))
+        split = (window_k.shape[2], window_k.shape[2] + global_rows)
+        out = (
+            jnp.einsum("bchqk,bckhd->bcqhd", probs[..., : split[0]], window_v)
+            + jnp.einsum("bchqk,bkhd->bcqhd", probs[..., split[0] : split[1]], global_v)
+            + jnp.einsum("bchqk,bckhd->bcqhd", probs[..., split[1] :], random_v)
+        )
+        out = out.reshape(b, padded - global_rows, h, d)
+        return jnp.concatenate([global_out, out], axis=1)[:, :n]

@@ -1,1 +1,149 @@
-"""(being written)"""
+"""Synthesizer attention (Tay et al. 2021, "Synthesizer: Rethinking Self-Attention
+for Transformer Models", eq. 1-5): attention weights synthesised without token-token
+dot products.
+
+Per head, with G(X) = X W_v the values and logits B [n, n]:
+
+    dense (eq. 1-2):              B_i = W2 relu(W1 x_i + b1) + b2,  W2 producing max_len logits,
+    random (eq. 4):               B = R,  R [max_len, max_len] learned (or fixed),
+    factorized random (eq. 5):    B = R1 R2^T,  R1, R2 [max_len, k],
+    mixture (Sec. 3.3):           B + mix * Q K^T / sqrt(d),
+
+    Y = softmax(B over the real keys) G(X),  then the output projection W^O.
+
+Each mode uses the first n rows/columns of its max_len-sized logits. Cost: O(n^2 d)
+time and O(n^2) memory for dense (O(n d max_len) parameters via W2 [d, max_len]),
+O(n^2) for random (O(max_len^2) parameters per head), O(n^2 k) time for factorized
+(O(max_len k) parameters per head). The mixture adds the dot-product term's O(n^2 d).
+
+Padding: the synthetic logits of padded key columns get the mask value in every
+mode, so padded values get zero weight; dense logits of a real query depend only on
+that query's own token; appended padding only adds masked columns. Real outputs are
+therefore invariant to padded content and appended padding; lengths are limited to
+`max_len` (one logit column per position).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Bool, Float
+
+from lra_jax.attention.core import (
+    Attention,
+    masked_softmax,
+    merge_heads,
+    split_heads,
+    zero_padding,
+)
+from lra_jax.attention.registry import register
+from lra_jax.errors import ConfigError
+
+MODES = ("dense", "random", "factorized_random")
+
+
+class FixedRandom(nnx.Variable):
+    """A non-trainable random synthetic matrix (`random_trainable=False`): state, not a Param."""
+
+
+@register("synthesizer")
+class SynthesizerAttention(Attention):
+    """Synthesizer attention in one of the paper's modes, optionally mixed with dot-product logits.
+
+    Args:
+      dim: model width.
+      num_heads: number of heads.
+      mode: "dense" (logits from each token alone), "random" (a learned per-head
+        [max_len, max_len] matrix) or "factorized_random" (R1 R2^T of rank `factor`).
+      mix: weight of dot-product logits q.k/sqrt(d) added to the synthetic ones
+        (the paper's mixture with the synthetic weight fixed to 1, its scale being
+        learned anyway). 0 is the pure synthesizer, which then has no query/key
+        projections; mix=1 with zero synthetic logits is exactly softmax attention.
+      random_trainable: whether the random matrices (random modes) are trained
+        (the paper's "R" vs fixed "Fixed Random").
+      factor: rank k of the factorized random mode.
+      rngs: parameter initialisation keys.
+      **common: shared settings of `Attention`; `max_len` is required.
+
+    Raises:
+      ConfigError: on an unknown mode, mix < 0, factor < 1 or a missing max_len.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        mode: str = "dense",
+        mix: float = 0.0,
+        random_trainable: bool = True,
+        factor: int = 8,
+        rngs: nnx.Rngs,
+        **common,
+    ):
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        if mode not in MODES:
+            raise ConfigError(f"unknown synthesizer mode {mode!r}; choose one of {', '.join(MODES)}")
+        if self.max_len is None:
+            raise ConfigError(
+                "synthesizer produces one logit per key position and needs the longest length: "
+                "pass max_len (the model sets it from the task's max_len)"
+            )
+        if mix < 0:
+            raise ConfigError(f"synthesizer mix must be >= 0, got {mix}")
+        if factor < 1:
+            raise ConfigError(f"synthesizer factor must be >= 1, got {factor}")
+        self.mode, self.mix, self.factor = mode, float(mix), factor
+        h, d, m = num_heads, self.head_dim, self.max_len
+        if mix == 0:  # pure synthesizer: no token-token dot products, so no query/key projections
+            self.query = self.key = None
+        kind = nnx.Param if random_trainable else FixedRandom
+        dense, random = mode == "dense", mode == "random"
+        factorized = mode == "factorized_random"
+        std = factor**-0.25  # entries of R1 R2^T then have unit variance
+        # W1, b1 (per-head blocks of d), W2 [h, d, max_len], b2 [h, max_len]; None outside their mode.
+        self.dense_in = nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs) if dense else None
+        self.dense_out = nnx.Param(nnx.initializers.normal(stddev=d**-0.5)(rngs.params(), (h, d, m))) if dense else None
+        self.dense_bias = nnx.Param(jnp.zeros((h, m))) if dense else None
+        self.random = kind(jax.random.normal(rngs.params(), (h, m, m))) if random else None
+        self.factor_a = kind(std * jax.random.normal(rngs.params(), (h, m, factor))) if factorized else None
+        self.factor_b = kind(std * jax.random.normal(rngs.params(), (h, m, factor))) if factorized else None
+
+    def synthetic_logits(self, x: Float[Array, "b n d"]) -> Float[Array, "b h n n"] | Float[Array, "h n n"]:
+        """The mode's logits for a length-n input (before masking); [h n n] in the random modes."""
+        n = x.shape[1]
+        if n > self.max_len:
+            raise ConfigError(
+                f"synthesizer was built for sequences of at most max_len={self.max_len} tokens "
+                f"but got {n}; build it with a larger max_len"
+            )
+        if self.mode == "dense":
+            hidden = jax.nn.relu(split_heads(self.dense_in(x), self.num_heads))
+            w2 = self.dense_out[...][:, :, :n].astype(x.dtype)
+            return jnp.einsum("bnhd,hdm->bhnm", hidden, w2) + self.dense_bias[...][None, :, None, :n].astype(x.dtype)
+        if self.mode == "random":
+            return self.random[...][:, :n, :n].astype(x.dtype)
+        a = self.factor_a[...][:, :n].astype(x.dtype)
+        b = self.factor_b[...][:, :n].astype(x.dtype)
+        return jnp.einsum("hnk,hmk->hnm", a, b)
+
+    def __call__(
+        self,
+        x: Float[Array, "b n d"],
+        mask: Bool[Array, "b n"],
+        *,
+        deterministic: bool,
+        rngs: nnx.Rngs | None = None,
+    ) -> Float[Array, "b n d"]:
+        logits = self.synthetic_logits(x).astype(jnp.float32)
+        if self.mix:
+            q = split_heads(self.query(x), self.num_heads)
+            k = split_heads(self.key(x), self.num_heads)
+            dots = jnp.einsum("bnhd,bmhd->bhnm", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+            logits = logits + self.mix * dots.astype(jnp.float32)
+        probs = masked_softmax(jnp.broadcast_to(logits, (x.shape[0], *logits.shape[-3:])), mask[:, None, None, :])
+        probs = self.drop(probs, deterministic=deterministic, rngs=rngs)
+        v = split_heads(self.value(x), self.num_heads)
+        out = jnp.einsum("bhnm,bmhd->bnhd", probs.astype(v.dtype), v)
+        return zero_padding(self.out(merge_heads(out)), mask)

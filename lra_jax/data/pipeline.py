@@ -61,7 +61,10 @@ def data_sharding(mesh: Mesh) -> NamedSharding:
 
 
 def prefetch_to_mesh(batches: Iterator[Batch], mesh: Mesh, size: int = 2) -> Iterator[dict[str, jax.Array]]:
-    """Moves batches onto the mesh in a background thread, `size` batches ahead."""
+    """Moves batches onto the mesh in a background thread, `size` batches ahead.
+
+    Close the returned generator (or exhaust it) before exiting: that stops and joins the thread.
+    """
     sharding = data_sharding(mesh)
     ready: queue.Queue = queue.Queue(maxsize=size)
     stop = threading.Event()
@@ -85,11 +88,13 @@ def prefetch_to_mesh(batches: Iterator[Batch], mesh: Mesh, size: int = 2) -> Ite
             put(error)
         put(done)
 
-    threading.Thread(target=fill, daemon=True).start()
+    producer = threading.Thread(target=fill, daemon=True)
+    producer.start()
     try:
         while (item := ready.get()) is not done:
             if isinstance(item, BaseException):
                 raise item
             yield item
-    finally:
+    finally:  # a producer left inside a device transfer at interpreter exit aborts the process
         stop.set()
+        producer.join()

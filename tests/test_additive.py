@@ -1,0 +1,116 @@
+"""Bahdanau (additive) and Luong (general) attention against dense references written here."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lra_jax.attention import registry
+from lra_jax.attention.additive import additive_logits
+
+DIM, HEADS = 16, 2
+HEAD_DIM = DIM // HEADS
+
+
+def build(name, seed=0, **settings):
+    return registry.build(name, dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), **settings)
+
+
+def inputs(n, lengths, seed=0):
+    """x [b n d] with noise at padded positions and the mask [b n] of the given lengths."""
+    x = np.random.default_rng(seed).standard_normal((len(lengths), n, DIM)).astype(np.float32)
+    return x, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
+
+
+def apply(model, x, mask):
+    return np.asarray(jax.jit(lambda x, mask: model(x, mask, deterministic=True))(x, mask))
+
+
+def linear(layer, x):
+    return x @ np.asarray(layer.kernel[...]) + np.asarray(layer.bias[...])
+
+
+def softmax_over_real_keys(logits, mask):
+    """[b h n m] logits -> weights, padded keys excluded (float64 reference)."""
+    logits = np.where(mask[:, None, None, :], logits, -np.inf)
+    logits = logits - logits.max(-1, keepdims=True)
+    w = np.exp(logits)
+    return w / w.sum(-1, keepdims=True)
+
+
+def reference(layer, x, mask, logits_fn):
+    """Dense multi-head attention on real rows (rows with at least one real key)."""
+    x = x.astype(np.float64)
+    q, k, v = (linear(p, x).reshape(*x.shape[:2], HEADS, HEAD_DIM) for p in (layer.query, layer.key, layer.value))
+    w = softmax_over_real_keys(logits_fn(q, k), mask)
+    out = np.einsum("bhnm,bmhd->bnhd", w, v).reshape(x.shape)
+    return np.where(mask[..., None], linear(layer.out, out), 0.0)
+
+
+def dense_additive(v_vec):
+    """e_ij = v^T tanh(q_i + k_j), the whole [b n m h d] tensor at once."""
+    return lambda q, k: np.einsum("bnmhd,hd->bhnm", np.tanh(q[:, :, None] + k[:, None]), v_vec)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 5, 13, 64])  # n = 13: 4 and 5 leave a ragged last chunk; 64 is clamped
+def test_additive_equals_dense_reference_for_any_chunk(chunk):
+    layer = build("additive", query_chunk=chunk)
+    n = 13
+    x, mask = inputs(n, [n, 6, 1])
+    want = reference(layer, x, mask, dense_additive(np.asarray(layer.score_vector[...], np.float64)))
+    np.testing.assert_allclose(apply(layer, x, mask), want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("chunk", [3, 4, 12])  # divides n = 12 and one that does not
+def test_chunked_logits_equal_unchunked(chunk):
+    rng = np.random.default_rng(1)
+    q, k = (rng.standard_normal((2, 12, HEADS, HEAD_DIM)).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((HEADS, HEAD_DIM)).astype(np.float32)
+    want = dense_additive(v)(q, k)
+    np.testing.assert_allclose(np.asarray(jax.jit(additive_logits, static_argnums=3)(q, k, v, chunk)), want, atol=1e-5)
+    grad = jax.jit(jax.grad(lambda q: jnp.sum(additive_logits(q, k, v, chunk) ** 2)))(q)
+    grad_full = jax.jit(jax.grad(lambda q: jnp.sum(additive_logits(q, k, v, 12) ** 2)))(q)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(grad_full), atol=1e-4, rtol=1e-4)
+
+
+def test_additive_chunking_keeps_temp_memory_far_below_the_full_tanh_tensor():
+    n, dim = 2048, 64  # one head of width 64: the full tanh tensor is n * n * 64 floats = 1 GiB
+
+    def temp_bytes(chunk, grad=False):
+        layer = registry.build("additive", dim=dim, num_heads=1, rngs=nnx.Rngs(0), query_chunk=chunk)
+        graphdef, state = nnx.split(layer)
+        x = jax.ShapeDtypeStruct((1, n, dim), jnp.float32)
+        mask = jax.ShapeDtypeStruct((1, n), bool)
+
+        def f(state, x, mask):
+            return jnp.sum(nnx.merge(graphdef, state)(x, mask, deterministic=True))
+
+        fn = jax.grad(f) if grad else f
+        return jax.jit(fn).lower(state, x, mask).compile().memory_analysis().temp_size_in_bytes
+
+    full_tanh = n * n * dim * 4
+    chunked, unchunked = temp_bytes(64), temp_bytes(n)
+    assert unchunked >= full_tanh // 2, unchunked  # sanity: without chunks XLA does hold it
+    assert chunked < full_tanh / 8, chunked
+    assert temp_bytes(64, grad=True) < full_tanh / 4  # the backward pass recomputes chunks instead of storing them
+
+
+def test_luong_equals_dense_bilinear_reference():
+    layer = build("luong")
+    w_a = np.random.default_rng(2).standard_normal((HEADS, HEAD_DIM, HEAD_DIM)).astype(np.float32)
+    layer.bilinear[...] = w_a
+    x, mask = inputs(11, [11, 4, 1])
+
+    def logits(q, k):
+        return np.einsum("bnhd,hde,bmhe->bhnm", q, w_a, k) / np.sqrt(HEAD_DIM)
+
+    np.testing.assert_allclose(apply(layer, x, mask), reference(layer, x, mask, logits), atol=1e-5, rtol=1e-4)
+
+
+def test_luong_starts_as_softmax_attention():
+    x, mask = inputs(9, [9, 5])
+    luong, softmax = build("luong", seed=3), build("softmax", seed=3)
+    np.testing.assert_allclose(apply(luong, x, mask), apply(softmax, x, mask), atol=1e-6)
+    luong.bilinear[...] = 2.0 * np.asarray(luong.bilinear[...])
+    assert np.abs(apply(luong, x, mask) - apply(softmax, x, mask)).max() > 1e-3

@@ -1,0 +1,129 @@
+"""Synthesizer (dense, random, factorized random, mixed) against references written here."""
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from lra_jax.attention import registry
+from lra_jax.attention.synthesizer import FixedRandom
+from lra_jax.errors import ConfigError
+
+DIM, HEADS, MAX_LEN = 16, 2, 20
+HEAD_DIM = DIM // HEADS
+MODES = ["dense", "random", "factorized_random"]
+
+
+def build(seed=0, name="synthesizer", **settings):
+    return registry.build(name, dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), max_len=MAX_LEN, **settings)
+
+
+def inputs(n, lengths, seed=0):
+    """x [b n d] with noise at padded positions and the mask [b n] of the given lengths."""
+    x = np.random.default_rng(seed).standard_normal((len(lengths), n, DIM)).astype(np.float32)
+    return x, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
+
+
+def apply(model, x, mask):
+    return np.asarray(jax.jit(lambda x, mask: model(x, mask, deterministic=True))(x, mask))
+
+
+def linear(layer, x):
+    return x @ np.asarray(layer.kernel[...], np.float64) + np.asarray(layer.bias[...], np.float64)
+
+
+def heads(x):
+    return x.reshape(*x.shape[:2], HEADS, HEAD_DIM)
+
+
+def reference(layer, x, mask, mode, mix=0.0):
+    """Synthetic logits written out per mode, padded keys excluded, float64."""
+    x = x.astype(np.float64)
+    n = x.shape[1]
+    if mode == "dense":
+        hidden = np.maximum(heads(linear(layer.dense_in, x)), 0.0)
+        w2, b2 = np.asarray(layer.dense_out[...], np.float64), np.asarray(layer.dense_bias[...], np.float64)
+        logits = np.einsum("bnhd,hdm->bhnm", hidden, w2[:, :, :n]) + b2[None, :, None, :n]
+    elif mode == "random":
+        logits = np.broadcast_to(np.asarray(layer.random[...], np.float64)[None, :, :n, :n], (x.shape[0], HEADS, n, n))
+    else:
+        r1, r2 = np.asarray(layer.factor_a[...], np.float64), np.asarray(layer.factor_b[...], np.float64)
+        logits = np.broadcast_to((r1[:, :n] @ r2[:, :n].transpose(0, 2, 1))[None], (x.shape[0], HEADS, n, n))
+    if mix:
+        q, k = heads(linear(layer.query, x)), heads(linear(layer.key, x))
+        logits = logits + mix * np.einsum("bnhd,bmhd->bhnm", q, k) / np.sqrt(HEAD_DIM)
+    logits = np.where(mask[:, None, None, :], logits, -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w = w / w.sum(-1, keepdims=True)
+    out = np.einsum("bhnm,bmhd->bnhd", w, heads(linear(layer.value, x))).reshape(x.shape)
+    return np.where(mask[..., None], linear(layer.out, out), 0.0)
+
+
+@pytest.mark.parametrize("mix", [0.0, 0.5])
+@pytest.mark.parametrize("mode", MODES)
+def test_each_mode_equals_reference_with_padding(mode, mix):
+    layer = build(mode=mode, mix=mix)
+    if mode == "dense":  # non-zero b2 exercises its slicing
+        layer.dense_bias[...] = np.random.default_rng(5).standard_normal((HEADS, MAX_LEN)).astype(np.float32)
+    n = 12
+    x, mask = inputs(n, [n, 7, 1])
+    np.testing.assert_allclose(apply(layer, x, mask), reference(layer, x, mask, mode, mix), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_padded_content_and_appended_padding_change_nothing(mode):
+    layer = build(mode=mode)
+    x, mask = inputs(10, [10, 6, 2])
+    out = apply(layer, x, mask)
+    np.testing.assert_allclose(apply(layer, np.where(mask[..., None], x, 100.0), mask), out, atol=1e-5)
+    x_long = np.concatenate([x, np.full((3, 6, DIM), 3.0, np.float32)], axis=1)
+    mask_long = np.concatenate([mask, np.zeros((3, 6), bool)], axis=1)
+    np.testing.assert_allclose(apply(layer, x_long, mask_long)[:, :10], out, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mixed_with_zero_synthetic_logits_is_softmax_attention(mode):
+    layer, softmax = build(seed=4, mode=mode, mix=1.0), build(seed=4, name="softmax")
+    for p in (layer.dense_out, layer.dense_bias, layer.random, layer.factor_a):
+        if p is not None:
+            p[...] = np.zeros_like(np.asarray(p[...]))
+    x, mask = inputs(9, [9, 4])
+    np.testing.assert_allclose(apply(layer, x, mask), apply(softmax, x, mask), atol=1e-6)
+    assert np.abs(apply(build(seed=4, mode=mode), x, mask) - apply(softmax, x, mask)).max() > 1e-3
+
+
+def test_pure_synthesizer_has_no_query_key_projections():
+    assert build(mix=0.0).query is None and build(mix=0.0).key is None
+    assert build(mix=0.5).query is not None
+
+
+def test_factorized_random_is_a_rank_k_product():
+    layer = build(mode="factorized_random", factor=3)
+    assert layer.factor_a[...].shape == layer.factor_b[...].shape == (HEADS, MAX_LEN, 3)
+    x = np.zeros((1, 7, DIM), np.float32)
+    r = np.asarray(layer.synthetic_logits(x))
+    assert r.shape == (HEADS, 7, 7)
+    want = np.einsum("hnk,hmk->hnm", np.asarray(layer.factor_a[...])[:, :7], np.asarray(layer.factor_b[...])[:, :7])
+    np.testing.assert_allclose(r, want, atol=1e-6)
+    assert all(np.linalg.matrix_rank(r[h]) == 3 for h in range(HEADS))
+
+
+@pytest.mark.parametrize("mode", ["random", "factorized_random"])
+def test_random_matrices_are_state_but_not_params_when_fixed(mode):
+    trained = build(mode=mode)
+    fixed = build(mode=mode, random_trainable=False)
+    name = "random" if mode == "random" else "factor_a"
+    assert isinstance(getattr(trained, name), nnx.Param)
+    assert isinstance(getattr(fixed, name), FixedRandom) and not isinstance(getattr(fixed, name), nnx.Param)
+    n_params = lambda m: sum(a.size for a in jax.tree.leaves(nnx.state(m, nnx.Param)))
+    assert n_params(trained) > n_params(fixed)
+
+
+def test_bad_settings_and_lengths_are_rejected():
+    with pytest.raises(ConfigError, match="dense, random, factorized_random"):
+        build(mode="dense_random")
+    with pytest.raises(ConfigError, match="max_len"):
+        registry.build("synthesizer", dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(0))
+    x, mask = inputs(MAX_LEN + 1, [3])
+    with pytest.raises(ConfigError, match=f"max_len={MAX_LEN}"):
+        build()(x, mask, deterministic=True)
