@@ -23,6 +23,13 @@ SETTINGS = {
     "strided": dict(stride=4),
     "longformer": dict(window=3, num_global=2),
     "bigbird": dict(block=4, num_random_blocks=2),
+    "reformer": dict(),
+    "routing": dict(),
+    "sinkhorn": dict(),
+    "nystromformer": dict(),
+    "taylor": dict(),
+    "lightweight_conv": dict(),
+    "dynamic_conv": dict(),
 }
 
 

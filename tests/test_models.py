@@ -13,8 +13,21 @@ from lra_jax.models.classifier import build_model
 from lra_jax.models.encoder import sinusoidal_positions
 from lra_jax.models.heads import pool
 
-SMALL = {"local": dict(window=2), "linformer": dict(k=8), "performer": dict(num_features=16),
-         "strided": dict(stride=4), "longformer": dict(window=2), "bigbird": dict(block=4, num_random_blocks=2)}
+SMALL = {
+    "local": dict(window=2),
+    "linformer": dict(k=8),
+    "performer": dict(num_features=16),
+    "strided": dict(stride=4),
+    "longformer": dict(window=2),
+    "bigbird": dict(block=4, num_random_blocks=2),
+    "reformer": dict(),
+    "routing": dict(),
+    "sinkhorn": dict(),
+    "nystromformer": dict(),
+    "taylor": dict(),
+    "lightweight_conv": dict(),
+    "dynamic_conv": dict(),
+}
 
 
 def small_config(name, positions="learned", pooling="cls"):
