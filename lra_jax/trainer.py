@@ -43,6 +43,9 @@ RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_e
                      "data.cache_dir"}
 
 
+SCHEDULES = ("rsqrt", "cosine")
+
+
 def lra_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
     """LRA's "constant * linear_warmup * rsqrt_decay": lr * min(1, s/w) / sqrt(max(s, w))."""
 
@@ -54,10 +57,33 @@ def lra_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
     return schedule
 
 
-def make_optimizer(opt: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """AdamW with the LRA schedule and optional global-norm clipping."""
-    adamw = optax.adamw(lra_schedule(opt.learning_rate, opt.warmup_steps), b1=opt.b1, b2=opt.b2,
-                        eps=opt.eps, weight_decay=opt.weight_decay)
+def cosine_schedule(learning_rate: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+    """LRA's image tasks, "constant * linear_warmup * cosine_decay":
+    lr * min(1, s/w) * (1 + cos(pi * p)) / 2 with p = max(0, s - w) / total_steps."""
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32)
+        warmup = jnp.minimum(1.0, step / max(warmup_steps, 1))
+        progress = jnp.clip(jnp.maximum(step - warmup_steps, 0.0) / max(total_steps, 1), 0.0, 1.0)
+        return learning_rate * warmup * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+
+    return schedule
+
+
+def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+    """The learning-rate schedule `config.optimizer.schedule` names."""
+    opt = config.optimizer
+    if opt.schedule == "rsqrt":
+        return lra_schedule(opt.learning_rate, opt.warmup_steps)
+    if opt.schedule == "cosine":
+        return cosine_schedule(opt.learning_rate, opt.warmup_steps, config.num_train_steps)
+    raise ConfigError(f"unknown optimizer.schedule {opt.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    """AdamW with the configured schedule and optional global-norm clipping."""
+    opt = config.optimizer
+    adamw = optax.adamw(make_schedule(config), b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay)
     if opt.grad_clip_norm > 0:
         return optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), adamw)
     return adamw
@@ -240,10 +266,10 @@ def create_train_state(config: ml_collections.ConfigDict, task: tasks.TaskSpec, 
                           f"set --config.batch_size to a multiple of {mesh.size}")
     init_key = jax.random.fold_in(jax.random.key(config.seed), 0)
     build = lambda key: build_model(config, vocab_size=task.vocab_size,  # noqa: E731
-                                    num_classes=task.num_classes, rngs=nnx.Rngs(key))
+                                    num_classes=task.num_classes, rngs=nnx.Rngs(key), dual=task.dual)
     nnx.eval_shape(build, init_key)  # configuration errors surface here, before any compilation
     graphdef, params, rest = nnx.split(nnx.jit(build)(init_key), nnx.Param, ...)
-    tx = make_optimizer(config.optimizer)
+    tx = make_optimizer(config)
     state = dict(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
     return graphdef, tx, jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
 
@@ -283,7 +309,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     check_fits(memory, config)
 
     writer = metrics.MetricsWriter(workdir, start_step=start)
-    schedule = lra_schedule(config.optimizer.learning_rate, config.optimizer.warmup_steps)
+    schedule = make_schedule(config)
     best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
     window, train_seconds, timed_steps, steps_since_tick = [], 0.0, 0, 0
     progress = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,

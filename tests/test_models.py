@@ -21,7 +21,7 @@ SMALL = {
     "longformer": dict(window=2),
     "bigbird": dict(block=4, num_random_blocks=2),
     "reformer": dict(),
-    "routing": dict(),
+    "routing": dict(num_clusters=3, window=8),
     "sinkhorn": dict(),
     "nystromformer": dict(),
     "taylor": dict(),
@@ -158,3 +158,21 @@ def test_scanned_and_rematerialised_layers_compute_the_same_function(name):
     stacked_grads = jnp.stack([g["attention"]["query"]["kernel"][...] for g in grads_looped["encoder"]["blocks"].values()])
     np.testing.assert_allclose(grads_scanned["encoder"]["blocks"]["attention"]["query"]["kernel"][...],
                                stacked_grads, rtol=1e-4, atol=1e-6)
+
+
+def test_dual_encoder_encodes_both_documents_with_the_one_encoder():
+    config = small_config("softmax", pooling="mean")
+    model = build_model(config, vocab_size=18, num_classes=2, rngs=nnx.Rngs(0), dual=True)
+    first, second = tokens_with_padding([7, 20, 24], 24), tokens_with_padding([24, 3, 11], 24)[:, ::-1]
+    logits = jax.jit(lambda t: model(t, deterministic=True))(jnp.stack([first, second], axis=1))
+    assert logits.shape == (3, 2) and logits.dtype == jnp.float32
+
+    def pooled(tokens):
+        features, mask = model.encoder(tokens, deterministic=True)
+        return pool(features, mask, "mean")
+
+    u, v = pooled(first), pooled(second)
+    expected = model.head(jnp.concatenate([u, v, u * v, u - v], axis=-1))
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-5, rtol=1e-5)
+    swapped = model(jnp.stack([second, first], axis=1), deterministic=True)
+    assert not np.allclose(np.asarray(swapped), np.asarray(logits))  # u - v makes the head order-aware

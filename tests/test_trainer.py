@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from configs import base
 from conftest import tiny_config
 from lra_jax import checkpointing, trainer
 from lra_jax.data import pipeline, tasks
@@ -31,6 +32,22 @@ def test_lra_schedule_is_linear_warmup_then_rsqrt_decay():
     np.testing.assert_allclose(schedule(500), 0.05 * 0.5 / np.sqrt(1000), rtol=1e-6)
     np.testing.assert_allclose(schedule(1000), 0.05 / np.sqrt(1000), rtol=1e-6)
     np.testing.assert_allclose(schedule(4000), 0.05 / np.sqrt(4000), rtol=1e-6)
+
+
+def test_cosine_schedule_warms_up_then_decays_to_zero():
+    schedule = trainer.cosine_schedule(1e-3, warmup_steps=100, total_steps=1000)
+    np.testing.assert_allclose(float(schedule(50)), 0.5e-3, rtol=1e-6)
+    np.testing.assert_allclose(float(schedule(100)), 1e-3, rtol=1e-6)
+    np.testing.assert_allclose(float(schedule(600)), 0.5e-3, rtol=1e-5)  # half-way through the decay
+    assert float(schedule(1100)) == pytest.approx(0.0, abs=1e-12)
+    assert float(schedule(5000)) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_unknown_schedule_names_the_choices():
+    config = base.get_config("listops,mini")
+    config.optimizer.schedule = "linear"
+    with pytest.raises(ConfigError, match="rsqrt, cosine"):
+        trainer.make_optimizer(config)
 
 
 def test_training_order_is_a_function_of_seed_and_epoch():
@@ -122,6 +139,7 @@ def test_resuming_with_a_different_model_is_refused(tmp_path, data_cache):
 
 SHARDED_VS_SINGLE = r"""
 import jax, numpy as np
+from configs import base
 from conftest import tiny_config
 from lra_jax import trainer
 from lra_jax.data import pipeline, tasks

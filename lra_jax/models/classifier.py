@@ -1,4 +1,8 @@
-"""The full model of a task: shared encoder, masked pooling, classifier head."""
+"""The full model of a task: shared encoder, masked pooling, classifier head.
+
+One sequence per example (`SequenceClassifier`), or a pair of documents encoded by the one shared
+encoder and compared by their pooled vectors (`DualEncoderClassifier`, the Retrieval task).
+"""
 
 from __future__ import annotations
 
@@ -9,19 +13,23 @@ from jaxtyping import Array, Float, Int
 
 from lra_jax.errors import ConfigError
 from lra_jax.models.encoder import Encoder
-from lra_jax.models.heads import POOLINGS, ClassifierHead, pool
+from lra_jax.models.heads import POOLINGS, ClassifierHead, pair_features, pool
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def _check_pooling(encoder: Encoder, pooling: str) -> None:
+    if pooling not in POOLINGS:
+        raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+    if pooling == "cls" and encoder.cls is None:
+        raise ConfigError("pooling='cls' needs config.model.cls_token=True")
 
 
 class SequenceClassifier(nnx.Module):
     """tokens int[b n] -> logits f32[b num_classes]."""
 
     def __init__(self, encoder: Encoder, head: ClassifierHead, pooling: str):
-        if pooling not in POOLINGS:
-            raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
-        if pooling == "cls" and encoder.cls is None:
-            raise ConfigError("pooling='cls' needs config.model.cls_token=True")
+        _check_pooling(encoder, pooling)
         self.encoder, self.head, self.pooling = encoder, head, pooling
 
     def __call__(self, tokens: Int[Array, "b n"], *, deterministic: bool,
@@ -30,9 +38,25 @@ class SequenceClassifier(nnx.Module):
         return self.head(pool(features, mask, self.pooling)).astype(jnp.float32)
 
 
-def build_model(config: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int,
-                rngs: nnx.Rngs) -> SequenceClassifier:
-    """The model that `config.model` and `config.attention` describe."""
+class DualEncoderClassifier(nnx.Module):
+    """tokens int[b 2 n] -> logits f32[b num_classes]: both documents through the one encoder,
+    pooled to u and v, classified from [u, v, u * v, u - v]."""
+
+    def __init__(self, encoder: Encoder, head: ClassifierHead, pooling: str):
+        _check_pooling(encoder, pooling)
+        self.encoder, self.head, self.pooling = encoder, head, pooling
+
+    def __call__(self, tokens: Int[Array, "b 2 n"], *, deterministic: bool,
+                 rngs: nnx.Rngs | None = None) -> Float[Array, "b c"]:
+        batch, pair, length = tokens.shape
+        features, mask = self.encoder(tokens.reshape(batch * pair, length), deterministic=deterministic, rngs=rngs)
+        pooled = pool(features, mask, self.pooling).reshape(batch, pair, -1)
+        return self.head(pair_features(pooled[:, 0], pooled[:, 1])).astype(jnp.float32)
+
+
+def build_model(config: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs,
+                dual: bool = False) -> SequenceClassifier | DualEncoderClassifier:
+    """The model that `config.model` and `config.attention` describe; `dual`: pairs of sequences."""
     m = config.model
     if m.dtype not in DTYPES:
         raise ConfigError(f"unknown model dtype {m.dtype!r}; choose one of {', '.join(DTYPES)}")
@@ -44,5 +68,8 @@ def build_model(config: ml_collections.ConfigDict, *, vocab_size: int, num_class
         attention_dropout_rate=m.attention_dropout_rate, scan_layers=m.scan_layers, remat=m.remat,
         dtype=dtype, rngs=rngs,
     )
+    if dual:
+        head = ClassifierHead(4 * m.emb_dim, m.mlp_dim, num_classes, dtype=dtype, rngs=rngs)
+        return DualEncoderClassifier(encoder, head, m.pooling)
     head = ClassifierHead(m.emb_dim, m.mlp_dim, num_classes, dtype=dtype, rngs=rngs)
     return SequenceClassifier(encoder, head, m.pooling)

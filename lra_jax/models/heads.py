@@ -1,4 +1,4 @@
-"""Pooling of encoder features and the classifier on top.
+"""Pooling of encoder features and the classifiers on top (one sequence, or a pair for Retrieval).
 
 Pooling respects padding: MEAN divides by the number of real tokens (the LRA
 code averaged over padding too), MAX ignores padded positions, CLS reads the
@@ -39,3 +39,8 @@ class ClassifierHead(nnx.Module):
 
     def __call__(self, pooled: Float[Array, "b d"]) -> Float[Array, "b c"]:
         return self.logits(jax.nn.relu(self.hidden(pooled)))
+
+
+def pair_features(u: Float[Array, "b d"], v: Float[Array, "b d"]) -> Float[Array, "b 4d"]:
+    """[u, v, u * v, u - v]: the two-tower interaction of the LRA matching task."""
+    return jnp.concatenate([u, v, u * v, u - v], axis=-1)
