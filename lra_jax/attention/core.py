@@ -25,6 +25,7 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float
 
 from lra_jax.errors import ConfigError
+from lra_jax.kernels import kernel_choice
 
 # Logit given to masked keys. Finite, so a row with every key masked gives a uniform
 # (not NaN) softmax; far below any real logit, so it gets zero weight otherwise.
@@ -74,12 +75,16 @@ class TokenMixer(nnx.Module):
       dtype: computation dtype (parameters stay float32).
       impl: kernel choice, "xla" | "pallas" | "auto" (see lra_jax/kernels).
 
-    Class attribute `length_invariant`: False for a variant whose real outputs
-    change when padding is appended (e.g. an FFT over the padded length); its
-    docstring must say why. The contract suite skips only that one check for it.
+    Class attributes:
+      length_invariant: False for a variant whose real outputs change when padding
+        is appended (e.g. an FFT over the padded length); its docstring must say why.
+        The contract suite skips only that one check for it.
+      has_kernel: True for a variant with a Pallas kernel (lra_jax/kernels); the
+        others refuse impl="pallas" and treat "auto" as "xla".
     """
 
     length_invariant = True
+    has_kernel = False
 
     def __init__(
         self,
@@ -96,7 +101,7 @@ class TokenMixer(nnx.Module):
             raise ConfigError(f"model width {dim} is not divisible by num_heads={num_heads}")
         if impl not in IMPLS:
             raise ConfigError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
-        if impl == "pallas":
+        if impl == "pallas" and not self.has_kernel:
             raise ConfigError(
                 f"attention variant {type(self).__name__} has no Pallas kernel; "
                 "set config.attention.impl='xla' (or 'auto')"
@@ -107,6 +112,13 @@ class TokenMixer(nnx.Module):
         self.max_len = max_len
         self.dtype = dtype
         self.dropout_rate = dropout_rate
+        self.impl = impl
+
+    def kernel(self, deterministic: bool) -> tuple[bool, bool]:
+        """(run the Pallas kernel?, in the interpreter?) for this call; see `kernels.kernel_choice`."""
+        if not self.has_kernel:
+            return False, False
+        return kernel_choice(self.impl, dropout_active=self.dropout_rate > 0 and not deterministic)
 
 
 class Attention(TokenMixer):

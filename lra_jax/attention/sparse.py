@@ -26,6 +26,14 @@ adjacent tokens in different blocks never see each other. Here every token sees
 the same symmetric window, wherever it sits.
 
 `strided`, `longformer` and `bigbird` are described in their class docstrings.
+
+Kernels: with impl="pallas" (or "auto" on a GPU) the four variants run the
+block-sparse Pallas kernel of `lra_jax.kernels.block_sparse` (the FlashAttention
+online softmax over a block layout; see its api docstring for how each pattern
+maps onto it): the same function, never materialising even the blocked scores.
+Attention dropout is not in the kernel, so training with dropout > 0 uses XLA,
+as do the merged single-head strided pattern and BigBird with a block size that
+is not a power of two >= 16.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ from lra_jax.attention.core import (
 )
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
+from lra_jax.kernels.block_sparse import block_sparse_attention
+from lra_jax.kernels.flash import flash_attention
 
 
 def _pad_to(x: Array, length: int) -> Array:
@@ -131,6 +141,8 @@ class LocalAttention(Attention):
       **common: shared settings of `Attention` (max_len, dropout_rate, dtype, impl).
     """
 
+    has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+
     def __init__(self, dim: int, num_heads: int, *, window: int = 128, rngs: nnx.Rngs, **common):
         if window < 0:
             raise ConfigError(f"local attention window must be >= 0, got window={window}")
@@ -138,6 +150,10 @@ class LocalAttention(Attention):
         self.window = window
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+        use_kernel, interpret = self.kernel(deterministic)
+        if use_kernel:
+            return block_sparse_attention(q, k, v, key_mask=mask, window=self.window, impl="pallas",
+                                          interpret=interpret)
         b, n, h, d = v.shape
         probs, block, padded = local_weights(q, k, mask, self.window)
         probs = self.drop(probs, deterministic=deterministic, rngs=rngs)
@@ -182,6 +198,8 @@ class StridedAttention(Attention):
       **common: shared settings of `Attention` (max_len, dropout_rate, dtype, impl).
     """
 
+    has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+
     def __init__(self, dim: int, num_heads: int, *, stride: int = 128, rngs: nnx.Rngs, **common):
         if stride < 1:
             raise ConfigError(f"strided attention stride must be >= 1, got stride={stride}")
@@ -193,6 +211,9 @@ class StridedAttention(Attention):
         stride = max(1, min(self.stride, n))
         num_blocks = -(-n // stride)
         padded = num_blocks * stride
+        use_kernel, interpret = self.kernel(deterministic)
+        if use_kernel and h > 1:
+            return self._attend_kernel(q, k, v, mask, stride, num_blocks, interpret)
         grid = lambda x: _blocks(_pad_to(x, padded), num_blocks, stride)  # noqa: E731  [b c l ...]
         q, k, v, key_mask = grid(q), grid(k), grid(v), grid(mask)
         scale = jnp.sqrt(d).astype(q.dtype)
@@ -229,6 +250,25 @@ class StridedAttention(Attention):
             out = jnp.concatenate([local_out, strided_out], axis=3)
         return out.reshape(b, padded, h, d)[:, :n]
 
+    def _attend_kernel(self, q, k, v, mask, stride: int, num_blocks: int, interpret: bool):
+        """Both head groups as segment attention: blocks i // l, and i mod l in a permuted order."""
+        n, h = q.shape[1], q.shape[2]
+        def attend(q, k, v, mask, segments):
+            return block_sparse_attention(q, k, v, key_mask=mask, query_segments=segments,
+                                          key_segments=segments, impl="pallas", interpret=interpret)
+
+        local_heads, strided_heads = slice(0, h // 2), slice(h // 2, h)
+        local_out = attend(q[..., local_heads, :], k[..., local_heads, :], v[..., local_heads, :], mask,
+                           jnp.arange(n) // stride)
+        # Order positions by (i mod l, i // l): each residue class becomes one contiguous segment.
+        padded = num_blocks * stride
+        order = jnp.arange(padded).reshape(num_blocks, stride).T.reshape(-1)
+        strided = [_pad_to(x, padded)[:, order] for x in (q[..., strided_heads, :], k[..., strided_heads, :],
+                                                          v[..., strided_heads, :], mask)]
+        strided_out = attend(*strided, order % stride)
+        strided_out = strided_out[:, jnp.argsort(order)][:, :n]
+        return jnp.concatenate([local_out, strided_out.astype(local_out.dtype)], axis=2)
+
 
 @register("longformer")
 class LongformerAttention(Attention):
@@ -262,6 +302,8 @@ class LongformerAttention(Attention):
       rngs: parameter initialisation keys.
       **common: shared settings of `Attention` (max_len, dropout_rate, dtype, impl).
     """
+
+    has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
 
     def __init__(
         self, dim: int, num_heads: int, *, window: int = 128, num_global: int = 1, rngs: nnx.Rngs, **common
@@ -300,6 +342,16 @@ class LongformerAttention(Attention):
         q_global, k_global, v_global = global_qkv if global_qkv is not None else (q[:, :num_global], k, v)
         drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
         scale = jnp.sqrt(d).astype(q.dtype)
+        use_kernel, interpret = self.kernel(deterministic)
+        if use_kernel:
+            out = block_sparse_attention(q, k, v, key_mask=mask, window=self.window,
+                                         global_keys=jnp.arange(n) < num_global, impl="pallas",
+                                         interpret=interpret)
+            if not num_global:
+                return out
+            global_out = flash_attention(q_global, k_global, v_global.astype(v.dtype), key_mask=mask,
+                                         query_mask=mask[:, :num_global], impl="pallas", interpret=interpret)
+            return jnp.concatenate([global_out.astype(out.dtype), out[:, num_global:]], axis=1)
 
         # Every row: its window and the global keys, in one softmax.
         logits, allowed, block, padded = local_logits(q, k, mask, self.window)
@@ -393,6 +445,8 @@ class BigBirdAttention(Attention):
       **common: shared settings of `Attention`; max_len is required.
     """
 
+    has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+
     def __init__(
         self,
         dim: int,
@@ -424,6 +478,15 @@ class BigBirdAttention(Attention):
             random_layout(rngs.params(), num_blocks, num_global_blocks, num_random_blocks)
         )
 
+    def block_mask(self, num_blocks: int) -> Bool[Array, "c c"]:
+        """[C, C] key blocks of each query block: all for global rows, else window, global and random."""
+        block_ids = jnp.arange(num_blocks)
+        num_global = min(self.num_global_blocks, num_blocks)
+        chosen = self.random_blocks[...][:num_blocks]  # [C r]
+        random = ((chosen[:, :, None] == block_ids) & (chosen[:, :, None] >= 0)).any(1)
+        near = jnp.abs(block_ids[:, None] - block_ids[None, :]) <= 1
+        return near | random | (block_ids[None, :] < num_global) | (block_ids[:, None] < num_global)
+
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         b, n, h, d = v.shape
         block = self.block
@@ -436,6 +499,10 @@ class BigBirdAttention(Attention):
             )
         padded = num_blocks * block
         num_global = min(self.num_global_blocks, num_blocks)
+        use_kernel, interpret = self.kernel(deterministic)
+        if use_kernel and block >= 16 and block & (block - 1) == 0:
+            return block_sparse_attention(q, k, v, key_mask=mask, block_mask=self.block_mask(num_blocks),
+                                          block=block, impl="pallas", interpret=interpret)
         q, k, v, mask = (_pad_to(x, padded) for x in (q, k, v, mask))
         drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
         scale = jnp.sqrt(d).astype(q.dtype)

@@ -1,0 +1,150 @@
+"""Kernel benchmark: forward + backward time of each Pallas kernel against its XLA forms.
+
+    python -m lra_jax.kernels.bench                       # n = 1K..16K, head dims 32 and 64
+    python -m lra_jax.kernels.bench --lengths=1024,4096 --head-dims=64 --only=flash
+    python -m lra_jax.bench --kernels                      # the same, from the main bench
+
+For every length n and head dim d it times jit(value_and_grad) of sum(out * r)
+(one forward and one backward) for
+
+    flash         jax.nn.dot_product_attention (implementation "xla", and "cudnn" on
+                  GPU), the softmax variant's XLA form, and the flash Pallas kernel
+    block_sparse  the local (window 128) and BigBird (block 64) variants' XLA forms
+                  and the same variants with impl="pallas"
+    linear        the two-einsum XLA form (elu + 1 features) and the fused kernel
+
+with ragged padding (every second sequence 3/4 long). Each entry records the
+median time over `--repeats` runs after a warm-up, the compile-time temp memory
+XLA reports, or the error (e.g. out of memory for dense attention at 16K).
+Results go to experiments/results/kernels-<device>.json, naming the device.
+Pallas entries are skipped without a GPU (interpreting them measures nothing)
+unless --interpret is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from lra_jax.attention import registry
+from lra_jax.kernels import pallas_available
+from lra_jax.kernels.flash import flash_attention
+from lra_jax.kernels.linear import linear_attention
+
+KERNELS = ("flash", "block_sparse", "linear")
+
+
+def _variant(name: str, impl: str, heads: int, d: int, n: int, **settings):
+    layer = registry.build(name, dim=heads * d, num_heads=heads, rngs=nnx.Rngs(0), impl=impl, max_len=n,
+                           **settings)
+    return lambda q, k, v, mask: layer.attend(q, k, v, mask, deterministic=True, rngs=None)
+
+
+def candidates(kernel: str, heads: int, d: int, n: int, with_pallas: bool, interpret: bool):
+    """(label, fn(q, k, v, mask) -> out) pairs for one kernel family."""
+    out = []
+    if kernel == "flash":
+        dpa = lambda impl: lambda q, k, v, mask: jax.nn.dot_product_attention(
+            q, k, v, mask=mask[:, None, None, :], implementation=impl)
+        out.append(("dot_product_attention[xla]", dpa("xla")))
+        if jax.default_backend() == "gpu":
+            out.append(("dot_product_attention[cudnn]", dpa("cudnn")))
+        out.append(("softmax[xla]", _variant("softmax", "xla", heads, d, n)))
+        if with_pallas:
+            out.append(("flash[pallas]", lambda q, k, v, mask: flash_attention(
+                q, k, v, key_mask=mask, impl="pallas", interpret=interpret)))
+    elif kernel == "block_sparse":
+        for name, settings in (("local", {"window": 128}), ("bigbird", {"block": 64})):
+            out.append((f"{name}[xla]", _variant(name, "xla", heads, d, n, **settings)))
+            if with_pallas:
+                out.append((f"{name}[pallas]", _variant(name, "pallas", heads, d, n, **settings)))
+    elif kernel == "linear":
+        for impl in ("xla", "pallas") if with_pallas else ("xla",):
+            out.append((f"linear[{impl}]", lambda q, k, v, mask, impl=impl: linear_attention(
+                q, k, v, key_mask=mask, impl=impl, interpret=interpret)))
+    return out
+
+
+def time_fwd_bwd(fn, q, k, v, mask, repeats: int) -> dict:
+    """Median seconds of one jitted forward + backward, and XLA's temp memory."""
+    r = jnp.ones(q.shape[:-1] + (v.shape[-1],), jnp.float32)
+    loss = lambda q, k, v: jnp.sum(fn(q, k, v, mask).astype(jnp.float32) * r)
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+    compiled = step.lower(q, k, v).compile()
+    memory = compiled.memory_analysis()
+    jax.block_until_ready(compiled(q, k, v))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(q, k, v))
+        times.append(time.perf_counter() - start)
+    return {"seconds": statistics.median(times),
+            "temp_bytes": getattr(memory, "temp_size_in_bytes", None) if memory is not None else None}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-"):  # absl style: argv[0] is the program
+        argv = argv[1:]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(KERNELS), help="comma list of " + ", ".join(KERNELS))
+    parser.add_argument("--lengths", default="1024,2048,4096,8192,16384")
+    parser.add_argument("--head-dims", default="32,64")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--interpret", action="store_true", help="time Pallas in the interpreter (no GPU)")
+    parser.add_argument("--out", default=None, help="JSON path (default experiments/results/kernels-<device>.json)")
+    args = parser.parse_args(argv)
+
+    device = jax.devices()[0]
+    device_name = f"{device.platform}-{getattr(device, 'device_kind', 'unknown')}".replace(" ", "_")
+    with_pallas = pallas_available() or args.interpret
+    dtype = jnp.dtype(args.dtype)
+    results = []
+    for n in (int(x) for x in args.lengths.split(",")):
+        for d in (int(x) for x in args.head_dims.split(",")):
+            rng = np.random.default_rng(0)
+            q, k, v = (jnp.asarray(rng.standard_normal((args.batch, n, args.heads, d)), dtype) for _ in range(3))
+            lengths = np.where(np.arange(args.batch) % 2, 3 * n // 4, n)
+            mask = jnp.asarray(np.arange(n)[None, :] < lengths[:, None])
+            for kernel in args.only.split(","):
+                for label, fn in candidates(kernel, args.heads, d, n, with_pallas, args.interpret):
+                    entry = {"kernel": kernel, "impl": label, "n": n, "head_dim": d}
+                    try:
+                        entry.update(time_fwd_bwd(fn, q, k, v, mask, args.repeats))
+                    except Exception as error:  # noqa: BLE001  (OOM and unsupported paths are results too)
+                        entry["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+                    print(json.dumps(entry), flush=True)
+                    results.append(entry)
+
+    report = {
+        "device": device_name,
+        "backend": jax.default_backend(),
+        "jax": jax.__version__,
+        "batch": args.batch,
+        "heads": args.heads,
+        "dtype": args.dtype,
+        "pallas": "compiled" if pallas_available() else ("interpret" if args.interpret else "skipped"),
+        "measure": "median seconds of one jitted forward + backward",
+        "results": results,
+    }
+    path = pathlib.Path(args.out or f"experiments/results/kernels-{device_name}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))
+    print(f"wrote {path}")
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,116 @@
+"""Block-sparse softmax attention, choosing the kernel: `block_sparse_attention(..., impl=)`.
+
+The pattern is given by element-level settings (all optional) and, optionally,
+an explicit block matrix:
+
+    window         band |i - j| <= window (sliding window; need not be block aligned)
+    *_segments     int ids, shared across the batch: attention only within equal ids
+    global_*       bool per position: a global query sees every real key, a global
+                   key is seen by every query
+    block_mask     bool [nq / block, nk / block]: only these block pairs (BigBird's
+                   window, global and random blocks)
+
+How the sparse variants map onto it (`lra_jax.attention.sparse`):
+  local       window=w.
+  strided     local heads: segments i // l; strided heads: the sequence permuted
+              to (i mod l, i // l) order, segments i mod l, output un-permuted.
+  longformer  window=w plus global keys (the first k positions) in the same softmax;
+              the k global query rows use separate projections over every key, so
+              they are a small dense `flash_attention` call, not part of the layout.
+  bigbird     block_mask with the window, global and random blocks at the model's
+              block size B (so B must be a power of two >= 16 for the kernel).
+
+impl="pallas" derives the block layout (the block pairs that may hold an allowed
+pair, intersected with block_mask) and runs the kernel; impl="xla" is the dense
+n x n reference; "auto" is the kernel on GPU. Shapes: q [b, nq, h, d],
+k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from lra_jax.kernels import resolve_impl
+from lra_jax.kernels.block_sparse import layout as layouts
+from lra_jax.kernels.block_sparse import pallas_gpu, reference
+from lra_jax.kernels.flash.api import (
+    kernel_block,
+    masks_from,
+    pad_axis,
+    padded_head_dim,
+)
+
+
+def block_sparse_attention(
+    q: Float[Array, "b q h d"],
+    k: Float[Array, "b k h d"],
+    v: Float[Array, "b k h d"],
+    *,
+    key_mask: Bool[Array, "b k"] | None = None,
+    query_mask: Bool[Array, "b q"] | None = None,
+    lengths: Array | None = None,
+    window: int | None = None,
+    query_segments: Array | None = None,
+    key_segments: Array | None = None,
+    global_queries: Array | None = None,
+    global_keys: Array | None = None,
+    block_mask: Bool[Array, "qb kb"] | None = None,
+    block: int = 64,
+    scale: float | None = None,
+    impl: str = "auto",
+    interpret: bool = False,
+) -> Float[Array, "b q h d"]:
+    """Softmax attention restricted to the pattern (module docstring); padded query rows are 0.
+
+    Args:
+      q, k, v: [b, nq, h, d], [b, nk, h, d], [b, nk, h, d].
+      key_mask, query_mask, lengths: padding, as in `flash_attention`.
+      window, query_segments, key_segments, global_queries, global_keys, block_mask: the pattern.
+      block: kernel block size; with `block_mask` it is the mask's block size and must
+        be a power of two >= 16.
+      scale: softmax scale, default 1 / sqrt(d).
+      impl: "auto" | "xla" | "pallas". interpret: Pallas interpreter (CPU tests).
+    """
+    b, nq, _, d = q.shape
+    nk = k.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    key_mask, query_mask = masks_from(nq, nk, b, key_mask, query_mask, lengths)
+    if block_mask is None:
+        block = kernel_block(max(nq, nk), block)
+    elif block != kernel_block(block, block):
+        raise ValueError(f"block_mask needs a power-of-two block >= 16, got block={block}")
+    use_segments = query_segments is not None or key_segments is not None
+    use_globals = global_queries is not None or global_keys is not None
+    rule = (window, use_segments, use_globals)
+    nq_pad, nk_pad = -(-nq // block) * block, -(-nk // block) * block
+
+    key_code = key_mask.astype(jnp.int32)
+    if global_keys is not None:
+        key_code = key_code * (1 + jnp.asarray(global_keys, jnp.int32))[None, :]
+    query_code = jnp.ones((nq,), jnp.int32)
+    if global_queries is not None:
+        query_code = 1 + jnp.asarray(global_queries, jnp.int32)
+    q_seg = jnp.zeros((nq,), jnp.int32) if query_segments is None else jnp.asarray(query_segments, jnp.int32)
+    k_seg = jnp.zeros((nk,), jnp.int32) if key_segments is None else jnp.asarray(key_segments, jnp.int32)
+    key_code, query_code = pad_axis(key_code, 1, nk_pad), pad_axis(query_code, 0, nq_pad)
+    q_seg, k_seg = pad_axis(q_seg, 0, nq_pad, q_seg.max()), pad_axis(k_seg, 0, nk_pad, k_seg.max())
+    if block_mask is not None:
+        block_mask = jnp.asarray(block_mask, bool)[: nq_pad // block, : nk_pad // block]
+
+    if resolve_impl(impl, interpret) == "xla":
+        return reference.attention(q, k, v, key_code[:, :nk], query_code[:nq], q_seg[:nq], k_seg[:nk],
+                                   query_mask, rule, block_mask, block, scale)
+
+    dense_blocks = layouts.from_rule(nq_pad, nk_pad, block, block, rule, query_code, key_code, q_seg, k_seg)
+    if block_mask is not None:
+        dense_blocks &= block_mask
+    d_pad = padded_head_dim(d)
+    qp = pad_axis(pad_axis(q, 1, nq_pad), 3, d_pad)
+    kp = pad_axis(pad_axis(k, 1, nk_pad), 3, d_pad)
+    vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
+    out = pallas_gpu.attention(qp, kp, vp, key_code, query_code, q_seg, k_seg, dense_blocks, scale=scale,
+                               rule=rule, block_q=block, block_k=block, interpret=interpret)[:, :nq, :, :d]
+    return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

@@ -1,0 +1,99 @@
+"""Dense softmax attention with key padding, choosing the kernel: `flash_attention(..., impl=)`.
+
+impl="pallas" runs the FlashAttention kernel of `pallas_gpu` (Dao et al. 2022,
+Alg. 1/2; O(n) memory), impl="xla" the jnp reference (an explicit n x n matrix),
+impl="auto" the kernel on GPU and XLA elsewhere. Shapes: q [b, nq, h, d],
+k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jaxtyping import Array, Bool, Float
+
+from lra_jax.kernels import resolve_impl
+from lra_jax.kernels.flash import pallas_gpu, reference
+
+
+def masks_from(
+    nq: int, nk: int, batch: int, key_mask=None, query_mask=None, lengths=None
+) -> tuple[Bool[Array, "b k"], Bool[Array, "b q"]]:
+    """Key and query masks from explicit masks or per-sequence `lengths` (True = real token).
+
+    With `lengths` both are prefixes of that length; without anything every token is
+    real; a key mask alone with nq == nk also serves as the query mask (self-attention).
+    """
+    if lengths is not None:
+        lengths = jnp.asarray(lengths)
+        key_mask = jnp.arange(nk)[None, :] < lengths[:, None] if key_mask is None else key_mask
+        query_mask = jnp.arange(nq)[None, :] < lengths[:, None] if query_mask is None else query_mask
+    if key_mask is None:
+        key_mask = jnp.ones((batch, nk), bool)
+    if query_mask is None:
+        query_mask = key_mask if nq == nk else jnp.ones((batch, nq), bool)
+    return jnp.asarray(key_mask, bool), jnp.asarray(query_mask, bool)
+
+
+def kernel_block(n: int, block: int) -> int:
+    """A power-of-two block >= 16 (Triton's smallest dot), no larger than needed for n."""
+    return max(16, min(pl.next_power_of_2(block), pl.next_power_of_2(n)))
+
+
+def pad_axis(x: Array, axis: int, size: int, value=0) -> Array:
+    """Pads `axis` of x at the end up to `size`."""
+    if x.shape[axis] == size:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def padded_head_dim(d: int) -> int:
+    """Head dims are padded with zeros to a power of two >= 16 (zeros change no logit)."""
+    return max(16, pl.next_power_of_2(d))
+
+
+def flash_attention(
+    q: Float[Array, "b q h d"],
+    k: Float[Array, "b k h d"],
+    v: Float[Array, "b k h d"],
+    *,
+    key_mask: Bool[Array, "b k"] | None = None,
+    query_mask: Bool[Array, "b q"] | None = None,
+    lengths: Array | None = None,
+    scale: float | None = None,
+    impl: str = "auto",
+    block_q: int = 64,
+    block_k: int = 64,
+    interpret: bool = False,
+) -> Float[Array, "b q h d"]:
+    """softmax(scale q k^T) v over the real keys; padded query rows and rows without keys are 0.
+
+    Args:
+      q, k, v: queries [b, nq, h, d], keys and values [b, nk, h, d] (float32 or bfloat16).
+      key_mask, query_mask: True on real tokens; or `lengths` [b] for prefix padding.
+      scale: softmax scale, default 1 / sqrt(d).
+      impl: "auto" | "xla" | "pallas".
+      block_q, block_k: kernel block sizes (rounded to powers of two >= 16).
+      interpret: run the Pallas kernel in the interpreter (CPU tests).
+    """
+    b, nq, _, d = q.shape
+    nk = k.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    key_mask, query_mask = masks_from(nq, nk, b, key_mask, query_mask, lengths)
+    if resolve_impl(impl, interpret) == "xla":
+        return reference.attention(q, k, v, key_mask, query_mask, scale)
+
+    block_q, block_k = kernel_block(nq, block_q), kernel_block(nk, block_k)
+    nq_pad, nk_pad, d_pad = -(-nq // block_q) * block_q, -(-nk // block_k) * block_k, padded_head_dim(d)
+    qp = pad_axis(pad_axis(q, 1, nq_pad), 3, d_pad)
+    kp = pad_axis(pad_axis(k, 1, nk_pad), 3, d_pad)
+    vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
+    key_code = pad_axis(key_mask.astype(jnp.int32), 1, nk_pad)
+    zeros_q, zeros_k = jnp.zeros((nq_pad,), jnp.int32), jnp.zeros((nk_pad,), jnp.int32)
+    out = pallas_gpu.attention(qp, kp, vp, key_code, zeros_q, zeros_q, zeros_k, None, None, scale, None,
+                               block_q, block_k, interpret)[:, :nq, :, :d]
+    return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

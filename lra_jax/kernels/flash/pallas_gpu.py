@@ -1,0 +1,276 @@
+"""Pallas kernels for blockwise online-softmax attention, forward and backward (GPU, Triton backend).
+
+FlashAttention (Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient
+Exact Attention with IO-Awareness", Algorithm 1 forward, Algorithm 2 backward;
+the loop order of FlashAttention-2, Dao 2023): each program owns one block of
+B_q queries, streams key/value blocks of B_k through on-chip memory and keeps
+the running row maximum m, the running normaliser l and the unnormalised output
+
+    m' = max(m, rowmax(S)),  P = exp(S - m'),  l' = e^{m - m'} l + rowsum(P),
+    O' = e^{m - m'} O + P V,           S = scale * Q K^T (masked),
+
+so no n x n matrix is ever materialised. The forward saves the log-sum-exp
+L = m + log l per row; the backward recomputes P = exp(S - L) block by block:
+one kernel per key block accumulates dV = P^T dO and dK = scale * dS^T Q over
+its query blocks, one kernel per query block accumulates dQ = scale * dS K,
+with dS = P * (dO V^T - D) and D = rowsum(dO * O) (computed by XLA).
+
+The same kernels serve block-sparse attention: with a `layout` (per query block
+[count, key block indices...], and its transpose per key block) the loops visit
+only the listed blocks, and the element rule of `lra_jax.kernels.masking`
+masks pairs inside a visited block (band edges, segments, global tokens).
+
+Shapes: q [b, nq, h, d], k, v [b, nk, h, d], nq % B_q == 0, nk % B_k == 0, d a
+power of two >= 16 (the api pads); accumulation is float32 whatever the input
+dtype (float32 or bfloat16). Masked logits are a finite -1e30 and masked
+probabilities are zeroed explicitly; a row with no allowed key keeps l = 0 and
+outputs 0 with L = 0: no 0/0 and no -inf - -inf.
+
+Backend: GPU through Triton (`plgpu.CompilerParams`, passed explicitly because
+jax 0.10 otherwise lowers `pl.pallas_call` with Mosaic GPU). Runs anywhere with
+`interpret=True`. Not TPU: the lse/code blocks are not (8, 128)-tiled.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from lra_jax.kernels import masking
+
+
+def _dot(a, b, trans_a: bool = False, trans_b: bool = False):
+    """2-D matmul with float32 accumulation, optionally transposing an operand."""
+    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
+    return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+
+
+def _scores(q, k, q_pos, k_pos, key_code, query_code, q_seg, k_seg, scale, rule):
+    """Masked scaled logits [B_q, B_k] (float32) and the allowed-pair mask."""
+    ok = masking.allowed(q_pos, k_pos, key_code, query_code, q_seg, k_seg, rule)
+    s = _dot(q, k, trans_b=True) * scale
+    return jnp.where(ok, s, masking.MASK_VALUE), ok
+
+
+def _fwd_kernel(layout_ref, q_ref, k_ref, v_ref, key_code_ref, query_code_ref, q_seg_ref, k_seg_ref,
+                o_ref, lse_ref, *, scale, rule, block_k, num_k_blocks, sparse):
+    block_q, d = q_ref.shape
+    q_start = pl.program_id(0) * block_q
+    q = q_ref[...]
+    q_pos = q_start + jnp.arange(block_q)
+    query_code, q_seg = query_code_ref[...], q_seg_ref[...]
+
+    def body(t, carry):
+        acc, m, l = carry
+        j = layout_ref[t + 1] if sparse else t
+        keys = pl.ds(j * block_k, block_k)
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        s, ok = _scores(q, k, q_pos, j * block_k + jnp.arange(block_k), key_code_ref[keys], query_code,
+                        q_seg, k_seg_ref[keys], scale, rule)
+        m_new = jnp.maximum(m, jnp.max(s, axis=1))
+        p = jnp.where(ok, jnp.exp(s - m_new[:, None]), 0.0)
+        alpha = jnp.exp(m - m_new)
+        l = alpha * l + jnp.sum(p, axis=1)
+        acc = alpha[:, None] * acc + _dot(p.astype(v.dtype), v)
+        return acc, m_new, l
+
+    init = (jnp.zeros((block_q, d), jnp.float32), jnp.full((block_q,), masking.MASK_VALUE, jnp.float32),
+            jnp.zeros((block_q,), jnp.float32))
+    trips = layout_ref[0] if sparse else num_k_blocks
+    acc, m, l = lax.fori_loop(0, trips, body, init)
+    seen = l > 0.0
+    l_safe = jnp.where(seen, l, 1.0)
+    o_ref[...] = jnp.where(seen[:, None], acc / l_safe[:, None], 0.0).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(seen, m + jnp.log(l_safe), 0.0)
+
+
+def _dq_kernel(layout_ref, q_ref, k_ref, v_ref, key_code_ref, query_code_ref, q_seg_ref, k_seg_ref,
+               do_ref, lse_ref, delta_ref, dq_ref, *, scale, rule, block_k, num_k_blocks, sparse):
+    block_q, d = q_ref.shape
+    q_start = pl.program_id(0) * block_q
+    q, do = q_ref[...], do_ref[...]
+    lse, delta = lse_ref[...], delta_ref[...]
+    q_pos = q_start + jnp.arange(block_q)
+    query_code, q_seg = query_code_ref[...], q_seg_ref[...]
+
+    def body(t, dq):
+        j = layout_ref[t + 1] if sparse else t
+        keys = pl.ds(j * block_k, block_k)
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        s, ok = _scores(q, k, q_pos, j * block_k + jnp.arange(block_k), key_code_ref[keys], query_code,
+                        q_seg, k_seg_ref[keys], scale, rule)
+        p = jnp.where(ok, jnp.exp(s - lse[:, None]), 0.0)
+        ds = p * (_dot(do, v, trans_b=True) - delta[:, None])
+        return dq + _dot(ds.astype(k.dtype), k)
+
+    trips = layout_ref[0] if sparse else num_k_blocks
+    dq = lax.fori_loop(0, trips, body, jnp.zeros((block_q, d), jnp.float32))
+    dq_ref[...] = (dq * scale).astype(dq_ref.dtype)
+
+
+def _dkv_kernel(layout_ref, q_ref, k_ref, v_ref, key_code_ref, query_code_ref, q_seg_ref, k_seg_ref,
+                do_ref, lse_ref, delta_ref, dk_ref, dv_ref, *, scale, rule, block_q, num_q_blocks, sparse):
+    block_k, d = k_ref.shape
+    k_start = pl.program_id(0) * block_k
+    k, v = k_ref[...], v_ref[...]
+    k_pos = k_start + jnp.arange(block_k)
+    key_code, k_seg = key_code_ref[...], k_seg_ref[...]
+
+    def body(t, carry):
+        dk, dv = carry
+        i = layout_ref[t + 1] if sparse else t
+        rows = pl.ds(i * block_q, block_q)
+        q, do = q_ref[rows, :], do_ref[rows, :]
+        lse, delta = lse_ref[rows], delta_ref[rows]
+        s, ok = _scores(q, k, i * block_q + jnp.arange(block_q), k_pos, key_code, query_code_ref[rows],
+                        q_seg_ref[rows], k_seg, scale, rule)
+        p = jnp.where(ok, jnp.exp(s - lse[:, None]), 0.0)
+        dv = dv + _dot(p.astype(do.dtype), do, trans_a=True)
+        ds = p * (_dot(do, v, trans_b=True) - delta[:, None])
+        dk = dk + _dot(ds.astype(q.dtype), q, trans_a=True)
+        return dk, dv
+
+    trips = layout_ref[0] if sparse else num_q_blocks
+    zeros = jnp.zeros((block_k, d), jnp.float32)
+    dk, dv = lax.fori_loop(0, trips, body, (zeros, zeros))
+    dk_ref[...] = (dk * scale).astype(dk_ref.dtype)
+    dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+def _params(d: int):
+    return plgpu.CompilerParams(num_warps=4 if d <= 64 else 8, num_stages=2)
+
+
+def _forward(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, scale, rule, block_q, block_k,
+             interpret):
+    del layout_t
+    b, nq, h, d = q.shape
+    nk = k.shape[1]
+    sparse = layout is not None
+    if layout is None:
+        layout = jnp.zeros((nq // block_q, 1), jnp.int32)
+    kernel = functools.partial(_fwd_kernel, scale=scale, rule=rule, block_k=block_k,
+                               num_k_blocks=nk // block_k, sparse=sparse)
+    q_block = pl.BlockSpec((None, block_q, None, d), lambda i, bb, hh: (bb, i, hh, 0))
+    kv_full = pl.BlockSpec((None, nk, None, d), lambda i, bb, hh: (bb, 0, hh, 0))
+    return pl.pallas_call(
+        kernel,
+        grid=(nq // block_q, b, h),
+        in_specs=[
+            pl.BlockSpec((None, layout.shape[1]), lambda i, bb, hh: (i, 0)),
+            q_block, kv_full, kv_full,
+            pl.BlockSpec((None, nk), lambda i, bb, hh: (bb, 0)),
+            pl.BlockSpec((block_q,), lambda i, bb, hh: (i,)),
+            pl.BlockSpec((block_q,), lambda i, bb, hh: (i,)),
+            pl.BlockSpec((nk,), lambda i, bb, hh: (0,)),
+        ],
+        out_specs=[q_block, pl.BlockSpec((None, None, block_q), lambda i, bb, hh: (bb, hh, i))],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, nq), jnp.float32)],
+        compiler_params=_params(d),
+        interpret=interpret,
+        name="flash_fwd" if not sparse else "block_sparse_fwd",
+    )(layout, q, k, v, key_code, query_code, q_seg, k_seg)
+
+
+def _backward(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, o, lse, do, scale, rule,
+              block_q, block_k, interpret):
+    b, nq, h, d = q.shape
+    nk = k.shape[1]
+    sparse = layout is not None
+    if layout is None:
+        layout = jnp.zeros((nq // block_q, 1), jnp.int32)
+        layout_t = jnp.zeros((nk // block_k, 1), jnp.int32)
+    delta = jnp.einsum("bqhd,bqhd->bhq", o.astype(jnp.float32), do.astype(jnp.float32))
+    common = {"scale": scale, "rule": rule, "sparse": sparse}
+
+    q_block = pl.BlockSpec((None, block_q, None, d), lambda i, bb, hh: (bb, i, hh, 0))
+    kv_full = pl.BlockSpec((None, nk, None, d), lambda i, bb, hh: (bb, 0, hh, 0))
+    row_block = pl.BlockSpec((None, None, block_q), lambda i, bb, hh: (bb, hh, i))
+    dq = pl.pallas_call(
+        functools.partial(_dq_kernel, block_k=block_k, num_k_blocks=nk // block_k, **common),
+        grid=(nq // block_q, b, h),
+        in_specs=[
+            pl.BlockSpec((None, layout.shape[1]), lambda i, bb, hh: (i, 0)),
+            q_block, kv_full, kv_full,
+            pl.BlockSpec((None, nk), lambda i, bb, hh: (bb, 0)),
+            pl.BlockSpec((block_q,), lambda i, bb, hh: (i,)),
+            pl.BlockSpec((block_q,), lambda i, bb, hh: (i,)),
+            pl.BlockSpec((nk,), lambda i, bb, hh: (0,)),
+            q_block, row_block, row_block,
+        ],
+        out_specs=q_block,
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        compiler_params=_params(d),
+        interpret=interpret,
+        name="flash_bwd_dq",
+    )(layout, q, k, v, key_code, query_code, q_seg, k_seg, do, lse, delta)
+
+    k_block = pl.BlockSpec((None, block_k, None, d), lambda j, bb, hh: (bb, j, hh, 0))
+    q_full = pl.BlockSpec((None, nq, None, d), lambda j, bb, hh: (bb, 0, hh, 0))
+    row_full = pl.BlockSpec((None, None, nq), lambda j, bb, hh: (bb, hh, 0))
+    dk, dv = pl.pallas_call(
+        functools.partial(_dkv_kernel, block_q=block_q, num_q_blocks=nq // block_q, **common),
+        grid=(nk // block_k, b, h),
+        in_specs=[
+            pl.BlockSpec((None, layout_t.shape[1]), lambda j, bb, hh: (j, 0)),
+            q_full, k_block, k_block,
+            pl.BlockSpec((None, block_k), lambda j, bb, hh: (bb, j)),
+            pl.BlockSpec((nq,), lambda j, bb, hh: (0,)),
+            pl.BlockSpec((nq,), lambda j, bb, hh: (0,)),
+            pl.BlockSpec((block_k,), lambda j, bb, hh: (j,)),
+            q_full, row_full, row_full,
+        ],
+        out_specs=[k_block, k_block],
+        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        compiler_params=_params(d),
+        interpret=interpret,
+        name="flash_bwd_dkv",
+    )(layout_t, q, k, v, key_code, query_code, q_seg, k_seg, do, lse, delta)
+    return dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(9, 10, 11, 12, 13))
+def attention(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, scale, rule, block_q, block_k,
+              interpret):
+    """Blockwise attention [b, nq, h, d] on padded, block-aligned inputs (see module docstring).
+
+    Args:
+      q, k, v: [b, nq, h, d], [b, nk, h, d], [b, nk, h, d]; float32 or bfloat16.
+      key_code: int32 [b, nk]: 0 padding, 1 real, 2 real and global.
+      query_code: int32 [nq]: 2 marks a global query. q_seg, k_seg: int32 [nq], [nk] segment ids.
+      layout, layout_t: None (dense) or int32 [nq / B_q, W], [nk / B_k, W']: per query
+        (key) block [count, block indices...]; see `lra_jax.kernels.block_sparse.layout`.
+      scale: softmax scale. rule: static element rule (`masking.Rule`) or None.
+      block_q, block_k: block sizes (powers of two >= 16). interpret: Pallas interpreter.
+    """
+    return _forward(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, scale, rule, block_q,
+                    block_k, interpret)[0]
+
+
+def _attention_fwd(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, scale, rule, block_q,
+                   block_k, interpret):
+    o, lse = _forward(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, scale, rule, block_q,
+                      block_k, interpret)
+    return o, (q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, o, lse)
+
+
+def _attention_bwd(scale, rule, block_q, block_k, interpret, residuals, do):
+    q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, o, lse = residuals
+    dq, dk, dv = _backward(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, o, lse, do, scale,
+                           rule, block_q, block_k, interpret)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+def attention_with_lse(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, scale, rule, block_q,
+                       block_k, interpret):
+    """Forward only, also returning the log-sum-exp [b, h, nq] (for tests and merging partial results)."""
+    return _forward(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, scale, rule, block_q,
+                    block_k, interpret)

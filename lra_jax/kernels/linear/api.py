@@ -1,0 +1,66 @@
+"""Non-causal kernelized attention, choosing the kernel: `linear_attention(..., impl=)`.
+
+impl="pallas" runs the fused kernel of `pallas_gpu` (feature map, the two
+reductions and the normalisation in one pass per (batch, head)); impl="xla" the
+two-einsum reference; "auto" the kernel on GPU. Whether the kernel beats XLA's
+two einsums has not been measured yet (no GPU where it was written): see
+`python -m lra_jax.kernels.bench`. Shapes: q, k [b, n, h, m], v [b, n, h, d]
+-> [b, n, h, d] in v's dtype.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from lra_jax.kernels import resolve_impl
+from lra_jax.kernels.flash.api import (
+    kernel_block,
+    masks_from,
+    pad_axis,
+    padded_head_dim,
+)
+from lra_jax.kernels.linear import pallas_gpu, reference
+
+FEATURE_MAPS = ("elu", "identity")
+
+
+def linear_attention(
+    q: Float[Array, "b n h m"],
+    k: Float[Array, "b n h m"],
+    v: Float[Array, "b n h d"],
+    *,
+    key_mask: Bool[Array, "b n"] | None = None,
+    query_mask: Bool[Array, "b n"] | None = None,
+    lengths: Array | None = None,
+    feature_map: str = "elu",
+    eps: float = reference.EPS,
+    impl: str = "auto",
+    block: int = 64,
+    interpret: bool = False,
+) -> Float[Array, "b n h d"]:
+    """phi(q_i)^T S / (phi(q_i)^T z + eps) over the real keys; padded query rows are 0.
+
+    Args:
+      q, k: queries and keys [b, n, h, m]: inputs of `feature_map`.
+      v: values [b, n, h, d].
+      key_mask, query_mask, lengths: padding, as in `flash_attention`.
+      feature_map: "elu" (elu(x) + 1, Linear Transformer) or "identity" (q, k are
+        already features, e.g. FAVOR+ positive random features).
+      eps: added to the normaliser (a row without real keys gives 0).
+      impl: "auto" | "xla" | "pallas". block: rows per loop step. interpret: Pallas interpreter.
+    """
+    if feature_map not in FEATURE_MAPS:
+        raise ValueError(f"unknown feature_map {feature_map!r}; choose one of {', '.join(FEATURE_MAPS)}")
+    b, n, _, m = q.shape
+    d = v.shape[-1]
+    key_mask, query_mask = masks_from(n, n, b, key_mask, query_mask, lengths)
+    if resolve_impl(impl, interpret) == "xla":
+        return reference.attention(q, k, v, key_mask, query_mask, feature_map, eps)
+    block = kernel_block(n, block)
+    n_pad, m_pad, d_pad = -(-n // block) * block, padded_head_dim(m), padded_head_dim(d)
+    qp, kp = (pad_axis(pad_axis(x, 1, n_pad), 3, m_pad) for x in (q, k))
+    vp = pad_axis(pad_axis(v, 1, n_pad), 3, d_pad)
+    key_code = pad_axis(key_mask.astype(jnp.int32), 1, n_pad)
+    out = pallas_gpu.attention(qp, kp, vp, key_code, block, feature_map, m, float(eps), interpret)[:, :n, :, :d]
+    return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

@@ -1,0 +1,165 @@
+"""Pallas fused non-causal kernelized attention, forward and backward (GPU, Triton backend).
+
+Linear Transformer / Performer attention (Katharopoulos et al. 2020, eq. 6;
+Choromanski et al. 2021): one program per (batch, head) streams the key blocks
+once to accumulate S = sum_j m_j phi(k_j) v_j^T [m, d] and z = sum_j m_j phi(k_j)
+[m] in float32 on chip, then streams the query blocks to write
+out_i = phi(q_i)^T S / (phi(q_i)^T z + eps). The feature map (elu + 1, or the
+identity for features computed outside, e.g. FAVOR+) is applied in the kernel,
+so phi(q), phi(k) never reach memory; the XLA form writes them and S, then
+reads them back (two einsums).
+
+Backward (custom_vjp, recomputing S and z): with g_i = dL/dout_i,
+    a_i = g_i / den_i,  c_i = -(g_i . out_i) / den_i,
+    dphi(q_i) = S a_i + c_i z,  dS = sum_i phi(q_i) a_i^T,  dz = sum_i c_i phi(q_i),
+    dphi(k_j) = m_j (dS v_j + dz),  dv_j = m_j dS^T phi(k_j),
+chained through the feature map; one program per (batch, head), three passes.
+
+Shapes: q, k [b, n, h, m], v [b, n, h, d], n a multiple of the block, m and d
+powers of two >= 16 (the api pads; padded feature columns are zeroed in the
+kernel via `num_features`). Backend: GPU via Triton; `interpret=True` anywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+
+def _dot(a, b, trans_a: bool = False, trans_b: bool = False):
+    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
+    return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+
+
+def _phi(x, feature_map, num_features):
+    """phi(x) [B, m] in float32, zero on padded feature columns, and dphi/dx."""
+    x = x.astype(jnp.float32)
+    real = (jnp.arange(x.shape[1]) < num_features)[None, :]
+    if feature_map == "elu":
+        phi, dphi = jnp.where(x > 0, x + 1.0, jnp.exp(jnp.minimum(x, 0.0))), jnp.where(x > 0, 1.0, jnp.exp(
+            jnp.minimum(x, 0.0)))
+    else:
+        phi, dphi = x, jnp.ones_like(x)
+    return jnp.where(real, phi, 0.0), jnp.where(real, dphi, 0.0)
+
+
+def _sums(k_ref, v_ref, mask_ref, block, num_blocks, feature_map, num_features):
+    """S [m, d] and z [1, m] over the real keys."""
+    m, d = k_ref.shape[1], v_ref.shape[1]
+
+    def body(t, carry):
+        s, z = carry
+        rows = pl.ds(t * block, block)
+        phi_k, _ = _phi(k_ref[rows, :], feature_map, num_features)
+        phi_k = jnp.where(mask_ref[rows][:, None] > 0, phi_k, 0.0)
+        v = v_ref[rows, :].astype(jnp.float32)
+        return s + _dot(phi_k, v, trans_a=True), z + jnp.sum(phi_k, axis=0)[None, :]
+
+    return lax.fori_loop(0, num_blocks, body, (jnp.zeros((m, d), jnp.float32), jnp.zeros((1, m), jnp.float32)))
+
+
+def _fwd_kernel(q_ref, k_ref, v_ref, mask_ref, o_ref, *, block, num_blocks, feature_map, num_features, eps):
+    s, z = _sums(k_ref, v_ref, mask_ref, block, num_blocks, feature_map, num_features)
+
+    def body(t, _):
+        rows = pl.ds(t * block, block)
+        phi_q, _ = _phi(q_ref[rows, :], feature_map, num_features)
+        den = jnp.sum(phi_q * z, axis=1) + eps
+        o_ref[rows, :] = (_dot(phi_q, s) / den[:, None]).astype(o_ref.dtype)
+        return 0
+
+    lax.fori_loop(0, num_blocks, body, 0)
+
+
+def _bwd_kernel(q_ref, k_ref, v_ref, mask_ref, g_ref, dq_ref, dk_ref, dv_ref, *, block, num_blocks, feature_map,
+                num_features, eps):
+    s, z = _sums(k_ref, v_ref, mask_ref, block, num_blocks, feature_map, num_features)
+    m, d = s.shape
+
+    def query_pass(t, carry):
+        ds, dz = carry
+        rows = pl.ds(t * block, block)
+        phi_q, dphi_q = _phi(q_ref[rows, :], feature_map, num_features)
+        g = g_ref[rows, :].astype(jnp.float32)
+        den = jnp.sum(phi_q * z, axis=1) + eps
+        out = _dot(phi_q, s) / den[:, None]
+        a = g / den[:, None]
+        c = -jnp.sum(g * out, axis=1) / den
+        dphi = _dot(a, s, trans_b=True) + c[:, None] * z
+        dq_ref[rows, :] = (dphi * dphi_q).astype(dq_ref.dtype)
+        return ds + _dot(phi_q, a, trans_a=True), dz + jnp.sum(c[:, None] * phi_q, axis=0)[None, :]
+
+    ds, dz = lax.fori_loop(0, num_blocks, query_pass,
+                           (jnp.zeros((m, d), jnp.float32), jnp.zeros((1, m), jnp.float32)))
+
+    def key_pass(t, _):
+        rows = pl.ds(t * block, block)
+        phi_k, dphi_k = _phi(k_ref[rows, :], feature_map, num_features)
+        real = mask_ref[rows][:, None] > 0
+        v = v_ref[rows, :].astype(jnp.float32)
+        dphi = _dot(v, ds, trans_b=True) + dz
+        dk_ref[rows, :] = jnp.where(real, dphi * dphi_k, 0.0).astype(dk_ref.dtype)
+        dv_ref[rows, :] = jnp.where(real, _dot(phi_k, ds), 0.0).astype(dv_ref.dtype)
+        return 0
+
+    lax.fori_loop(0, num_blocks, key_pass, 0)
+
+
+def _specs(b, n, h, m, d):
+    full = lambda width: pl.BlockSpec((None, n, None, width), lambda bb, hh: (bb, 0, hh, 0))
+    return full(m), full(d), pl.BlockSpec((None, n), lambda bb, hh: (bb, 0))
+
+
+def _forward(q, k, v, key_code, block, feature_map, num_features, eps, interpret):
+    b, n, h, m = q.shape
+    d = v.shape[-1]
+    fm, fd, fmask = _specs(b, n, h, m, d)
+    return pl.pallas_call(
+        functools.partial(_fwd_kernel, block=block, num_blocks=n // block, feature_map=feature_map,
+                          num_features=num_features, eps=eps),
+        grid=(b, h),
+        in_specs=[fm, fm, fd, fmask],
+        out_specs=fd,
+        out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
+        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
+        interpret=interpret,
+        name="linear_attention_fwd",
+    )(q, k, v, key_code)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def attention(q, k, v, key_code, block, feature_map, num_features, eps, interpret):
+    """Fused kernelized attention [b, n, h, d]; key_code int32 [b, n] (> 0 on real keys)."""
+    return _forward(q, k, v, key_code, block, feature_map, num_features, eps, interpret)
+
+
+def _attention_fwd(q, k, v, key_code, block, feature_map, num_features, eps, interpret):
+    return _forward(q, k, v, key_code, block, feature_map, num_features, eps, interpret), (q, k, v, key_code)
+
+
+def _attention_bwd(block, feature_map, num_features, eps, interpret, residuals, g):
+    q, k, v, key_code = residuals
+    b, n, h, m = q.shape
+    d = v.shape[-1]
+    fm, fd, fmask = _specs(b, n, h, m, d)
+    dq, dk, dv = pl.pallas_call(
+        functools.partial(_bwd_kernel, block=block, num_blocks=n // block, feature_map=feature_map,
+                          num_features=num_features, eps=eps),
+        grid=(b, h),
+        in_specs=[fm, fm, fd, fmask, fd],
+        out_specs=[fm, fm, fd],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
+                   jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
+        interpret=interpret,
+        name="linear_attention_bwd",
+    )(q, k, v, key_code, g)
+    return dq, dk, dv, None
+
+
+attention.defvjp(_attention_fwd, _attention_bwd)

@@ -1,0 +1,180 @@
+"""Every kernel implementation against its pure-jnp reference, forward and gradient.
+
+One parametrisation (`CASES`) names each kernel call; `test_matches_reference`
+runs it with impl="pallas" (interpret=True on CPU; compiled on a GPU in
+`test_compiled_matches_reference`) and impl="xla" (the reference) and compares
+outputs and the gradients of a random projection of them with respect to q, k, v.
+Shapes stay small (n <= 128, blocks of 16/32) so the file runs in about a minute
+on two CPU cores in interpret mode.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lra_jax.attention import registry
+from lra_jax.kernels import pallas_available
+from lra_jax.kernels.block_sparse import block_sparse_attention
+from lra_jax.kernels.block_sparse import layout as layouts
+from lra_jax.kernels.flash import flash_attention
+from lra_jax.kernels.flash.reference import masked_attention
+from lra_jax.kernels.linear import linear_attention
+
+needs_gpu = pytest.mark.skipif(not pallas_available(), reason="compiled Pallas kernels need a GPU")
+
+
+def inputs(b, n, h, d, lengths, dtype=np.float32, seed=0):
+    """q, k, v [b n h d] (numpy, so no compile per shape) and a prefix mask [b n]."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((b, n, h, d)).astype(dtype) for _ in range(3))
+    return q, k, v, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
+
+
+def _band(n, w):
+    return np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]) <= w
+
+
+# name -> (kernel call (q, k, v, mask, impl, interpret) -> out, b, n, h, d, lengths)
+CASES = {
+    "flash": (lambda q, k, v, m, **kw: flash_attention(q, k, v, key_mask=m, block_q=32, block_k=32, **kw),
+              2, 96, 2, 32, [96, 37]),
+    "flash-odd": (lambda q, k, v, m, **kw: flash_attention(q, k, v, key_mask=m, block_q=16, block_k=32, **kw),
+                  2, 50, 1, 24, [50, 1]),
+    "flash-scale": (lambda q, k, v, m, **kw: flash_attention(q, k, v, key_mask=m, scale=0.3, block_q=32,
+                                                             block_k=16, **kw), 1, 64, 2, 64, [60]),
+    "local": (lambda q, k, v, m, **kw: block_sparse_attention(q, k, v, key_mask=m, window=9, block=16, **kw),
+              2, 80, 2, 16, [80, 45]),
+    "local-globals": (lambda q, k, v, m, **kw: block_sparse_attention(
+        q, k, v, key_mask=m, window=5, global_keys=np.arange(96) < 3, global_queries=np.arange(96) < 2,
+        block=32, **kw), 2, 96, 2, 16, [96, 70]),
+    "segments": (lambda q, k, v, m, **kw: block_sparse_attention(
+        q, k, v, key_mask=m, query_segments=np.arange(64) // 12, key_segments=np.arange(64) // 12, block=16,
+        **kw), 2, 64, 2, 16, [64, 30]),
+    "block-mask": (lambda q, k, v, m, **kw: block_sparse_attention(
+        q, k, v, key_mask=m, block_mask=np.eye(4, dtype=bool) | (np.arange(4)[None, :] == 0)
+        | (np.arange(4)[:, None] == 3), block=16, **kw), 2, 64, 2, 32, [64, 20]),
+    "linear": (lambda q, k, v, m, **kw: linear_attention(q, k, v, key_mask=m, block=32, **kw),
+               2, 80, 2, 16, [80, 33]),
+}
+
+
+def _run(case, impl, interpret, dtype=np.float32):
+    """(output, grads of <out, r> w.r.t. q, k, v) of one case, jitted."""
+    fn, b, n, h, d, lengths = CASES[case]
+    q, k, v, mask = inputs(b, n, h, d, lengths, dtype)
+    r = np.random.default_rng(1).standard_normal((b, n, h, d)).astype(np.float32)
+    call = lambda q, k, v: fn(q, k, v, mask, impl=impl, interpret=interpret)
+    loss = lambda q, k, v: jnp.sum(call(q, k, v).astype(jnp.float32) * r)
+    out, grads = jax.jit(lambda q, k, v: (call(q, k, v), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)))(q, k, v)
+    return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads], mask
+
+
+def _compare(case, interpret):
+    out, grads, mask = _run(case, "pallas", interpret)
+    ref_out, ref_grads, _ = _run(case, "xla", False)
+    assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
+    np.testing.assert_allclose(out, ref_out, atol=2e-5, rtol=2e-5)
+    for name, g, ref in zip("qkv", grads, ref_grads):
+        np.testing.assert_allclose(g, ref, atol=5e-5, rtol=5e-5, err_msg=f"d{name}")
+    assert (out[~mask] == 0).all()  # padded query rows are exactly zero
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_matches_reference(case):
+    _compare(case, interpret=True)
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", list(CASES))
+def test_compiled_matches_reference(case):
+    _compare(case, interpret=False)
+
+
+def test_flash_reference_is_softmax_attention():
+    """The flash reference (and so the kernel) equals a float64 numpy softmax over real keys."""
+    q, k, v, mask = inputs(2, 20, 1, 8, [20, 7])
+    out = np.asarray(flash_attention(q, k, v, key_mask=mask, impl="xla"))
+    logits = np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64), k) / np.sqrt(8)
+    logits = np.where(mask[:, None, None], logits, -np.inf)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    want = np.einsum("bhqk,bkhd->bqhd", probs / probs.sum(-1, keepdims=True), v) * mask[:, :, None, None]
+    np.testing.assert_allclose(out, want, atol=1e-5)
+
+
+def test_block_sparse_reference_is_a_masked_softmax():
+    """The block-sparse reference with a band equals dense attention under an explicit band mask."""
+    q, k, v, mask = inputs(1, 40, 1, 8, [40])
+    out = block_sparse_attention(q, k, v, key_mask=mask, window=3, impl="xla")
+    want = masked_attention(q, k, v, jnp.asarray(_band(40, 3))[None, None], 1 / np.sqrt(8))
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=1e-6)
+
+
+def test_bf16_flash_within_bf16_tolerance():
+    out, grads, _ = _run("flash", "pallas", True, dtype=jnp.bfloat16)
+    ref_out, ref_grads, _ = _run("flash", "xla", False, dtype=np.float32)
+    np.testing.assert_allclose(out, ref_out, atol=3e-2, rtol=3e-2)
+    for g, ref in zip(grads, ref_grads):
+        np.testing.assert_allclose(g, ref, atol=6e-2, rtol=6e-2)
+
+
+def test_all_padding_rows_are_zero_and_finite():
+    """A sequence of length 0 and a real query with no real key: zero output, finite gradients."""
+    q, k, v, mask = inputs(2, 32, 1, 16, [0, 12])
+    query_mask = np.ones_like(mask)  # every query real, even where no key is
+    def loss(fn):
+        return lambda q, k, v: jnp.sum(fn(q, k, v) ** 2)
+    for fn in (
+        lambda q, k, v: flash_attention(q, k, v, key_mask=mask, query_mask=query_mask, block_q=16, block_k=16,
+                                        impl="pallas", interpret=True),
+        lambda q, k, v: block_sparse_attention(q, k, v, key_mask=mask, query_mask=query_mask, window=3, block=16,
+                                               impl="pallas", interpret=True),
+    ):
+        out, grads = jax.jit(lambda q, k, v, fn=fn: (fn(q, k, v), jax.grad(loss(fn), (0, 1, 2))(q, k, v)))(q, k, v)
+        out = np.asarray(out)
+        assert np.isfinite(out).all() and all(np.isfinite(np.asarray(g)).all() for g in grads)
+        assert (out[0] == 0).all()  # no real key anywhere in sequence 0
+
+
+def test_layout_lists_blocks_and_its_transpose():
+    dense = jnp.asarray([[True, False, True], [False, False, False], [True, True, True]])
+    rows = np.asarray(layouts.compact(dense))
+    assert rows.shape == (3, 4)  # count + 3 indices, a power of two wide
+    assert list(rows[0, :3]) == [2, 0, 2] and rows[1, 0] == 0 and list(rows[2, :4]) == [3, 0, 1, 2]
+    cols = np.asarray(layouts.compact(dense.T))
+    assert list(cols[1, :2]) == [1, 2]
+
+
+def test_band_layout_skips_far_blocks():
+    """A window of 3 with blocks of 16 visits only the neighbouring blocks."""
+    code = jnp.ones((1, 64), jnp.int32)
+    zeros = jnp.zeros((64,), jnp.int32)
+    dense = np.asarray(layouts.from_rule(64, 64, 16, 16, (3, False, False), zeros + 1, code, zeros, zeros))
+    np.testing.assert_array_equal(dense, np.abs(np.arange(4)[:, None] - np.arange(4)[None, :]) <= 1)
+
+
+# The variants with impl="pallas" (interpreted here) against the same variant with impl="xla".
+VARIANTS = {
+    "softmax": {},
+    "local": {"window": 5},
+    "strided": {"stride": 8},
+    "longformer": {"window": 4, "num_global": 2},
+    "bigbird": {"block": 16, "num_random_blocks": 1, "max_len": 64},
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_pallas_matches_xla(name):
+    dim, heads, n = 32, 2, 40
+    x = np.random.default_rng(2).standard_normal((2, n, dim)).astype(np.float32)
+    mask = np.arange(n)[None, :] < np.array([[n], [23]])
+    outs = []
+    for impl in ("xla", "pallas"):
+        layer = registry.build(name, dim=dim, num_heads=heads, rngs=nnx.Rngs(0), impl=impl, **VARIANTS[name])
+        graph, state = nnx.split(layer)
+        run = jax.jit(lambda state, x, mask, graph=graph: nnx.merge(graph, state)(x, mask, deterministic=True))
+        outs.append(np.asarray(run(state, x, mask)))
+    np.testing.assert_allclose(outs[1], outs[0], atol=2e-5, rtol=2e-5)
