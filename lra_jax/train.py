@@ -21,6 +21,8 @@ config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/linfo
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, results.json); "
                     "default runs/<variant>-<task>-<scale>.")
+flags.DEFINE_bool("distributed", False, "Multi-host run (TPU pod, Slurm): call jax.distributed.initialize() "
+                  "first; JAX finds the coordinator from the cluster environment.")
 FLAGS = flags.FLAGS
 
 
@@ -46,10 +48,13 @@ def main(argv: list[str]) -> None:
     if FLAGS.config is None:
         raise app.UsageError("--config is required, e.g. --config=configs/linformer.py:listops,mini")
     logging.set_verbosity(logging.WARNING)
+    if FLAGS.distributed:
+        jax.distributed.initialize()
     jax.config.update("jax_compilation_cache_dir", os.path.join(default_cache_dir(), "jax"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
-    print(f"workdir: {workdir}")
+    if jax.process_index() == 0:
+        print(f"workdir: {workdir}")
     try:
         trainer.train_and_evaluate(FLAGS.config, workdir)
     except LraError as error:

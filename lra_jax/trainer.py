@@ -100,7 +100,8 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, ke
         step_key = jax.random.fold_in(key, state["step"])
 
         def loss_fn(params):
-            model = nnx.merge(graphdef, params, state["rest"])
+            # copy=True: a fresh model whose non-Param state (e.g. Routing's centroids) may be updated here
+            model = nnx.merge(graphdef, params, state["rest"], copy=True)
             logits = model(batch["inputs"], deterministic=False, rngs=nnx.Rngs(step_key))
             _, _, rest = nnx.split(model, nnx.Param, ...)
             return cross_entropy(logits, batch["label"]).mean(), (logits, rest)

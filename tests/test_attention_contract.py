@@ -23,13 +23,13 @@ SETTINGS = {
     "strided": dict(stride=4),
     "longformer": dict(window=3, num_global=2),
     "bigbird": dict(block=4, num_random_blocks=2),
-    "reformer": dict(),
-    "routing": dict(),
-    "sinkhorn": dict(),
-    "nystromformer": dict(),
-    "taylor": dict(),
-    "lightweight_conv": dict(),
-    "dynamic_conv": dict(),
+    "reformer": dict(chunk_size=4, num_buckets=2, num_hashes=2),
+    "routing": dict(num_clusters=3, window=12),
+    "sinkhorn": dict(block=4),
+    "nystromformer": dict(num_landmarks=8, conv_kernel=3),
+    "taylor": dict(scale=1.0),
+    "lightweight_conv": dict(kernel_size=5),
+    "dynamic_conv": dict(kernel_size=5),
 }
 
 

@@ -13,8 +13,10 @@ from lra_jax.attention.kernelized import (
     favor_log_features,
     linear_attention,
     orthogonal_random_features,
+    taylor_attention,
 )
 from lra_jax.attention.softmax import softmax_attention
+from lra_jax.errors import ConfigError
 
 B, N, H, D = 2, 32, 2, 16
 
@@ -231,3 +233,74 @@ def test_temp_memory_grows_linearly_with_length(variant):
 def test_temp_memory_check_detects_quadratic_attention():
     ratio = temp_bytes(softmax_attention, 4096) / temp_bytes(softmax_attention, 1024)
     assert ratio > 12, ratio  # measured 16.0x: the check above can tell n from n^2
+
+
+# ----------------------------------------------------------------------------------- Taylor
+
+
+def np_qkv(seed=0, n=N, lengths=(N - 9, N)):
+    """numpy q, k, v [b n h d] (padded positions hold noise too) and the ragged mask."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (jnp.asarray(rng.standard_normal((len(lengths), n, H, D)), jnp.float32) for _ in range(3))
+    return q, k, v, jnp.asarray(np.arange(n)[None, :] < np.asarray(lengths)[:, None])
+
+
+def dense_taylor(q, k, v, mask, scale):
+    """The quadratic form: weights (1 + scale q^.k^) over the real keys, normalised per query."""
+    q, k = (np.asarray(x) / np.linalg.norm(np.asarray(x), axis=-1, keepdims=True) for x in (q, k))
+    sim = 1.0 + scale * np.einsum("bqhd,bkhd->bhqk", q, k)
+    sim = np.where(np.asarray(mask)[:, None, None, :], sim, 0.0)
+    return np.einsum("bhqk,bkhd->bqhd", sim / sim.sum(-1, keepdims=True), np.asarray(v))
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.3])
+def test_taylor_equals_its_dense_quadratic_form(scale):
+    q, k, v, mask = np_qkv(seed=8)
+    mask = mask.at[1, 5].set(False)  # a hole inside a row too
+    out = jax.jit(lambda q, k, v, m: taylor_attention(q, k, v, m, scale=scale))(q, k, v, mask)
+    real = np.asarray(mask)
+    np.testing.assert_allclose(np.asarray(out)[real], dense_taylor(q, k, v, mask, scale)[real], atol=1e-5, rtol=1e-5)
+    # Padded keys are excluded: wild padded content changes nothing.
+    pads = ~mask[:, :, None, None]
+    out_wild = taylor_attention(jnp.where(pads, 1e3, q), jnp.where(pads, -1e3, k), jnp.where(pads, 1e3, v), mask,
+                                scale=scale)
+    np.testing.assert_allclose(np.asarray(out_wild)[real], np.asarray(out)[real], atol=1e-5, rtol=1e-5)
+
+
+def test_taylor_approaches_softmax_as_logits_shrink_with_error_of_order_eps_squared():
+    """softmax(eps q^.k^) vs normalised (1 + eps q^.k^): they differ by O(eps^2)."""
+    q, k, v, mask = np_qkv(seed=9)
+    q_unit, k_unit = (x / jnp.linalg.norm(x, axis=-1, keepdims=True) for x in (q, k))
+    d = q.shape[-1]
+
+    @jax.jit
+    def error(eps):
+        # softmax_attention divides the logits by sqrt(d): scale q^ by eps sqrt(d) to get eps q^.k^.
+        ref = softmax_attention(eps * jnp.sqrt(d) * q_unit, k_unit, v, mask)
+        return jnp.max(jnp.where(mask[:, :, None, None], jnp.abs(taylor_attention(q, k, v, mask, scale=eps) - ref), 0))
+
+    errors = {eps: float(error(eps)) for eps in (0.4, 0.2, 0.1, 0.05)}
+    # Measured max error on real positions (jax 0.10.2, CPU): {0.4: 5.1e-3, 0.2: 1.3e-3, 0.1: 3.2e-4,
+    # 0.05: 8.1e-5}: each halving of eps divides the error by 3.95-4.0 (second order).
+    for big, small in ((0.4, 0.2), (0.2, 0.1), (0.1, 0.05)):
+        assert 3.0 < errors[big] / errors[small] < 5.0, errors
+    assert errors[0.05] < 2e-4, errors
+
+
+def test_taylor_all_padding_row_is_zero_and_bad_scale_is_a_config_error():
+    q, k, v, mask = np_qkv(seed=10)
+    mask = mask.at[0].set(False)
+    out = np.asarray(jax.jit(taylor_attention)(q, k, v, mask))
+    assert np.isfinite(out).all()
+    np.testing.assert_array_equal(out[0], 0.0)
+    assert registry.settings_of("taylor")["scale"] == 1.0
+    for bad in (0.0, 1.5):
+        with pytest.raises(ConfigError, match="scale"):
+            registry.build("taylor", dim=32, num_heads=4, rngs=nnx.Rngs(0), scale=bad)
+
+
+def test_taylor_temp_memory_grows_linearly_with_length():
+    # Measured: 4.0x forward and 4.0x with gradients for a 4x longer sequence.
+    for f in (taylor_attention, with_grad(taylor_attention)):
+        ratio = temp_bytes(f, 4096) / temp_bytes(f, 1024)
+        assert ratio < 6, ratio

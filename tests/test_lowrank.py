@@ -1,11 +1,14 @@
-"""Linformer: its exact limit (k = n, identity projections), padding invariance and its length limit."""
+"""Linformer: its exact limit (k = n, identity projections), padding invariance and its length limit.
+Nystromformer: its exact limit (one token per landmark), landmarks, pseudo-inverse, memory."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from lra_jax.attention import registry
+from lra_jax.attention.lowrank import iterative_pinv, segment_means
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
 
@@ -91,3 +94,94 @@ def test_missing_max_len_or_bad_k_is_a_config_error():
         registry.build("linformer", dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(0))
     with pytest.raises(ConfigError, match="k=0"):
         linformer(max_len=8, k=0)
+
+
+# --------------------------------------------------------------------------- Nystromformer
+
+
+def nystromformer(max_len, num_landmarks, **settings):
+    return registry.build("nystromformer", dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(0), max_len=max_len,
+                          num_landmarks=num_landmarks, **settings)
+
+
+def qkv_heads(n, lengths, seed=1):
+    rng = np.random.default_rng(seed)
+    q, k, v = (jnp.asarray(rng.standard_normal((len(lengths), n, HEADS, DIM // HEADS)), jnp.float32)
+               for _ in range(3))
+    return q, k, v, jnp.asarray(np.arange(n)[None, :] < np.asarray(lengths)[:, None])
+
+
+def attend(layer):
+    return jax.jit(lambda q, k, v, mask: layer.attend(q, k, v, mask, deterministic=True, rngs=None))
+
+
+def test_nystromformer_with_one_token_per_landmark_is_full_attention():
+    """num_landmarks = max_len = n: Q~ = Q, K~ = K and S^ = A pinv(A) A = A, up to the iterative pinv."""
+    n = 12
+    q, k, v, mask = qkv_heads(n, [n, 7, 1])  # padded tokens are empty segments, excluded
+    ref = np.asarray(softmax_attention(q, k, v, mask))
+    real_rows = np.asarray(mask)
+
+    def max_error(iterations):
+        layer = nystromformer(n, n, conv_kernel=0, pinv_iterations=iterations)
+        return np.abs(np.asarray(attend(layer)(q, k, v, mask)) - ref)[real_rows].max()
+
+    # Measured max |error| on real rows (jax 0.10.2, CPU; cond(A) ~ 200): 6 iterations (the default)
+    # 2.8e-2, 10: 2.4e-3, 15: 5.7e-6, 20: 3.1e-6 (float32 round-off). The softmax outputs are O(0.5).
+    assert max_error(20) < 2e-5
+    assert 1e-3 < max_error(6) < 0.1
+
+
+def test_iterative_pinv_matches_numpy_and_fewer_landmarks_differ_from_softmax():
+    rng = np.random.default_rng(2)
+    a = jax.nn.softmax(jnp.asarray(rng.standard_normal((3, 6, 6)), jnp.float32), axis=-1)
+    z = np.asarray(jax.jit(lambda a: iterative_pinv(a, 20))(a))
+    np.testing.assert_allclose(z, np.linalg.pinv(np.asarray(a, np.float64)), atol=1e-3, rtol=1e-3)
+
+    n = 16
+    q, k, v, mask = qkv_heads(n, [n, 9])
+    out = attend(nystromformer(n, 4, conv_kernel=0))(q, k, v, mask)
+    assert np.abs(np.asarray(out) - np.asarray(softmax_attention(q, k, v, mask))).max() > 1e-2
+
+
+def test_landmarks_are_means_over_fixed_segments_of_real_tokens():
+    x = jnp.asarray(np.arange(1.0, 11.0, dtype=np.float32).reshape(1, 10, 1, 1))
+    mask = jnp.asarray(np.arange(10)[None, :] < 5)  # segments of 3: {1,2,3}, {4,5 | pad}, {pad}, {pad}
+    means, real_segments = segment_means(x, mask, 3)
+    np.testing.assert_allclose(np.asarray(means)[0, :, 0, 0], [2.0, 4.5, 0.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(real_segments)[0], [True, True, False, False])
+    # The segment size comes from max_len (here ceil(32 / 8) = 4), not from the input length.
+    assert nystromformer(32, 8).segment == 4
+
+
+def test_nystromformer_value_convolution_ignores_padding_and_memory_is_subquadratic():
+    n = 16
+    layer = nystromformer(n + 8, 6, conv_kernel=5)
+    q, k, v, mask = qkv_heads(n, [n, 9, 4])
+    out = attend(layer)(q, k, v, mask)
+    pads = ~mask[:, :, None, None]
+    out_wild = attend(layer)(jnp.where(pads, 1e3, q), jnp.where(pads, -1e3, k), jnp.where(pads, 1e3, v), mask)
+    real_rows = np.asarray(mask)
+    np.testing.assert_allclose(np.asarray(out_wild)[real_rows], np.asarray(out)[real_rows], atol=1e-5, rtol=1e-4)
+    without_conv = attend(nystromformer(n + 8, 6, conv_kernel=0))(q, k, v, mask)
+    assert np.abs(np.asarray(out) - np.asarray(without_conv)).max() > 1e-3  # the convolution is used
+
+    def temp_bytes(n):  # a layer built for length n: m = 64 landmarks of n / 64 tokens each
+        layer = nystromformer(n, 64, conv_kernel=35)
+        qkv = jax.ShapeDtypeStruct((1, n, HEADS, DIM // HEADS), jnp.float32)
+        lowered = attend(layer).lower(qkv, qkv, qkv, jax.ShapeDtypeStruct((1, n), jnp.bool_))
+        return lowered.compile().memory_analysis().temp_size_in_bytes
+
+    # Measured: 2.9x forward (6.6 MB at n = 4096, against 64 MiB for one n x n matrix), 3.1x with
+    # gradients, for a 4x longer sequence (full attention: ~16x).
+    ratio = temp_bytes(4096) / temp_bytes(1024)
+    assert ratio < 6, ratio
+
+
+def test_nystromformer_settings_and_errors():
+    defaults = registry.settings_of("nystromformer")
+    assert (defaults["num_landmarks"], defaults["pinv_iterations"], defaults["conv_kernel"]) == (64, 6, 35)
+    with pytest.raises(ConfigError, match="max_len"):
+        registry.build("nystromformer", dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="num_landmarks=0"):
+        nystromformer(8, 0)

@@ -20,13 +20,13 @@ SMALL = {
     "strided": dict(stride=4),
     "longformer": dict(window=2),
     "bigbird": dict(block=4, num_random_blocks=2),
-    "reformer": dict(),
-    "routing": dict(num_clusters=3, window=8),
-    "sinkhorn": dict(),
-    "nystromformer": dict(),
-    "taylor": dict(),
-    "lightweight_conv": dict(),
-    "dynamic_conv": dict(),
+    "reformer": dict(chunk_size=4, num_buckets=4, num_hashes=2),
+    "routing": dict(num_clusters=3, window=14),
+    "sinkhorn": dict(block=8),
+    "nystromformer": dict(num_landmarks=8, conv_kernel=5),
+    "taylor": dict(scale=1.0),
+    "lightweight_conv": dict(kernel_size=7),
+    "dynamic_conv": dict(kernel_size=7),
 }
 
 

@@ -1,6 +1,6 @@
 """Kernelized attention: softmax's exp(q.k) replaced by a feature map, linear in n.
 
-Both variants here write attention as a kernel phi(q)^T phi(k) and reorder the product
+All three variants here write attention as a kernel phi(q)^T phi(k) and reorder the product
 (Katharopoulos et al. 2020, eq. 4-6) so that no n x n matrix is ever formed:
 
     out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps)
@@ -22,6 +22,16 @@ softmax attention's O(n^2 d) time and O(n^2) memory.
   The estimate converges to softmax attention as m grows.
 * Linear Transformer (Katharopoulos et al. 2020, "Transformers are RNNs", eq. 4-6 with
   eq. 7's feature map): phi(x) = elu(x) + 1, non-causal, normaliser kept.
+* Taylor (Li, Su, Duan & Zheng 2020, "Linear Attention Mechanism: An Efficient Attention for
+  Semantic Segmentation", arXiv:2007.14902, eq. 7-11): the first-order Taylor expansion
+  exp(x) ~ 1 + x of the softmax kernel, made non-negative by L2-normalising queries and keys:
+
+      sim(q_i, k_j) = 1 + s q^_i . k^_j >= 0,   q^ = q / |q|,  k^ = k / |k|,  0 < s <= 1,
+      out_i = (sum_j v_j + s q^_i^T sum_j k^_j v_j^T) / (N_real + s q^_i^T sum_j k^_j),
+
+  i.e. `kernel_attention` with phi(x) = [1, sqrt(s) x^] (m = d + 1 features). `s` (`scale`,
+  default 1 as in the paper) is a fixed temperature; softmax(s q^.k^) and the Taylor weights
+  differ by O(s^2) as s -> 0, the limit the tests check.
 
 Padding. The original LRA code for Performer and Linear Transformer ignored the padding mask,
 so padded keys entered every sum above and outputs depended on how much padding followed.
@@ -228,3 +238,55 @@ class LinearAttention(Attention):
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         return linear_attention(q, k, v, mask)
+
+
+# ----------------------------------------------------------------------------------- Taylor
+
+
+def taylor_features(x: Float[Array, "b n h d"], scale: float) -> Float[Array, "b n h m"]:
+    """phi(x) = [1, sqrt(scale) x / |x|] (m = d + 1), so phi(q)^T phi(k) = 1 + scale q^.k^; float32.
+
+    A zero vector maps to [1, 0, ..., 0] (its direction is undefined; the 1e-12 keeps it finite).
+    """
+    x = x.astype(jnp.float32)
+    unit = x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12)
+    return jnp.concatenate([jnp.ones_like(x[..., :1]), jnp.sqrt(jnp.float32(scale)) * unit], axis=-1)
+
+
+def taylor_attention(
+    q: Float[Array, "b n h d"],
+    k: Float[Array, "b n h d"],
+    v: Float[Array, "b n h d"],
+    mask: Bool[Array, "b n"],
+    *,
+    scale: float = 1.0,
+) -> Float[Array, "b n h d"]:
+    """out_i = sum_j (1 + scale q^_i.k^_j) v_j / sum_j (1 + scale q^_i.k^_j) over the real keys j.
+
+    Computed in linear form (module docstring); padded keys get phi = 0, so they enter neither sum.
+    """
+    phi_k = jnp.where(mask[:, :, None, None], taylor_features(k, scale), 0.0)
+    return kernel_attention(taylor_features(q, scale), phi_k, v).astype(v.dtype)
+
+
+@register("taylor")
+class TaylorAttention(Attention):
+    """First-order Taylor linear attention, sim = 1 + scale q^.k^ (see module docstring).
+
+    Args:
+      dim, num_heads, rngs, **common: as `Attention` (dropout_rate is unused: no attention weights).
+      scale: fixed temperature s on q^.k^, in (0, 1] so that every similarity is >= 0
+        (1, the paper's form, by default).
+
+    Raises:
+      ConfigError: if scale is not in (0, 1].
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, scale: float = 1.0, **common):
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        if not 0.0 < scale <= 1.0:
+            raise ConfigError(f"taylor needs 0 < scale <= 1 (so that 1 + scale q.k >= 0), got scale={scale}")
+        self.scale = float(scale)
+
+    def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+        return taylor_attention(q, k, v, mask, scale=self.scale)

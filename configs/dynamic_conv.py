@@ -1,0 +1,17 @@
+"""Dynamic convolution (Wu et al. 2019, "Pay Less Attention...") in place of attention, on an LRA task.
+
+    python -m lra_jax.train --config=configs/dynamic_conv.py:listops,mini --workdir=runs/dynamic_conv-mini
+    python -m lra_jax.train --config=configs/dynamic_conv.py              # full-scale ListOps
+
+Every position predicts its own kernel (heads x `kernel_size`, softmax over the width) from its input.
+`kernel_size` 31, the paper's widest; GLU input projection; weight dropout = config.model.attention_dropout_rate.
+
+Expected: mini ListOps test accuracy (not yet measured) (majority class 0.167); the LRA paper has no
+convolution entry.
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    return base.get_config(arg, attention=dict(name="dynamic_conv", kernel_size=31, glu=True))

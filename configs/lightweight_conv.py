@@ -1,0 +1,17 @@
+"""Lightweight convolution (Wu et al. 2019, "Pay Less Attention...") in place of attention, on an LRA task.
+
+    python -m lra_jax.train --config=configs/lightweight_conv.py:listops,mini --workdir=runs/lightweight_conv-mini
+    python -m lra_jax.train --config=configs/lightweight_conv.py              # full-scale ListOps
+
+`kernel_size` 31, the paper's widest kernel (its encoders use 3, 7, 15, 31, 31, 31, 31); one kernel per
+head (config.model.num_heads); GLU input projection; weight dropout = config.model.attention_dropout_rate.
+
+Expected: mini ListOps test accuracy (not yet measured) (majority class 0.167); the LRA paper has no
+convolution entry.
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    return base.get_config(arg, attention=dict(name="lightweight_conv", kernel_size=31, glu=True))

@@ -1,0 +1,20 @@
+"""Nystromformer (Xiong et al. 2021) with segment-mean landmarks and a value convolution, on an LRA task.
+
+    python -m lra_jax.train --config=configs/nystromformer.py:listops,mini --workdir=runs/nystromformer-mini
+    python -m lra_jax.train --config=configs/nystromformer.py              # full-scale ListOps
+
+`num_landmarks` m: 64 at full scale (the authors' LRA configs try 32-256), 16 at mini. `conv_kernel`:
+35, the depthwise value convolution of the authors' LRA configs (mlpen/Nystromformer, LRA/code/lra_config.py).
+`pinv_iterations`: 6, the paper's.
+
+Expected: mini ListOps test accuracy (not yet measured) (majority class 0.167); full-scale ListOps:
+not yet measured.
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    _, scale = base.parse(arg)
+    return base.get_config(arg, attention=dict(name="nystromformer", num_landmarks=16 if scale == "mini" else 64,
+                                               pinv_iterations=6, conv_kernel=35))

@@ -1,0 +1,20 @@
+"""Reformer (Kitaev et al. 2020) LSH attention with shared QK, on an LRA task.
+
+    python -m lra_jax.train --config=configs/reformer.py:listops,mini
+    python -m lra_jax.train --config=configs/reformer.py              # full-scale ListOps
+
+Chunks of 128 tokens (32 at mini scale), num_buckets derived from max_len so that a bucket holds
+about one chunk, 2 hash rounds (see lra_jax/attention/hashing.py for the sources).
+
+Expected: (not yet measured)
+Full-scale ListOps, LRA paper Table 1 (the LRA code's Reformer): 37.27.
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    _, scale = base.parse(arg)
+    attention = {"name": "reformer", "chunk_size": 32 if scale == "mini" else 128, "num_buckets": None,
+                 "num_hashes": 2}
+    return base.get_config(arg, attention=attention)

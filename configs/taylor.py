@@ -1,0 +1,16 @@
+"""Taylor linear attention, sim = 1 + q^.k^ (Li et al. 2020, arXiv:2007.14902), on an LRA task.
+
+    python -m lra_jax.train --config=configs/taylor.py:listops,mini --workdir=runs/taylor-mini
+    python -m lra_jax.train --config=configs/taylor.py              # full-scale ListOps
+
+`scale` is the fixed temperature on q^.k^ (1: the paper's first-order expansion).
+
+Expected: mini ListOps test accuracy (not yet measured) (majority class 0.167); the LRA paper has no
+Taylor entry.
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    return base.get_config(arg, attention=dict(name="taylor", scale=1.0))

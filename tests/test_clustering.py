@@ -1,0 +1,240 @@
+"""Routing attention: exact limit, a dense cluster reference, the online k-means state, memory."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from configs import base
+from lra_jax.attention import registry
+from lra_jax.attention.clustering import Centroids
+from lra_jax.attention.softmax import softmax_attention
+from lra_jax.errors import ConfigError
+from lra_jax.models.classifier import build_model
+from lra_jax.trainer import make_train_step
+
+HEADS, HEAD_DIM = 2, 8
+
+
+def qkv_and_mask(n, lengths, seed=0):
+    """Per-head q, k, v [b n h d] and a ragged mask [b n]; numpy, so no compile per shape."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((len(lengths), n, HEADS, HEAD_DIM)).astype(np.float32) for _ in range(3))
+    return q, k, v, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
+
+
+def routing(num_clusters, window, decay=0.999, seed=0, **common):
+    return registry.build("routing", dim=HEADS * HEAD_DIM, num_heads=HEADS, rngs=nnx.Rngs(seed),
+                          num_clusters=num_clusters, window=window, decay=decay, **common)
+
+
+def jitted_attend(layer, deterministic=True):
+    return jax.jit(lambda q, k, v, mask: layer.attend(q, k, v, mask, deterministic=deterministic, rngs=None))
+
+
+def real(x, mask):
+    return np.where(mask[:, :, None, None], np.asarray(x), 0.0)
+
+
+def unit(x):
+    return x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)
+
+
+def dense_cluster_reference(q, k, v, mask, centroids, window):
+    """In float64, loop by loop: cluster c's top-w queries attend (masked softmax) to its top-w keys."""
+    b, n, h, d = q.shape
+    q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+    mu = unit(centroids.astype(np.float64))
+    out = np.zeros((b, n, h, d))
+    for i in range(b):
+        for j in range(h):
+            total, count = np.zeros((n, d)), np.zeros(n)
+            q_scores = np.where(mask[i][:, None], unit(q64[i, :, j]) @ mu[j].T, -1e30).T  # [c n]
+            k_scores = np.where(mask[i][:, None], unit(k64[i, :, j]) @ mu[j].T, -1e30).T
+            for c in range(mu.shape[1]):
+                rows = np.argsort(-q_scores[c], kind="stable")[:window]
+                cols = np.argsort(-k_scores[c], kind="stable")[:window]
+                logits = q64[i, rows, j] @ k64[i, cols, j].T / np.sqrt(d)
+                logits = np.where(mask[i, cols][None], logits, -1e300)
+                p = np.exp(logits - logits.max(-1, keepdims=True))
+                total[rows] += (p / p.sum(-1, keepdims=True)) @ v64[i, cols, j]
+                count[rows] += 1
+            out[i, :, j] = np.where(count[:, None] > 0, total / np.maximum(count, 1)[:, None], v64[i, :, j])
+    return out
+
+
+def test_one_cluster_holding_every_token_is_softmax_forward_and_gradient(n=9):
+    q, k, v, mask = qkv_and_mask(n, [n, n - 4, 1])
+    layer = routing(1, n)
+    np.testing.assert_allclose(real(jitted_attend(layer)(q, k, v, mask), mask),
+                               real(softmax_attention(q, k, v, mask), mask), atol=1e-5, rtol=1e-5)
+
+    def loss(q, k, v, full):
+        out = softmax_attention(q, k, v, mask) if full else layer.attend(q, k, v, mask, deterministic=True, rngs=None)
+        return jnp.sum(jnp.where(mask[:, :, None, None], out, 0.0) ** 2)
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)
+    for got, want in zip(grad(q, k, v, False), grad(q, k, v, True)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("n, clusters, window", [(12, 3, 4), (13, 2, 5), (10, 4, 4)])
+def test_small_clusters_match_a_dense_cluster_reference(n, clusters, window):
+    q, k, v, mask = qkv_and_mask(n, [n, n - 4, 2], seed=n + clusters)
+    layer = routing(clusters, window)
+    out = real(jitted_attend(layer)(q, k, v, mask), mask)
+    want = real(dense_cluster_reference(q, k, v, mask, np.asarray(layer.centroids[...]), window), mask)
+    np.testing.assert_allclose(out, want, atol=1e-5, rtol=1e-5)
+    # The clusters do restrict: full attention differs.
+    assert np.abs(out - real(softmax_attention(q, k, v, mask), mask)).max() > 1e-2
+
+
+def numpy_ema(centroids, q, k, mask, decay):
+    """The online k-means step in numpy: nearest centroid by cosine, mean of the real members, EMA."""
+    mu_hat = unit(centroids.astype(np.float64))
+    new = centroids.astype(np.float64).copy()
+    for j in range(centroids.shape[0]):
+        members = np.concatenate([unit(q[:, :, j][mask]), unit(k[:, :, j][mask])]).astype(np.float64)
+        nearest = np.argmax(members @ mu_hat[j].T, axis=-1)
+        for c in range(centroids.shape[1]):
+            if (nearest == c).any():
+                new[j, c] = decay * centroids[j, c] + (1 - decay) * members[nearest == c].mean(0)
+    return new
+
+
+def test_training_moves_centroids_by_the_ema_of_real_tokens_only():
+    q, k, v, mask = qkv_and_mask(6, [6, 3], seed=4)
+    layer = routing(3, 2, decay=0.9)
+    before = np.asarray(layer.centroids[...])
+    assert isinstance(layer.centroids, Centroids) and not isinstance(layer.centroids, nnx.Param)
+
+    jitted_attend(layer, deterministic=True)(q, k, v, mask)
+    np.testing.assert_array_equal(np.asarray(layer.centroids[...]), before)  # eval: no update
+
+    @nnx.jit
+    def train(layer, q, k, v, mask):
+        return layer.attend(q, k, v, mask, deterministic=False, rngs=None)
+
+    train(layer, q, k, v, mask)
+    after = np.asarray(layer.centroids[...])
+    np.testing.assert_allclose(after, numpy_ema(before, q, k, mask, 0.9), atol=1e-6)
+    # Counting padded tokens would give a different update, so the check above can tell.
+    assert np.abs(after - numpy_ema(before, q, k, np.ones_like(mask), 0.9)).max() > 1e-3
+
+    # Padded content changes nothing.
+    layer2 = routing(3, 2, decay=0.9)
+    junk = np.where(mask[:, :, None, None], q, 100.0).astype(np.float32)
+    train(layer2, junk, np.where(mask[:, :, None, None], k, -7.0).astype(np.float32), v, mask)
+    np.testing.assert_allclose(np.asarray(layer2.centroids[...]), after, atol=1e-6)
+
+
+def test_a_trainer_style_jit_step_carries_the_updated_centroids():
+    """As trainer.make_train_step: split, merge inside jax.jit, split the non-Param state back out."""
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 10, HEADS * HEAD_DIM)), jnp.float32)
+    mask = jnp.arange(10)[None, :] < jnp.array([[10], [6]])
+    layer = routing(2, 5, decay=0.5)
+    graphdef, params, rest = nnx.split(layer, nnx.Param, ...)
+
+    def step(params, rest, x, train):
+        model = nnx.merge(graphdef, params, rest)
+        out = model(x, mask, deterministic=not train, rngs=nnx.Rngs(0))
+        return out, nnx.split(model, nnx.Param, ...)[2]
+
+    step = jax.jit(step, static_argnums=3)
+    _, rest_eval = step(params, rest, x, False)
+    np.testing.assert_array_equal(np.asarray(rest_eval["centroids"][...]), np.asarray(rest["centroids"][...]))
+    _, rest_train = step(params, rest, x, True)
+    moved = np.asarray(rest_train["centroids"][...])
+    assert np.abs(moved - np.asarray(rest["centroids"][...])).max() > 1e-2
+    # The same as updating in place with nnx.jit.
+    nnx.jit(lambda m, x: m(x, mask, deterministic=False, rngs=nnx.Rngs(0)))(layer, x)
+    np.testing.assert_allclose(np.asarray(layer.centroids[...]), moved, atol=1e-6)
+
+
+def small_model(scan_layers):
+    config = base.get_config("listops,mini", attention={"name": "routing", "num_clusters": 2, "window": 6})
+    config.max_len = 12
+    config.model.update(num_layers=2, num_heads=2, emb_dim=16, mlp_dim=32, scan_layers=scan_layers)
+    model = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    tokens = np.random.default_rng(0).integers(1, 18, size=(2, 12)) * (np.arange(12) < 9)
+    return model, jnp.asarray(tokens, jnp.int32)
+
+
+def layer_centroids(model):
+    """[layers h c d] centroids of every layer (scanned layers hold them stacked)."""
+    blocks = model.encoder.blocks
+    if isinstance(blocks, nnx.List):
+        return np.stack([np.asarray(block.attention.centroids[...]) for block in blocks])
+    return np.asarray(blocks.attention.centroids[...])
+
+
+def test_scanned_encoder_training_step_updates_every_layers_centroids():
+    """A jitted value_and_grad step that merges the model (as the trainer does) carries new centroids
+    out of the encoder's lax.scan over layers (the Python loop of layers is covered by
+    test_the_trainers_step_carries_centroids)."""
+    model, tokens = small_model(scan_layers=True)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    @jax.jit
+    def train_step(params, rest, tokens):
+        def loss(params):
+            # copy=True: merging the jit-level `rest` inside grad without it, flax 0.12 refuses to
+            # mutate its variables (TraceContextError); see test_the_trainers_step_carries_centroids.
+            model = nnx.merge(graphdef, params, rest, copy=True)
+            logits = model(tokens, deterministic=False, rngs=nnx.Rngs(1))
+            return jnp.sum(logits ** 2), nnx.split(model, nnx.Param, ...)[2]
+        return jax.grad(loss, has_aux=True)(params)
+
+    grads, new_rest = train_step(params, rest, tokens)
+    before = layer_centroids(model)
+    nnx.update(model, new_rest)
+    after = layer_centroids(model)
+    assert after.shape == (2, 2, 2, 8)  # [layers h c d]
+    for layer in range(2):
+        assert np.abs(after[layer] - before[layer]).max() > 1e-5  # every layer moved
+    assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+
+
+def test_the_trainers_step_carries_centroids():
+    model, tokens = small_model(scan_layers=False)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    tx = optax.sgd(0.01)
+    state = {"step": jnp.zeros((), jnp.int32), "params": params, "rest": rest, "opt_state": tx.init(params)}
+    before = layer_centroids(model)
+    step = make_train_step(graphdef, tx, jax.random.key(0))
+    state, _ = step(state, {"inputs": tokens, "label": jnp.array([1, 2], jnp.int32)})
+    nnx.update(model, state["rest"])
+    assert np.abs(layer_centroids(model) - before).max() > 1e-5
+
+
+def test_settings_are_checked():
+    with pytest.raises(ConfigError, match="num_clusters"):
+        routing(0, 4)
+    with pytest.raises(ConfigError, match="decay"):
+        routing(2, 4, decay=1.5)
+    with pytest.raises(ConfigError, match="max_len"):
+        registry.build("routing", dim=16, num_heads=2, rngs=nnx.Rngs(0))
+    assert routing(4, None, max_len=30).window == 8  # ceil(30 / 4)
+
+
+def temp_bytes(fn, n):
+    """XLA's temporary buffer bytes for fn(q, k, v, mask) at length n (one sequence, one head)."""
+    q = k = v = jax.ShapeDtypeStruct((1, n, 1, HEAD_DIM), jnp.float32)
+    mask = jax.ShapeDtypeStruct((1, n), jnp.bool_)
+    return jax.jit(fn).lower(q, k, v, mask).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_memory_grows_subquadratically():
+    def attend(n):  # sqrt(n) clusters of sqrt(n) tokens: the paper's O(n^1.5) setting
+        side = int(np.sqrt(n))
+        layer = registry.build("routing", dim=HEAD_DIM, num_heads=1, rngs=nnx.Rngs(0), num_clusters=side, window=side)
+        return lambda q, k, v, mask: layer.attend(q, k, v, mask, deterministic=True, rngs=None)
+
+    short, long = 1024, 4096
+    growth = temp_bytes(attend(long), long) / temp_bytes(attend(short), short)
+    full_growth = temp_bytes(softmax_attention, long) / temp_bytes(softmax_attention, short)
+    assert full_growth > 12, full_growth
+    assert growth < 10, growth  # n^1.5: ~8x
+    assert temp_bytes(attend(long), long) < long * long * 4 / 8

@@ -1,0 +1,149 @@
+"""Sparse Sinkhorn attention: the Sinkhorn operator, a forced permutation, Gumbel keys, memory."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lra_jax.attention import registry
+from lra_jax.attention.sinkhorn import log_sinkhorn, sinkhorn_attention, sort_matrix
+from lra_jax.attention.softmax import softmax_attention
+from lra_jax.errors import ConfigError
+
+HEADS, HEAD_DIM = 2, 8
+
+
+def qkv_and_mask(n, lengths, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((len(lengths), n, HEADS, HEAD_DIM)).astype(np.float32) for _ in range(3))
+    return q, k, v, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
+
+
+def real(x, mask):
+    return np.where(mask[:, :, None, None], np.asarray(x), 0.0)
+
+
+def test_sinkhorn_iterations_give_a_doubly_stochastic_matrix():
+    logits = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    sinkhorn = jax.jit(lambda x, iterations: jnp.exp(log_sinkhorn(x, iterations)))
+    p = np.asarray(sinkhorn(logits, 50))
+    np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-4)
+    np.testing.assert_allclose(p.sum(-2), 1.0, atol=1e-4)
+    # One iteration is not enough: rows are off after the column step.
+    assert np.abs(np.asarray(sinkhorn(logits, 1)).sum(-1) - 1).max() > 1e-2
+
+
+def test_padded_blocks_are_cut_out_of_the_sorting_matrix():
+    logits = np.random.default_rng(1).standard_normal((2, 1, 5, 5)).astype(np.float32)
+    real_blocks = np.array([[True] * 5, [True, True, True, False, False]])
+    sort = jax.jit(lambda x, r: sort_matrix(x, r, temperature=1.0, iterations=50))
+    p = np.asarray(sort(logits, real_blocks))
+    np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-4)
+    np.testing.assert_allclose(p.sum(-2), 1.0, atol=1e-4)
+    np.testing.assert_array_equal(p[1, 0, :3, 3:], 0.0)  # real rows give padded blocks nothing
+    np.testing.assert_array_equal(p[1, 0, 3:], np.eye(5)[3:])  # padded blocks map to themselves
+    # The real 3 x 3 part is what Sinkhorn gives on it alone: appended blocks change nothing.
+    alone = sort(logits[1:, :, :3, :3], real_blocks[1:, :3])
+    np.testing.assert_allclose(p[1, 0, :3, :3], np.asarray(alone)[0, 0], atol=1e-6)
+
+
+def block_pair_reference(q, k, v, mask, block, partner):
+    """In float64: query block i attends to the real keys of blocks i and partner[i] (a dense mask)."""
+    n = q.shape[1]
+    blk = np.arange(n) // block
+    allowed = (blk[None, :] == blk[:, None]) | (blk[None, :] == np.asarray(partner)[blk][:, None])
+    allowed = allowed[None, None] & mask[:, None, None, :]
+    q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+    logits = np.where(allowed, np.einsum("bqhd,bkhd->bhqk", q64, k64) / np.sqrt(q.shape[-1]), -1e300)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    return np.einsum("bhqk,bkhd->bqhd", p / p.sum(-1, keepdims=True), v64)
+
+
+@pytest.mark.parametrize("partner", [[0, 1, 2, 3], [1, 2, 3, 0], [3, 0, 1, 2]])
+def test_a_forced_permutation_is_attention_over_own_and_partner_block(partner):
+    n, block = 16, 4
+    q, k, v, mask = qkv_and_mask(n, [16, 14, 13], seed=sum(partner))
+    # Sorting logits 10 on the wanted permutation, temperature 1e-3: Sinkhorn returns it exactly.
+    logits = np.broadcast_to(10.0 * np.eye(4)[partner], (3, HEADS, 4, 4)).astype(np.float32)
+
+    @jax.jit
+    def attend(q, k, v, mask, logits):
+        p = sort_matrix(logits, jnp.ones((3, 4), bool), temperature=1e-3, iterations=5)
+        return sinkhorn_attention(q, k, v, mask, p, block)
+
+    out = real(attend(q, k, v, mask, logits), mask)
+    want = real(block_pair_reference(q, k, v, mask, block, partner), mask)
+    np.testing.assert_allclose(out, want, atol=1e-5, rtol=1e-5)
+    assert np.abs(out - real(softmax_attention(q, k, v, mask), mask)).max() > 1e-2  # it is sparse
+
+
+def layer(seed=0, **settings):
+    settings = {"block": 4, "max_len": 24} | settings
+    return registry.build("sinkhorn", dim=HEADS * HEAD_DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), **settings)
+
+
+def test_gumbel_noise_only_in_training_and_from_the_given_key():
+    x = jnp.asarray(np.random.default_rng(2).standard_normal((2, 20, HEADS * HEAD_DIM)), jnp.float32)
+    mask = jnp.arange(20)[None, :] < jnp.array([[20], [11]])
+    model = layer()
+    graphdef, state = nnx.split(model)
+
+    def run(state, x, key, train):
+        rngs = nnx.Rngs(key) if train else None
+        return nnx.merge(graphdef, state)(x, mask, deterministic=not train, rngs=rngs)
+
+    run = jax.jit(run, static_argnums=3)
+    key1, key2 = jax.random.key(1), jax.random.key(2)
+    evaluation = np.asarray(run(state, x, key1, False))
+    np.testing.assert_array_equal(np.asarray(run(state, x, key2, False)), evaluation)  # no noise in eval
+    a, a_again, b = (np.asarray(run(state, x, key, True)) for key in (key1, key1, key2))
+    np.testing.assert_array_equal(a, a_again)  # one key repeats
+    assert np.abs(a - b).max() > 1e-4  # two keys differ
+    assert np.abs(a - evaluation).max() > 1e-4  # training adds noise (dropout is 0 here)
+    assert np.isfinite(a).all()
+
+
+def test_sorting_network_learns_through_the_permutation():
+    x = jnp.asarray(np.random.default_rng(3).standard_normal((2, 20, HEADS * HEAD_DIM)), jnp.float32)
+    mask = jnp.arange(20)[None, :] < jnp.array([[20], [6]])  # row 2: blocks 2-4 fully padded
+    model = layer()
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss(params):
+        return jnp.sum(nnx.merge(graphdef, params)(x, mask, deterministic=True) ** 2)
+
+    grads = jax.jit(jax.grad(loss))(params)
+    kernel_grad = np.asarray(grads["sort_kernel"][...])
+    assert np.isfinite(kernel_grad).all() and np.abs(kernel_grad).max() > 0
+
+
+def test_settings_are_checked():
+    with pytest.raises(ConfigError, match="block"):
+        layer(block=0)
+    with pytest.raises(ConfigError, match="max_len"):
+        registry.build("sinkhorn", dim=16, num_heads=2, rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="temperature"):
+        layer(temperature=0.0)
+    x = jnp.zeros((1, 30, HEADS * HEAD_DIM))
+    with pytest.raises(ConfigError, match="max_len"):
+        layer()(x, jnp.ones((1, 30), bool), deterministic=True)
+
+
+def temp_bytes(fn, n):
+    q = k = v = jax.ShapeDtypeStruct((1, n, 1, HEAD_DIM), jnp.float32)
+    mask = jax.ShapeDtypeStruct((1, n), jnp.bool_)
+    return jax.jit(fn).lower(q, k, v, mask).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_memory_grows_linearly_not_quadratically():
+    def attend(n):
+        model = registry.build("sinkhorn", dim=HEAD_DIM, num_heads=1, rngs=nnx.Rngs(0), block=64, max_len=n)
+        return lambda q, k, v, mask: model.attend(q, k, v, mask, deterministic=True, rngs=None)
+
+    short, long = 1024, 4096
+    growth = temp_bytes(attend(long), long) / temp_bytes(attend(short), short)
+    full_growth = temp_bytes(softmax_attention, long) / temp_bytes(softmax_attention, short)
+    assert full_growth > 12, full_growth
+    assert growth < 6, growth  # n * 2B scores + (n / B)^2 sorting entries: ~4x
+    assert temp_bytes(attend(long), long) < long * long * 4 / 4
