@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import numpy as np
@@ -21,9 +21,10 @@ def train_batches(tokens: np.ndarray, labels: np.ndarray, *, batch_size: int, se
     """Endless shuffled batches from `start_step` on; each epoch drops its last partial batch.
 
     Args:
-      tokens: int32 [N, L]. labels: int32 [N].
+      tokens: int [N, L] or, for dual tasks, int [N, 2, L] (any integer dtype, e.g. int16 or
+        a read-only memory map). labels: int32 [N].
     Yields:
-      {"inputs": int32 [batch_size, L], "label": int32 [batch_size]}.
+      {"inputs": int32 [batch_size, L] (or [batch_size, 2, L]), "label": int32 [batch_size]}.
     """
     steps_per_epoch = len(tokens) // batch_size
     if steps_per_epoch == 0:
@@ -34,7 +35,7 @@ def train_batches(tokens: np.ndarray, labels: np.ndarray, *, batch_size: int, se
         order = np.random.default_rng([seed, epoch]).permutation(len(tokens))
         for index in range(offset, steps_per_epoch):
             rows = order[index * batch_size : (index + 1) * batch_size]
-            yield {"inputs": tokens[rows], "label": labels[rows]}
+            yield {"inputs": tokens[rows].astype(np.int32, copy=False), "label": labels[rows]}
         step = (epoch + 1) * steps_per_epoch
 
 
@@ -42,14 +43,16 @@ def eval_batches(tokens: np.ndarray, labels: np.ndarray, *, batch_size: int) -> 
     """Every example once, in order; the last batch is filled with padding of weight 0.
 
     Yields:
-      {"inputs": int32 [batch_size, L], "label": int32 [batch_size], "weight": float32 [batch_size]}.
+      {"inputs": int32 [batch_size, L] (or [batch_size, 2, L]), "label": int32 [batch_size],
+      "weight": float32 [batch_size]}.
     """
     for start in range(0, len(tokens), batch_size):
         rows = slice(start, start + batch_size)
         count = len(tokens[rows])
         fill = batch_size - count
+        inputs = np.asarray(tokens[rows], dtype=np.int32)
         yield {
-            "inputs": np.pad(tokens[rows], ((0, fill), (0, 0))),
+            "inputs": np.pad(inputs, ((0, fill),) + ((0, 0),) * (inputs.ndim - 1)),
             "label": np.pad(labels[rows], (0, fill)),
             "weight": np.pad(np.ones(count, np.float32), (0, fill)),
         }

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import ml_collections
 import numpy as np
 
 from lra_jax.errors import ConfigError
 
-Split = tuple[np.ndarray, np.ndarray]  # tokens int32 [N, max_len], labels int32 [N]
+Split = tuple[np.ndarray, np.ndarray]  # tokens int [N, max_len] (dual: [N, 2, max_len]), labels int32 [N]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +59,49 @@ def _listops_spec() -> TaskSpec:
     return TaskSpec("listops", listops.VOCAB_SIZE, listops.NUM_CLASSES, False, _load_listops)
 
 
-_TASKS: dict[str, Callable[[], TaskSpec]] = {"listops": _listops_spec}
+def _load_text(config: ml_collections.ConfigDict) -> dict[str, Split]:
+    from lra_jax.data import text
+
+    return text.load_splits(config.data.data_dir, max_len=config.max_len)
+
+
+def _load_retrieval(config: ml_collections.ConfigDict) -> dict[str, Split]:
+    from lra_jax.data import retrieval
+
+    return retrieval.load_splits(config.data.data_dir, max_len=config.max_len)
+
+
+def _load_image(config: ml_collections.ConfigDict) -> dict[str, Split]:
+    from lra_jax.data import image
+
+    return image.load_splits(config.data.data_dir, max_len=config.max_len)
+
+
+def _pathfinder_loader(task: str) -> Callable[[ml_collections.ConfigDict], dict[str, Split]]:
+    def load(config: ml_collections.ConfigDict) -> dict[str, Split]:
+        from lra_jax.data import pathfinder
+
+        generator = config.data.get("generator")
+        return pathfinder.load_splits(
+            config.data.data_dir,
+            cache_dir=config.data.cache_dir or default_cache_dir(),
+            max_len=config.max_len,
+            split_seed=config.data.get("split_seed", 0),
+            task=task,
+            generator=generator.to_dict() if generator is not None else None,
+        )
+
+    return load
+
+
+_TASKS: dict[str, Callable[[], TaskSpec]] = {
+    "listops": _listops_spec,
+    "text": lambda: TaskSpec("text", 257, 2, False, _load_text),
+    "retrieval": lambda: TaskSpec("retrieval", 257, 2, True, _load_retrieval),
+    "image": lambda: TaskSpec("image", 257, 10, False, _load_image),
+    "pathfinder": lambda: TaskSpec("pathfinder", 257, 2, False, _pathfinder_loader("pathfinder")),
+    "pathx": lambda: TaskSpec("pathx", 257, 2, False, _pathfinder_loader("pathx")),
+}
 
 
 def names() -> list[str]:

@@ -1,0 +1,73 @@
+"""Image: CIFAR-10 as sequences of grayscale pixels (LRA task "image").
+
+Source of the format facts:
+  * Long Range Arena (Tay et al. 2021, ICLR), task "Image": CIFAR-10
+    (Krizhevsky 2009) converted to grayscale, flattened to 32 * 32 = 1024
+    pixels, 10 classes. LRA's `lra_benchmarks/image/input_pipeline.py`
+    converts with `tf.image.rgb_to_grayscale` (weights 0.2989, 0.5870, 0.1140)
+    and holds out part of the train split for validation.
+  * TFDS `cifar10` (3.0.2): splits train (50,000) and test (10,000), features
+    `image` uint8 [32, 32, 3] and `label` (0-9). Read with `tfds.data_source`
+    (ArrayRecord, no TensorFlow needed to read).
+
+Ours: gray = round(0.299 R + 0.587 G + 0.114 B), computed exactly in integers
+as (299 R + 587 G + 114 B + 500) // 1000 (ties round up); TensorFlow's
+conversion instead truncates (weighted sum / 255) * 255.5, which can differ by
+one gray level. id = gray + 1 (no pixel is padding), flattened row-major:
+tokens int16 [N, max_len] (1024 for whole images; other lengths pad or cut).
+Splits: train = the first 90% of TFDS train (45,000), val = its last 10%
+(5,000), test = TFDS test (10,000).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from absl import logging
+
+from lra_jax.data.text import read_records, tfds_split
+from lra_jax.errors import DataError
+
+VOCAB_SIZE = 257  # 256 gray levels + padding
+NUM_CLASSES = 10
+TFDS_NAME = "cifar10"
+TOKEN_DTYPE = np.int16
+TRAIN_FRACTION = 0.9
+
+
+def grayscale(images: np.ndarray) -> np.ndarray:
+    """round(0.299 R + 0.587 G + 0.114 B) of uint8 [..., 3] images, as uint8 [...]."""
+    rgb = np.asarray(images, dtype=np.int32)
+    return ((rgb[..., 0] * 299 + rgb[..., 1] * 587 + rgb[..., 2] * 114 + 500) // 1000).astype(np.uint8)
+
+
+def encode_images(images: np.ndarray, max_len: int) -> np.ndarray:
+    """Token ids gray + 1 of uint8 [N, H, W, 3] images, row-major, padded/cut to max_len: int16 [N, max_len]."""
+    if max_len < 1:
+        raise DataError(f"max_len={max_len}; set --config.max_len to 1 or more")
+    flat = grayscale(images).reshape(len(images), -1).astype(TOKEN_DTYPE) + 1
+    if flat.shape[1] >= max_len:
+        if flat.shape[1] > max_len:
+            logging.warning("image: %d pixels per image cut to max_len=%d", flat.shape[1], max_len)
+        return np.ascontiguousarray(flat[:, :max_len])
+    return np.pad(flat, ((0, 0), (0, max_len - flat.shape[1])))
+
+
+def _split(source, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    records = read_records(source, ("image", "label"))
+    images = np.stack([np.asarray(im, dtype=np.uint8) for im in records["image"]])
+    if images.ndim != 4 or images.shape[-1] != 3:
+        raise DataError(f"cifar10 images have shape {images.shape[1:]}, expected [32, 32, 3]")
+    return encode_images(images, max_len), np.asarray(records["label"], dtype=np.int32).reshape(-1)
+
+
+def load_splits(data_dir: str, *, max_len: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """CIFAR-10 grayscale splits {"train"|"val"|"test": (int16 [N, max_len], int32 [N])}.
+
+    Args:
+      data_dir: TFDS data_dir ("" = TFDS default).
+      max_len: sequence length (1024 = whole images).
+    """
+    tokens, labels = _split(tfds_split(TFDS_NAME, "train", data_dir, "image"), max_len)
+    test = _split(tfds_split(TFDS_NAME, "test", data_dir, "image"), max_len)
+    n_train = round(TRAIN_FRACTION * len(labels))
+    return {"train": (tokens[:n_train], labels[:n_train]), "val": (tokens[n_train:], labels[n_train:]), "test": test}

@@ -1,0 +1,60 @@
+"""Image (CIFAR-10 grayscale) from TFDS under tfds.testing.mock_data: ids, conversion, 90/10 split."""
+
+from __future__ import annotations
+
+import ml_collections
+import numpy as np
+import pytest
+
+tfds = pytest.importorskip("tensorflow_datasets")
+
+from lra_jax.data import image, tasks
+from lra_jax.errors import DataError
+
+
+def _config(data_dir: str = "", max_len: int = 1024):
+    return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": {"data_dir": data_dir, "cache_dir": ""}})
+
+
+def test_grayscale_formula_by_hand():
+    pixel = np.array([[[200, 100, 50]]], dtype=np.uint8)  # 0.299*200 + 0.587*100 + 0.114*50 = 124.2
+    assert image.grayscale(pixel)[0, 0] == 124
+    half = np.array([[[1, 0, 2]]], dtype=np.uint8)  # 0.299 + 0.228 = 0.527 -> 1
+    assert image.grayscale(half)[0, 0] == 1
+    assert image.grayscale(np.full((1, 1, 3), 255, np.uint8))[0, 0] == 255
+
+
+def test_cifar10_tokens_labels_and_split():
+    with tfds.testing.mock_data(num_examples=20):
+        spec = tasks.get_task("image")
+        splits = spec.load(_config())
+        train_source = tfds.data_source("cifar10", split="train")
+        first, last = train_source[0], train_source[19]
+        test_labels = [int(tfds.data_source("cifar10", split="test")[i]["label"]) for i in range(20)]
+    assert (spec.vocab_size, spec.num_classes, spec.dual) == (257, 10, False)
+    assert {k: len(v[1]) for k, v in splits.items()} == {"train": 18, "val": 2, "test": 20}  # first 90% / last 10%
+    tokens, labels = splits["train"]
+    assert tokens.shape == (18, 1024) and tokens.dtype == np.int16 and labels.dtype == np.int32
+    r, g, b = (int(v) for v in first["image"][3, 5])  # pixel (row 3, column 5) -> position 3 * 32 + 5
+    assert tokens[0, 3 * 32 + 5] == round(0.299 * r + 0.587 * g + 0.114 * b) + 1
+    assert labels[0] == int(first["label"])
+    val_tokens, val_labels = splits["val"]
+    assert np.array_equal(val_tokens[-1], image.grayscale(last["image"]).reshape(-1).astype(np.int16) + 1)
+    assert val_labels[-1] == int(last["label"])
+    assert splits["test"][1].tolist() == test_labels
+    assert tokens.min() >= 1 and tokens.max() <= 256  # no pixel is padding
+
+
+def test_max_len_pads_and_cuts():
+    images = np.zeros((2, 4, 4, 3), np.uint8)
+    assert image.encode_images(images, 20)[:, 16:].tolist() == [[0] * 4] * 2
+    assert image.encode_images(images, 10).shape == (2, 10)
+
+
+def test_missing_dataset_names_path_and_command(tmp_path):
+    with pytest.raises(DataError) as error:
+        tasks.get_task("image").load(_config(str(tmp_path / "tfds")))
+    message = str(error.value)
+    assert "'cifar10'" in message and str(tmp_path / "tfds") in message
+    assert f"python -m lra_jax.data.prepare --task=image --data_dir={tmp_path / 'tfds'}" in message
+    assert f"--config.data.data_dir={tmp_path / 'tfds'}" in message
