@@ -1,0 +1,351 @@
+"""Training speed and memory of every variant, by the LRA paper's Table 2 protocol.
+
+    python -m lra_jax.bench --variants=all --lengths=1024,2048,3072,4096
+    python -m lra_jax.bench --variants=softmax,linformer,performer --lengths=1024,2048 --batch_size=8
+    python -m lra_jax.bench --kernels ...        # the Pallas kernel benchmark (lra_jax.kernels.bench)
+
+Protocol (Tay et al. 2021, Table 2): the Text task model (4 layers, 4 heads, emb 256, MLP 1024,
+byte vocabulary 257, 2 classes, dropout 0.1), batch 32, one jitted train step (forward, backward,
+AdamW) compiled once, `--warmup` untimed steps, then `--steps` timed steps. Each variant takes its
+settings from configs/<variant file>.py (full scale). Random tokens with ragged lengths.
+
+Per (variant, length): steps/s, examples/s, compiled FLOPs per step, XLA's memory estimate of the
+step (every backend) and the device's peak bytes in use where it reports them. A run out of memory
+is recorded with status "oom"; any other failure with status "error" and its message; neither stops
+the sweep. Writes one JSON (device, library versions, settings, results) and prints LRA-Table-2-style
+rows, each relative to softmax.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import importlib
+import os
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from absl import app, flags, logging
+
+from lra_jax.data.tasks import default_cache_dir
+from lra_jax.errors import ConfigError, LraError
+
+PROTOCOL = {"num_layers": 4, "num_heads": 4, "emb_dim": 256, "mlp_dim": 1024}
+VOCAB_SIZE, NUM_CLASSES = 257, 2  # Text: bytes + padding, binary sentiment
+OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM")
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command-line flags (defined only when run as a command, so modules import side by side)."""
+    flags.DEFINE_string("variants", "all", "'all' or a comma list of registry names.")
+    flags.DEFINE_list("lengths", ["1024", "2048", "3072", "4096"], "Sequence lengths.")
+    flags.DEFINE_integer("batch_size", 32, "Examples per step (Table 2: 32).")
+    flags.DEFINE_integer("steps", 5, "Timed steps after warm-up (at least 5).")
+    flags.DEFINE_integer("warmup", 2, "Untimed steps after compilation.")
+    flags.DEFINE_string("out", None, "Output JSON (default experiments/results/bench-<device>-<date>.json).")
+    flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
+    flags.DEFINE_bool("scan_layers", False, "Layers in one lax.scan (config.model.scan_layers).")
+    flags.DEFINE_bool("remat", False, "Recompute layers in the backward pass (config.model.remat).")
+    flags.DEFINE_integer("seed", 0, "Seed of the random tokens and the parameters.")
+    flags.DEFINE_integer("num_layers", PROTOCOL["num_layers"], "Model depth; change only for smoke tests.")
+    flags.DEFINE_integer("num_heads", PROTOCOL["num_heads"], "Attention heads; change only for smoke tests.")
+    flags.DEFINE_integer("emb_dim", PROTOCOL["emb_dim"], "Model width; change only for smoke tests.")
+    flags.DEFINE_integer("mlp_dim", PROTOCOL["mlp_dim"], "MLP width; change only for smoke tests.")
+    flags.DEFINE_bool("kernels", False, "Run the kernel benchmark (lra_jax.kernels.bench) instead; "
+                      "the other arguments go to it.")
+
+
+# ----------------------------------------------------------------------------- configs
+
+def variant_attention(variant: str) -> dict[str, Any]:
+    """config.attention of configs/<file>.py for `variant` at full scale, else {"name": variant}."""
+    from lra_jax import sweep
+
+    path = sweep.config_files().get(variant)
+    if path is None:
+        return {"name": variant}
+    module = importlib.import_module(f"configs.{os.path.splitext(os.path.basename(path))[0]}")
+    for arg in ("text,full", None):  # Text where the configs know it; else the default task's settings
+        try:
+            return module.get_config(arg).attention.to_dict()
+        except ValueError:
+            continue
+    return {"name": variant}
+
+
+def bench_config(variant: str, length: int, settings: dict[str, Any]):
+    """configs.base with the Table 2 model, `length` tokens and `variant`'s attention settings."""
+    from configs import base
+
+    config = base.get_config(None, attention=variant_attention(variant))
+    config.max_len = length
+    config.batch_size = settings["batch_size"]
+    config.seed = settings["seed"]
+    config.model.update(num_layers=settings["num_layers"], num_heads=settings["num_heads"],
+                        emb_dim=settings["emb_dim"], mlp_dim=settings["mlp_dim"], dropout_rate=0.1,
+                        attention_dropout_rate=0.1, dtype=settings["dtype"],
+                        scan_layers=settings["scan_layers"], remat=settings["remat"])
+    return config
+
+
+def random_batch(batch_size: int, length: int, seed: int) -> dict[str, np.ndarray]:
+    """Byte tokens in [1, 257) with ragged lengths in [length/2, length], zero-padded."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, VOCAB_SIZE, size=(batch_size, length), dtype=np.int32)
+    lengths = rng.integers(max(1, length // 2), length + 1, size=batch_size)
+    tokens[np.arange(length)[None, :] >= lengths[:, None]] = 0
+    return {"inputs": tokens, "label": rng.integers(0, NUM_CLASSES, size=batch_size, dtype=np.int32)}
+
+
+# ----------------------------------------------------------------------------- one measurement
+
+def print_now(line: str) -> None:
+    """Progress goes out at once, also when stdout is a file (a long sweep under nohup or Slurm)."""
+    print(line, flush=True)
+
+
+class OutOfMemory(Exception):
+    """The step does not fit: raised by the trainer's memory check or by XLA."""
+
+
+def compiled_flops(compiled) -> float | None:
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 - not every backend implements it
+        return None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, Any]:
+    """Compiles and times the train step of `variant` at `length`; raises on failure."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from lra_jax import trainer
+    from lra_jax.data.tasks import TaskSpec
+
+    config = bench_config(variant, length, settings)
+    task = TaskSpec("text-bench", VOCAB_SIZE, NUM_CLASSES, False, load=None)
+    mesh = trainer.make_mesh()
+    graphdef, tx, state = trainer.create_train_state(config, task, mesh)
+    batch = jax.device_put(random_batch(config.batch_size, length, settings["seed"]),
+                           NamedSharding(mesh, PartitionSpec("data")))
+    start = time.perf_counter()
+    compiled = trainer.make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
+    compile_seconds = time.perf_counter() - start
+    memory = trainer.peak_memory(compiled)
+    try:
+        trainer.check_fits(memory, config)
+    except ConfigError as error:
+        raise OutOfMemory(str(error)) from error
+    for _ in range(settings["warmup"]):
+        state, _ = compiled(state, batch)
+    jax.block_until_ready(state)
+    start = time.perf_counter()
+    for _ in range(settings["steps"]):
+        state, metrics = compiled(state, batch)
+    jax.block_until_ready((state, metrics))
+    seconds = time.perf_counter() - start
+    stats = jax.devices()[0].memory_stats() or {}
+    steps_per_second = settings["steps"] / seconds
+    return {
+        "steps_per_second": steps_per_second,
+        "examples_per_second": steps_per_second * config.batch_size,
+        "seconds_per_step": seconds / settings["steps"],
+        "compile_seconds": compile_seconds,
+        "flops_per_step": compiled_flops(compiled),
+        "compiled_step_memory_bytes": memory["compiled_step_memory_bytes"],
+        "device_peak_bytes_in_use": stats.get("peak_bytes_in_use"),  # process-wide, not per variant
+        "peak_memory_bytes": memory["compiled_step_memory_bytes"] or stats.get("peak_bytes_in_use"),
+        "host_max_rss_bytes": memory["host_max_rss_bytes"],
+        "num_parameters": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
+        "attention": config.attention.to_dict(),
+    }
+
+
+def is_oom(error: BaseException) -> bool:
+    return isinstance(error, OutOfMemory) or any(m in str(error) for m in OOM_MARKERS)
+
+
+def run(variants: list[str], lengths: list[int], settings: dict[str, Any],
+        measure_fn: Callable[[str, int, dict[str, Any]], dict[str, Any]] = measure,
+        log: Callable[[str], None] = print_now) -> list[dict[str, Any]]:
+    """Measures every (variant, length); a failure is recorded and the sweep goes on."""
+    results = []
+    total = len(variants) * len(lengths)
+    for i, (variant, length) in enumerate(((v, n) for v in variants for n in lengths), 1):
+        entry = {"variant": variant, "length": length}
+        start = time.perf_counter()
+        try:
+            entry.update(status="ok", **measure_fn(variant, length, settings))
+            detail = f"{entry['steps_per_second']:.3g} steps/s, {_gib(entry['peak_memory_bytes'])}"
+        except Exception as error:  # noqa: BLE001 - one failure must not end a long sweep
+            status = "oom" if is_oom(error) else "error"
+            message = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
+            entry.update(status=status, error=f"{type(error).__name__}: {message}")
+            if status == "error":
+                entry["traceback"] = traceback.format_exc(limit=8)
+            detail = f"{status.upper()}: {entry['error'][:200]}"
+        entry["wall_seconds"] = time.perf_counter() - start
+        results.append(entry)
+        log(f"[{i}/{total}] {variant} @ {length}: {detail} ({entry['wall_seconds']:.0f} s)")
+        gc.collect()
+        jax.clear_caches()
+    add_relative(results)
+    return results
+
+
+def add_relative(results: list[dict[str, Any]], baseline: str = "softmax") -> None:
+    """Adds speed and memory relative to `baseline` at the same length (None where either is missing)."""
+    base = {r["length"]: r for r in results if r["variant"] == baseline and r["status"] == "ok"}
+    for r in results:
+        b = base.get(r["length"])
+        ok = r["status"] == "ok" and b is not None
+        r["relative_speed"] = r["steps_per_second"] / b["steps_per_second"] if ok else None
+        r["relative_memory"] = (r["peak_memory_bytes"] / b["peak_memory_bytes"]
+                                if ok and r.get("peak_memory_bytes") and b.get("peak_memory_bytes") else None)
+
+
+# ----------------------------------------------------------------------------- report
+
+def _gib(value) -> str:
+    return "—" if value is None else f"{value / 2**30:.3g} GiB"
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """Two LRA-Table-2-style blocks: steps/s and memory per length, relative to softmax."""
+    lengths = sorted({r["length"] for r in results})
+    variants = list(dict.fromkeys(r["variant"] for r in results))
+    cell = {(r["variant"], r["length"]): r for r in results}
+    width = 18
+
+    def block(title: str, value: Callable[[dict], str], relative_key: str) -> list[str]:
+        rows = [f"{title:<14}" + "".join(f"{n:>{width}}" for n in lengths)]
+        for v in variants:
+            cells = []
+            for n in lengths:
+                r = cell.get((v, n))
+                if r is None:
+                    text = "—"
+                elif r["status"] != "ok":
+                    text = r["status"].upper()
+                else:
+                    rel = r.get(relative_key)
+                    text = value(r) + (f" ({rel:.1f}×)" if rel is not None and v != "softmax" else "")
+                cells.append(f"{text:>{width}}")
+            rows.append(f"{v:<14}" + "".join(cells))
+        return rows
+
+    peak = max([r["peak_memory_bytes"] or 0 for r in results if r["status"] == "ok"] + [0])
+    unit, scale = ("GiB", 2**30) if peak >= 2**30 else ("MiB", 2**20)
+    lines = block("steps/s", lambda r: f"{r['steps_per_second']:.3g}", "relative_speed")
+    lines += [""] + block(f"memory {unit}", lambda r: f"{(r['peak_memory_bytes'] or 0) / scale:.3g}",
+                          "relative_memory")
+    return "\n".join(lines)
+
+
+def device_info() -> dict[str, Any]:
+    d = jax.devices()[0]
+    return {"platform": d.platform, "kind": d.device_kind, "count": jax.device_count(),
+            "process_count": jax.process_count()}
+
+
+def default_out(device: dict[str, Any]) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{device['kind']}-x{device['count']}".lower()).strip("-")
+    return os.path.join("experiments", "results", f"bench-{slug}-{datetime.date.today():%Y%m%d}.json")
+
+
+def resolve_variants(spec: str) -> list[str]:
+    from lra_jax.attention import registry
+
+    known = registry.names()
+    if spec.strip() == "all":
+        return known
+    variants = [v.strip() for v in spec.split(",") if v.strip()]
+    for v in variants:
+        registry.get(v)  # an unknown name raises ConfigError listing the known ones
+    return variants
+
+
+def parse_lengths(values: list[str]) -> list[int]:
+    try:
+        lengths = [int(v) for v in values]
+    except ValueError as error:
+        raise LraError(f"--lengths must be integers, got {','.join(values)}") from error
+    if not lengths or min(lengths) < 1:
+        raise LraError("--lengths must be positive integers, e.g. --lengths=1024,2048")
+    return lengths
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.WARNING)
+    try:
+        if FLAGS.steps < 5:
+            raise LraError(f"--steps must be at least 5 (got {FLAGS.steps}); a shorter timing is noise")
+        variants = resolve_variants(FLAGS.variants)
+        lengths = parse_lengths(FLAGS.lengths)
+        if FLAGS.batch_size % jax.device_count():
+            raise LraError(f"--batch_size={FLAGS.batch_size} is not divisible by the {jax.device_count()} "
+                           "devices")
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    names = ("batch_size", "steps", "warmup", "dtype", "scan_layers", "remat", "seed", *PROTOCOL)
+    settings = {name: FLAGS[name].value for name in names}
+    settings["protocol"] = all(settings[k] == v for k, v in PROTOCOL.items())
+    jax.config.update("jax_compilation_cache_dir", os.path.join(default_cache_dir(), "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    print(f"bench: {len(variants)} variants x {len(lengths)} lengths on {jax.device_count()} x "
+          f"{jax.devices()[0].device_kind}", flush=True)
+    benchmark(variants, lengths, settings, FLAGS.out)
+
+
+def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any], out: str | None,
+              measure_fn: Callable[[str, int, dict[str, Any]], dict[str, Any]] = measure,
+              log: Callable[[str], None] = print_now) -> dict[str, Any]:
+    """Measures the grid, writes the JSON report to `out` (default path names the device), prints the table."""
+    from lra_jax import trainer
+
+    device = device_info()
+    out = out or default_out(device)
+    log(f"writing {out}")
+    results = run(variants, lengths, settings, measure_fn, log)
+    report = {"device": device, "versions": trainer.library_versions(), "settings": settings,
+              "date": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+              "results": results}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    trainer.write_json(out, report)
+    log("\n" + table(results) + f"\n\nwrote {out}")
+    return report
+
+
+def run_kernels(argv: list[str]) -> None:
+    """Hands `argv` (without --kernels) to lra_jax.kernels.bench.main."""
+    try:
+        module = importlib.import_module("lra_jax.kernels.bench")
+    except ModuleNotFoundError as error:
+        if error.name not in ("lra_jax.kernels", "lra_jax.kernels.bench"):
+            raise
+        print("error: the kernel benchmark is not available: lra_jax/kernels/bench.py is missing "
+              "(python -m lra_jax.bench without --kernels benchmarks the models)", file=sys.stderr)
+        sys.exit(2)
+    module.main(argv)
+
+
+if __name__ == "__main__":
+    if any(a in ("--kernels", "--kernels=true", "--kernels=True") for a in sys.argv[1:]):
+        run_kernels([a for a in sys.argv if not a.startswith("--kernels")])
+    else:
+        define_flags()
+        app.run(main)

@@ -1,0 +1,262 @@
+r"""A grid of training runs (variants x tasks x scales x seeds): local, resumable, or emitted for a cluster.
+
+    python -m lra_jax.sweep --variants=all --tasks=all --scales=mini --seeds=0,1,2 --root=runs/sweep
+    python -m lra_jax.sweep --variants=softmax,linformer --tasks=listops --dry_run   # show the plan
+    python -m lra_jax.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
+    python -m lra_jax.sweep --variants=softmax --tasks=listops -- --config.num_train_steps=100
+
+Each run is
+
+    python -m lra_jax.train --config=configs/<file>.py:<task>,<scale> \
+        --workdir=<root>/<task>-<scale>/<variant>/seed<k> --config.seed=<k>
+
+(plus any `--config.*` overrides given after `--`), run one after another as subprocesses.
+A run whose results.json exists is skipped; an interrupted run is started again and resumes from
+its checkpoint (the trainer does that). A failed run is logged and the sweep goes on; the exit
+status is 1 if any run failed. SIGINT/SIGTERM: the running child gets SIGTERM, saves a checkpoint
+and exits; the sweep then stops (run the same command to continue).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib
+import itertools
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from absl import app, flags
+
+from lra_jax.errors import ConfigError, LraError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command-line flags (defined only when run as a command, so modules import side by side)."""
+    flags.DEFINE_string("variants", "all", "'all' (every variant with a configs/ file) or a comma list.")
+    flags.DEFINE_string("tasks", "all", "'all' or a comma list of tasks (lra_jax.data.tasks.names()).")
+    flags.DEFINE_list("scales", ["mini"], "Comma list of scales: full, mini.")
+    flags.DEFINE_list("seeds", ["0"], "Comma list of seeds.")
+    flags.DEFINE_string("root", os.path.join("runs", "sweep"), "Root of the run directories.")
+    flags.DEFINE_bool("emit", False, "Print one train command per unfinished run (for a cluster) and exit.")
+    flags.DEFINE_bool("dry_run", False, "Print the plan (done / resume / new) and exit.")
+
+
+# ----------------------------------------------------------------------------- variants -> config files
+
+def config_files(configs_dir: str | None = None) -> dict[str, str]:
+    """attention name -> config file, read from each configs/*.py's default config."""
+    configs_dir = configs_dir or os.path.join(REPO, "configs")
+    found = {}
+    for path in sorted(glob.glob(os.path.join(configs_dir, "*.py"))):
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if stem in ("__init__", "base"):
+            continue
+        try:
+            name = importlib.import_module(f"configs.{stem}").get_config().attention.name
+        except Exception as error:  # noqa: BLE001 - a broken config must not hide the others
+            print(f"warning: skipping {path}: {error!r}", file=sys.stderr)
+            continue
+        found.setdefault(name, os.path.relpath(path, REPO))
+    return found
+
+
+# ----------------------------------------------------------------------------- the plan
+
+@dataclasses.dataclass
+class Run:
+    task: str
+    scale: str
+    variant: str
+    seed: int
+    workdir: str
+    command: list[str]
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}-{self.scale}/{self.variant}/seed{self.seed}"
+
+    def state(self) -> str:
+        """'done' (results.json exists), 'resume' (has checkpoints) or 'new'."""
+        if os.path.exists(os.path.join(self.workdir, "results.json")):
+            return "done"
+        if os.path.isdir(os.path.join(self.workdir, "checkpoints")):
+            return "resume"
+        return "new"
+
+
+def _select(spec: str, known: list[str], what: str) -> list[str]:
+    if spec.strip() == "all":
+        return list(known)
+    chosen = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in known]
+    if unknown or not chosen:
+        raise ConfigError(f"unknown {what} {', '.join(unknown) or repr(spec)}; known: {', '.join(known)}")
+    return chosen
+
+
+def plan(variants: str, tasks: str, scales: list[str], seeds: list[str], root: str,
+         overrides: list[str] = (), files: dict[str, str] | None = None,
+         task_names: list[str] | None = None, python: str = sys.executable) -> list[Run]:
+    """Every run of the grid, in order task, scale, variant, seed."""
+    from lra_jax.attention import registry
+    from lra_jax.data import tasks as task_registry
+
+    files = config_files() if files is None else files
+    chosen = _select(variants, registry.names(), "variant")
+    missing = [v for v in chosen if v not in files]
+    if missing and variants.strip() != "all":
+        raise ConfigError(f"no config file for variant {', '.join(missing)}: add configs/<file>.py whose "
+                          f"attention.name is it (variants with one: {', '.join(sorted(files))})")
+    for v in missing:
+        print(f"note: variant {v} has no configs/ file; skipped", file=sys.stderr)
+    chosen = [v for v in chosen if v in files]
+    task_list = _select(tasks, task_names or task_registry.names(), "task")
+    bad_scales = [s for s in scales if s not in ("full", "mini")]
+    if bad_scales:
+        raise ConfigError(f"unknown scale {', '.join(bad_scales)}; known: full, mini")
+    try:
+        seed_list = [int(s) for s in seeds]
+    except ValueError as error:
+        raise ConfigError(f"--seeds must be integers, got {','.join(seeds)}") from error
+    for o in overrides:
+        if not o.startswith("--config."):
+            raise ConfigError(f"extra argument {o!r}: only --config.* overrides may follow '--'")
+    runs = []
+    for task, scale, variant, seed in itertools.product(task_list, scales, chosen, seed_list):
+        workdir = os.path.join(root, f"{task}-{scale}", variant, f"seed{seed}")
+        command = [python, "-m", "lra_jax.train", f"--config={files[variant]}:{task},{scale}",
+                   f"--workdir={workdir}", f"--config.seed={seed}", *overrides]
+        runs.append(Run(task, scale, variant, seed, workdir, command))
+    return runs
+
+
+# ----------------------------------------------------------------------------- running
+
+class _Stop:
+    """SIGINT/SIGTERM -> forward SIGTERM to the running child (it checkpoints) and stop the sweep."""
+
+    def __init__(self):
+        self.requested = False
+        self.child: subprocess.Popen | None = None
+        self.previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.requested = True
+        print(f"\nsweep: {signal.Signals(signum).name}: asking the running run to checkpoint and stop...",
+              file=sys.stderr, flush=True)
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def subprocess_runner(stop: _Stop) -> Callable[[list[str], str], int]:
+    """Runs a command in its own session (a terminal Ctrl-C reaches only the sweep, which forwards it)."""
+
+    def run(command: list[str], cwd: str) -> int:
+        stop.child = subprocess.Popen(command, cwd=cwd, start_new_session=True)
+        try:
+            return stop.child.wait()
+        finally:
+            stop.child = None
+
+    return run
+
+
+def print_now(line: str) -> None:
+    print(line, flush=True)  # before the child's output, also when stdout is a file
+
+
+def run_sweep(runs: list[Run], runner: Callable[[list[str], str], int], stop: _Stop | None = None,
+              log: Callable[[str], None] = print_now, cwd: str = REPO) -> list[dict]:
+    """Runs the unfinished runs in order; returns one summary row per run."""
+    summary = []
+    for i, r in enumerate(runs, 1):
+        before = r.state()
+        row = {"run": r.name, "before": before, "status": "skipped", "seconds": 0.0, "workdir": r.workdir}
+        summary.append(row)
+        if before == "done":
+            log(f"[{i}/{len(runs)}] {r.name}: done, skipped")
+            continue
+        if stop is not None and stop.requested:
+            row["status"] = "not started"
+            continue
+        log(f"[{i}/{len(runs)}] {r.name}: {'resuming' if before == 'resume' else 'starting'}\n  "
+            + shlex.join(r.command))
+        start = time.perf_counter()
+        try:
+            code = runner(r.command, cwd)
+        except OSError as error:
+            code, row["error"] = -1, str(error)
+        row["seconds"] = time.perf_counter() - start
+        row["exit_code"] = code
+        if r.state() == "done":
+            row["status"] = "finished"
+        elif stop is not None and stop.requested:
+            row["status"] = "stopped"
+        else:
+            row["status"] = "failed"
+            row.setdefault("error", f"exit status {code}" + (" without results.json" if code == 0 else ""))
+        log(f"[{i}/{len(runs)}] {r.name}: {row['status']} ({row['seconds']:.0f} s)"
+            + (f": {row['error']}" if row["status"] == "failed" else ""))
+    return summary
+
+
+def summary_table(summary: list[dict]) -> str:
+    width = max([len(s["run"]) for s in summary] + [3])
+    lines = [f"{'run':<{width}}  {'status':<12} {'time':>8}  note"]
+    for s in summary:
+        note = s.get("error", "") if s["status"] == "failed" else s["workdir"]
+        lines.append(f"{s['run']:<{width}}  {s['status']:<12} {s['seconds']:>7.0f}s  {note}")
+    counts = {k: sum(s["status"] == k for s in summary) for k in dict.fromkeys(s["status"] for s in summary)}
+    lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    overrides = argv[1:]
+    try:
+        runs = plan(FLAGS.variants, FLAGS.tasks, FLAGS.scales, FLAGS.seeds, FLAGS.root, overrides)
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    if FLAGS.emit:
+        for r in runs:
+            if r.state() != "done":
+                print(shlex.join(["python", *r.command[1:]]))
+        return
+    if FLAGS.dry_run:
+        for r in runs:
+            print(f"{r.state():<7} {r.name:<40} {shlex.join(r.command[1:])}")
+        return
+    with _Stop() as stop:
+        summary = run_sweep(runs, subprocess_runner(stop), stop)
+    print("\n" + summary_table(summary))
+    if stop.requested:
+        print("sweep stopped; run the same command to continue (finished runs are skipped, "
+              "interrupted ones resume)")
+        sys.exit(130)
+    if any(s["status"] == "failed" for s in summary):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

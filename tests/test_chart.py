@@ -1,0 +1,122 @@
+"""lra_jax.chart: LRA score arithmetic, partial variants, and the chart/table files from fake runs."""
+
+import json
+import os
+
+import pytest
+from PIL import Image
+
+from lra_jax import chart
+from lra_jax.errors import LraError
+
+FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
+
+
+def write_result(root, task, variant, seed, accuracy, scale="full"):
+    workdir = root / f"{task}-{scale}" / variant / f"seed{seed}"
+    workdir.mkdir(parents=True)
+    result = {"task": task, "variant": variant, "test_accuracy": accuracy, "scale": scale,
+              "config": {"seed": seed, "scale": scale}}
+    (workdir / "results.json").write_text(json.dumps(result))
+
+
+def write_bench(path, rows):
+    results = [{"variant": v, "length": n, "status": s, "examples_per_second": eps,
+                "peak_memory_bytes": mem} for v, n, s, eps, mem in rows]
+    path.write_text(json.dumps({"device": {"kind": "fake-accelerator", "platform": "cpu", "count": 1},
+                                "results": results}))
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    # softmax: every task, two seeds (accuracies chosen so seed means are exact), plus Path-X.
+    for i, task in enumerate(FIVE):
+        write_result(root, task, "softmax", 0, 0.40 + 0.1 * i)
+        write_result(root, task, "softmax", 1, 0.50 + 0.1 * i)
+    write_result(root, "pathx", "softmax", 0, 0.5)
+    # linear: two tasks only.
+    write_result(root, "listops", "linear", 0, 0.20)
+    write_result(root, "text", "linear", 0, 0.60)
+    # a mini-scale run that --scale=full must ignore.
+    write_result(root, "listops", "local", 0, 0.99, scale="mini")
+    # a broken file is skipped, not fatal.
+    (root / "broken").mkdir()
+    (root / "broken" / "results.json").write_text("{not json")
+    return root
+
+
+def test_score_is_mean_of_five_tasks_with_seeds_averaged_and_path_x_separate(runs):
+    measured = chart.aggregate(chart.load_results(str(runs), scale="full"))
+    softmax = measured["softmax"]
+    # seed means: 45, 55, 65, 75, 85 (%)  -> score 65; Path-X (50) not in it.
+    assert softmax["accuracy"]["listops"] == pytest.approx(45.0)
+    assert softmax["accuracy"]["pathfinder"] == pytest.approx(85.0)
+    assert softmax["score"] == pytest.approx(65.0)
+    assert softmax["path_x"] == pytest.approx(50.0)
+    assert softmax["seeds"]["text"] == 2 and softmax["seeds"]["path_x"] == 1
+    assert softmax["missing"] == []
+    assert "local" not in measured  # other scale filtered out
+
+
+def test_partial_variant_lists_missing_tasks(runs):
+    linear = chart.aggregate(chart.load_results(str(runs), scale="full"))["linear"]
+    assert linear["missing"] == ["retrieval", "image", "pathfinder"]
+    assert linear["score"] == pytest.approx(40.0)  # over the tasks present only
+
+
+def test_scale_none_reads_every_scale(runs):
+    assert "local" in chart.aggregate(chart.load_results(str(runs)))
+
+
+def test_chart_png_svg_and_markdown(runs, tmp_path):
+    bench = tmp_path / "bench.json"
+    write_bench(bench, [("softmax", 1024, "ok", 20.0, 4 * 2**30), ("linear", 1024, "ok", 400.0, 2**30),
+                        ("softmax", 4096, "oom", None, None), ("linear", 4096, "ok", 100.0, 2 * 2**30)])
+    out = tmp_path / "charts"
+    paths = chart.make_chart(str(runs), str(out), bench_path=str(bench), scale="full", length=1024)
+    for key in ("png", "svg", "md"):
+        assert os.path.getsize(paths[key]) > 0
+    with Image.open(paths["png"]) as image:
+        width, height = image.size
+    assert 800 <= width <= 4000 and 400 <= height <= 3000
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    softmax_cells = [c.strip() for c in rows["softmax"].split("|")[1:-1]]
+    assert softmax_cells[1:8] == ["45.00", "55.00", "65.00", "75.00", "85.00", "65.00", "50.00"]
+    assert softmax_cells[9:11] == ["20.0", "4.00"]  # examples/s and GiB at length 1024
+    linear_cells = [c.strip() for c in rows["linear"].split("|")[1:-1]]
+    assert linear_cells[6] == "40.00*" and linear_cells[-1] == "retrieval, image, pathfinder"
+    assert "examples/s @1024" in table
+    # the published panel's table comes from experiments/reference with its source
+    assert "Transformer | softmax | 36.37" in table and "arXiv:2011.04006" in table
+    with open(paths["svg"], encoding="utf-8") as f:
+        assert "(hollow)" in f.read()  # partial-variant legend entry
+
+
+def test_default_length_is_longest_with_results(tmp_path):
+    bench = tmp_path / "bench.json"
+    write_bench(bench, [("softmax", 1024, "ok", 20.0, 1), ("softmax", 4096, "oom", None, None),
+                        ("linear", 2048, "ok", 50.0, 1)])
+    length, at = chart.load_bench(str(bench), None)
+    assert length == 2048 and set(at) == {"linear"}
+    with pytest.raises(LraError, match="3072"):
+        chart.load_bench(str(bench), 3072)
+
+
+def test_no_results_is_a_clear_error(tmp_path):
+    with pytest.raises(LraError, match="no results.json"):
+        chart.make_chart(str(tmp_path), str(tmp_path / "out"))
+
+
+def test_reference_file_is_consistent():
+    with open(chart.REFERENCE, encoding="utf-8") as f:
+        reference = json.load(f)
+    assert "source" in reference and "2011.04006" in reference["paper"]
+    for model in reference["models"]:
+        mean = sum(model["accuracy"][t] for t in FIVE) / 5
+        if model["paper_name"] != "Sinkhorn Trans.":  # published average has a known typo, see notes
+            assert mean == pytest.approx(model["avg"], abs=0.006), model["paper_name"]
+    by_name = {m["paper_name"]: m["variant"] for m in reference["models"]}
+    assert by_name["Transformer"] == "softmax" and by_name["Sparse Trans."] == "strided"

@@ -1,0 +1,136 @@
+"""lra_jax.sweep: the plan, skip/resume, failure reporting, --emit and signal forwarding (no training)."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from lra_jax import sweep
+from lra_jax.errors import ConfigError
+
+FILES = {"softmax": "configs/transformer.py", "linformer": "configs/linformer.py"}
+
+
+def make_plan(root, variants="softmax,linformer", seeds=("0",), overrides=()):
+    return sweep.plan(variants, "listops", ["mini"], list(seeds), str(root), list(overrides), files=FILES,
+                      task_names=["listops"], python="python")
+
+
+def workdir_of(command):
+    return next(a.split("=", 1)[1] for a in command if a.startswith("--workdir="))
+
+
+class FakeRunner:
+    """Records commands; 'trains' by writing results.json, except for workdirs listed in `fail`."""
+
+    def __init__(self, fail=()):
+        self.calls, self.fail = [], set(fail)
+
+    def __call__(self, command, cwd):
+        self.calls.append(command)
+        workdir = workdir_of(command)
+        if any(workdir.endswith(f) for f in self.fail):
+            return 1
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "results.json"), "w") as f:
+            f.write("{}")
+        return 0
+
+
+def test_plan_layout_and_commands(tmp_path):
+    runs = make_plan(tmp_path, seeds=("0", "3"), overrides=["--config.num_train_steps=10"])
+    assert [r.name for r in runs] == ["listops-mini/softmax/seed0", "listops-mini/softmax/seed3",
+                                      "listops-mini/linformer/seed0", "listops-mini/linformer/seed3"]
+    r = runs[1]
+    assert r.workdir == str(tmp_path / "listops-mini" / "softmax" / "seed3")
+    assert r.command == ["python", "-m", "lra_jax.train", "--config=configs/transformer.py:listops,mini",
+                         f"--workdir={r.workdir}", "--config.seed=3", "--config.num_train_steps=10"]
+
+
+def test_finished_skipped_interrupted_resumed_failures_reported(tmp_path):
+    softmax, _, linformer, linformer3 = make_plan(tmp_path, seeds=("0", "1"))
+    os.makedirs(softmax.workdir)
+    with open(os.path.join(softmax.workdir, "results.json"), "w") as f:  # finished
+        f.write("{}")
+    os.makedirs(os.path.join(linformer.workdir, "checkpoints"))  # interrupted
+    runs = make_plan(tmp_path, seeds=("0", "1"))
+    assert [r.state() for r in runs] == ["done", "new", "resume", "new"]
+    runner = FakeRunner(fail=[os.path.join("linformer", "seed1")])
+    summary = sweep.run_sweep(runs, runner, log=lambda line: None)
+    assert [workdir_of(c) for c in runner.calls] == [r.workdir for r in runs[1:]]  # finished one skipped
+    assert [s["status"] for s in summary] == ["skipped", "finished", "finished", "failed"]
+    assert summary[2]["before"] == "resume"
+    assert summary[3]["error"] == "exit status 1"
+    table = sweep.summary_table(summary)
+    assert "1 skipped, 2 finished, 1 failed" in table and "exit status 1" in table
+    # a second sweep finds only the failed run left to do
+    runner = FakeRunner()
+    sweep.run_sweep(make_plan(tmp_path, seeds=("0", "1")), runner, log=lambda line: None)
+    assert [workdir_of(c) for c in runner.calls] == [linformer3.workdir]
+
+
+def test_exit_zero_without_results_is_a_failure(tmp_path):
+    summary = sweep.run_sweep(make_plan(tmp_path, "softmax"), lambda command, cwd: 0, log=lambda line: None)
+    assert summary[0]["status"] == "failed" and "without results.json" in summary[0]["error"]
+
+
+def test_unknown_and_configless_variants_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match="unknown variant nonesuch; known: .*softmax"):
+        make_plan(tmp_path, "softmax,nonesuch")
+    with pytest.raises(ConfigError, match="no config file for variant performer"):
+        make_plan(tmp_path, "performer")
+    with pytest.raises(ConfigError, match="only --config"):
+        make_plan(tmp_path, "softmax", overrides=["--workdir=x"])
+    assert {r.variant for r in make_plan(tmp_path, "all")} == set(FILES)  # the others are skipped with a note
+
+
+def test_config_files_map_variant_names_to_files():
+    files = sweep.config_files()
+    assert files["softmax"] == os.path.join("configs", "transformer.py")
+    assert files["linformer"] == os.path.join("configs", "linformer.py")
+
+
+def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
+    done = tmp_path / "listops-mini" / "softmax" / "seed0"
+    done.mkdir(parents=True)
+    (done / "results.json").write_text("{}")
+    out = subprocess.run([sys.executable, "-m", "lra_jax.sweep", "--variants=softmax,linformer",
+                          "--tasks=listops", "--seeds=0,1", f"--root={tmp_path}", "--emit"],
+                         cwd=sweep.REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("python -m lra_jax.train --config=configs/") for line in lines)
+    assert f"--workdir={tmp_path}/listops-mini/softmax/seed1 --config.seed=1" in lines[0]
+
+
+CHILD = """
+import signal, sys, time
+def stop(signum, frame):
+    open(sys.argv[1], "w").write("checkpointed")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+open(sys.argv[1] + ".started", "w").close()
+time.sleep(60)
+"""
+
+
+def test_signal_is_forwarded_to_the_child_and_the_sweep_stops(tmp_path):
+    first, second = make_plan(tmp_path)
+    marker = str(tmp_path / "child")
+    first.command = [sys.executable, "-c", CHILD, marker]
+
+    def send_sigint_once_started():
+        for _ in range(600):
+            if os.path.exists(marker + ".started"):
+                break
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), __import__("signal").SIGINT)
+
+    with sweep._Stop() as stop:
+        threading.Thread(target=send_sigint_once_started, daemon=True).start()
+        summary = sweep.run_sweep([first, second], sweep.subprocess_runner(stop), stop, log=lambda line: None)
+    with open(marker) as f:
+        assert f.read() == "checkpointed"  # the child got SIGTERM and saved
+    assert [s["status"] for s in summary] == ["stopped", "not started"]
