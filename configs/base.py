@@ -158,7 +158,7 @@ def image(scale: str) -> ml_collections.ConfigDict:
 
 
 def _pathfinder_generator(image_size: int, num_examples: int) -> dict:
-    return dict(image_size=image_size, contour_length=14, num_examples=num_examples, seed=0)
+    return dict(image_size=image_size, contour_length=14, num_distractors=2, num_examples=num_examples, seed=0)
 
 
 def pathfinder(scale: str) -> ml_collections.ConfigDict:
@@ -177,8 +177,9 @@ def pathfinder(scale: str) -> ml_collections.ConfigDict:
     c.batch_size = 512
     c.optimizer.update(learning_rate=1e-3)
     _image_task(c, train_examples=160_000, epochs=200)
-    if scale == "mini":
-        c.data.generator.update(contour_length=6, num_examples=12_000)
+    if scale == "mini":  # 16x16 images: at 32x32 full attention takes ~6 s a step on 2 CPU cores
+        c.max_len = 16 * 16
+        c.data.generator.update(image_size=16, contour_length=6, num_examples=12_000)
         _mini_model(c, emb_dim=32, mlp_dim=64, num_heads=2, positions="learned", cls_token=False,
                     pooling="mean")
         c.batch_size = 64
@@ -192,7 +193,7 @@ def pathx(scale: str) -> ml_collections.ConfigDict:
     """Path-X: Pathfinder at 128x128 = 16384 tokens. Every model in the LRA paper failed it (chance).
 
     data_dir: e.g. lra_release/pathfinder128/curv_contour_length_14; empty: generate it.
-    Mini scale: 64x64 images (4096 tokens) with short contours, one layer.
+    Mini scale: 32x32 images (1024 tokens, 4x mini Pathfinder's length) with short contours, one layer.
     """
     c = _common("pathx", scale)
     c.max_len = 128 * 128
@@ -202,8 +203,8 @@ def pathx(scale: str) -> ml_collections.ConfigDict:
     c.optimizer.update(learning_rate=1e-3, grad_clip_norm=1.0)
     _image_task(c, train_examples=160_000, epochs=200)
     if scale == "mini":
-        c.max_len = 64 * 64
-        c.data.generator.update(image_size=64, contour_length=6, num_examples=4_000)
+        c.max_len = 32 * 32
+        c.data.generator.update(image_size=32, contour_length=6, num_examples=4_000)
         _mini_model(c, num_layers=1, emb_dim=32, mlp_dim=64, num_heads=2, cls_token=False, pooling="mean")
         c.batch_size = 16
         c.num_train_steps = 600

@@ -173,3 +173,37 @@ def test_sharded_step_on_four_devices_matches_one_device():
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "max parameter difference" in done.stdout
+
+
+def small_task_config(task: str, tmp_path):
+    """A few steps of `task` with a one-layer, 16-wide model."""
+    config = base.get_config(f"{task},mini")
+    config.data.cache_dir = str(tmp_path / "cache")
+    config.model.update(num_layers=1, num_heads=2, emb_dim=16, mlp_dim=32)
+    config.batch_size = 8
+    config.num_train_steps = 4
+    config.eval_every = config.checkpoint_every = config.log_every = 2
+    return config
+
+
+def test_retrieval_trains_end_to_end_through_the_dual_encoder(tmp_path):
+    data_dir = tmp_path / "tsv_data"
+    data_dir.mkdir()
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 16), ("eval", 8), ("test", 8)):
+        rows = [f"{i % 2}\tid{i}a\tid{i}b\t{'x' * rng.integers(5, 40)} paper {i}\tcited {'y' * i}" for i in range(count)]
+        (data_dir / f"new_aan_pairs.{split}.tsv").write_text("\n".join(rows) + "\n")
+    config = small_task_config("retrieval", tmp_path)
+    config.max_len = 48
+    config.data.data_dir = str(data_dir)
+    results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    assert results["task"] == "retrieval" and 0.0 <= results["test_accuracy"] <= 1.0
+    assert results["test_majority_class_rate"] == 0.5
+
+
+def test_pathfinder_trains_end_to_end_on_generated_images(tmp_path):
+    config = small_task_config("pathfinder", tmp_path)
+    config.data.generator.update(num_examples=80)
+    results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    assert results["task"] == "pathfinder" and results["max_len"] == 16 * 16
+    assert 0.0 <= results["test_accuracy"] <= 1.0
