@@ -178,8 +178,11 @@ def is_oom(error: BaseException) -> bool:
 
 def run(variants: list[str], lengths: list[int], settings: dict[str, Any],
         measure_fn: Callable[[str, int, dict[str, Any]], dict[str, Any]] = measure,
-        log: Callable[[str], None] = print_now) -> list[dict[str, Any]]:
-    """Measures every (variant, length); a failure is recorded and the sweep goes on."""
+        log: Callable[[str], None] = print_now,
+        on_result: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """Measures every (variant, length); a failure is recorded and the sweep goes on.
+
+    `on_result(results so far)` runs after each entry (the report is saved as it grows)."""
     results = []
     total = len(variants) * len(lengths)
     for i, (variant, length) in enumerate(((v, n) for v in variants for n in lengths), 1):
@@ -198,6 +201,8 @@ def run(variants: list[str], lengths: list[int], settings: dict[str, Any],
         entry["wall_seconds"] = time.perf_counter() - start
         results.append(entry)
         log(f"[{i}/{total}] {variant} @ {length}: {detail} ({entry['wall_seconds']:.0f} s)")
+        if on_result is not None:
+            on_result(results)
         gc.collect()
         jax.clear_caches()
     add_relative(results)
@@ -320,12 +325,18 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
     device = device_info()
     out = out or default_out(device)
     log(f"writing {out}")
-    results = run(variants, lengths, settings, measure_fn, log)
-    report = {"device": device, "versions": trainer.library_versions(), "settings": settings,
-              "date": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-              "results": results}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    trainer.write_json(out, report)
+
+    def save(results: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
+        """Writes the report atomically; a killed or hung bench keeps what it measured."""
+        report = {"device": device, "versions": trainer.library_versions(), "settings": settings,
+                  "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                  "command": " ".join(sys.argv), "complete": complete, "results": results}
+        trainer.write_json(out, report)
+        return report
+
+    results = run(variants, lengths, settings, measure_fn, log, on_result=lambda partial: save(partial, False))
+    report = save(results, True)
     log("\n" + table(results) + f"\n\nwrote {out}")
     return report
 

@@ -81,3 +81,19 @@ def test_kernels_without_the_module_is_a_clear_error(monkeypatch, capsys):
         bench.run_kernels(["bench"])
     assert exit_info.value.code == 2
     assert "lra_jax/kernels/bench.py is missing" in capsys.readouterr().err
+
+
+def test_a_killed_benchmark_keeps_what_it_measured(tmp_path):
+    out = tmp_path / "bench.json"
+
+    def measure_then_die(variant, length, settings):
+        if variant == "fast":
+            raise KeyboardInterrupt  # the run is killed during its second variant
+        return fake_measure(variant, length, settings)
+
+    with pytest.raises(KeyboardInterrupt):
+        bench.benchmark(["softmax", "fast"], [1024, 2048], TINY, str(out), measure_fn=measure_then_die,
+                        log=lambda line: None)
+    report = json.loads(out.read_text())
+    assert report["complete"] is False
+    assert [(r["variant"], r["length"]) for r in report["results"]] == [("softmax", 1024), ("softmax", 2048)]
