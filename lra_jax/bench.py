@@ -12,17 +12,28 @@ settings from configs/<variant file>.py (full scale). Random tokens with ragged 
 Per (variant, length): steps/s, examples/s, compiled FLOPs per step, XLA's memory estimate of the
 step (every backend) and the device's peak bytes in use where it reports them. A run out of memory
 is recorded with status "oom"; any other failure with status "error" and its message; neither stops
-the sweep. Writes one JSON (device, library versions, settings, results) and prints LRA-Table-2-style
-rows, each relative to softmax.
+the sweep. Writes one JSON (device, library versions, settings, results), saved again after every
+cell with "complete": false until the last, and prints LRA-Table-2-style rows, each relative to softmax.
+
+Every (variant, length) cell runs in a fresh Python process (this module with the internal `--cell`
+flag, which prints the cell's result as JSON). Many cells measured one after another in one process
+hung: with the persistent compilation cache on, after a few cells an eager op building the train
+state never returned. A fresh process also gives each cell all of the device's memory and its own
+peak-memory counter. The parent never starts a JAX backend itself (the device is probed in a child
+too), so a GPU's memory and a TPU stay free for the cells. A cell whose process runs past
+`--cell_timeout` is killed and recorded with status "timeout"; one whose process dies (an exit code,
+a signal such as the OOM killer's SIGKILL) with status "crashed", its exit code and its last stderr lines.
 """
 
 from __future__ import annotations
 
 import datetime
-import gc
 import importlib
+import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -59,6 +70,10 @@ def define_flags() -> None:
     flags.DEFINE_integer("num_heads", PROTOCOL["num_heads"], "Attention heads; change only for smoke tests.")
     flags.DEFINE_integer("emb_dim", PROTOCOL["emb_dim"], "Model width; change only for smoke tests.")
     flags.DEFINE_integer("mlp_dim", PROTOCOL["mlp_dim"], "MLP width; change only for smoke tests.")
+    flags.DEFINE_float("cell_timeout", 1800, "Seconds one (variant, length) cell may take, start-up and "
+                       "compilation included; past it its process is killed and the cell recorded as 'timeout'.")
+    flags.DEFINE_string("cell", None, "Internal: one cell as JSON {variant, length, settings}; measures it "
+                        "in this process and prints its result as JSON (the bench runs every cell this way).")
     flags.DEFINE_bool("kernels", False, "Run the kernel benchmark (lra_jax.kernels.bench) instead; "
                       "the other arguments go to it.")
 
@@ -164,7 +179,7 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
         "compile_seconds": compile_seconds,
         "flops_per_step": compiled_flops(compiled),
         "compiled_step_memory_bytes": memory["compiled_step_memory_bytes"],
-        "device_peak_bytes_in_use": stats.get("peak_bytes_in_use"),  # process-wide, not per variant
+        "device_peak_bytes_in_use": stats.get("peak_bytes_in_use"),  # this cell's process
         "peak_memory_bytes": memory["compiled_step_memory_bytes"] or stats.get("peak_bytes_in_use"),
         "host_max_rss_bytes": memory["host_max_rss_bytes"],
         "num_parameters": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
@@ -176,35 +191,120 @@ def is_oom(error: BaseException) -> bool:
     return isinstance(error, OutOfMemory) or any(m in str(error) for m in OOM_MARKERS)
 
 
-def run(variants: list[str], lengths: list[int], settings: dict[str, Any],
-        measure_fn: Callable[[str, int, dict[str, Any]], dict[str, Any]] = measure,
-        log: Callable[[str], None] = print_now,
-        on_result: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
-    """Measures every (variant, length); a failure is recorded and the sweep goes on.
+def measure_cell(variant: str, length: int, settings: dict[str, Any],
+                 measure_fn: Callable[[str, int, dict[str, Any]], dict[str, Any]] = measure) -> dict[str, Any]:
+    """`measure_fn`'s result with status "ok", or status "oom" / "error" and the message."""
+    try:
+        return {"status": "ok", **measure_fn(variant, length, settings)}
+    except Exception as error:  # noqa: BLE001 - one failure must not end a long sweep
+        status = "oom" if is_oom(error) else "error"
+        message = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
+        entry = {"status": status, "error": f"{type(error).__name__}: {message}"}
+        if status == "error":
+            entry["traceback"] = traceback.format_exc(limit=8)
+        return entry
 
-    `on_result(results so far)` runs after each entry (the report is saved as it grows)."""
+
+# ----------------------------------------------------------------------------- one cell, one process
+
+def cell_command(variant: str, length: int, settings: dict[str, Any]) -> list[str]:
+    """The command that measures one cell in a fresh process; the settings travel whole, as JSON."""
+    cell = json.dumps({"variant": variant, "length": length, "settings": settings})
+    return [sys.executable, "-m", "lra_jax.bench", f"--cell={cell}"]
+
+
+def run_cell(cell_json: str) -> None:
+    """The child's side: measures the cell of `--cell` and prints its result as the last line of stdout."""
+    cell = json.loads(cell_json)
+    jax.config.update("jax_compilation_cache_dir", os.path.join(default_cache_dir(), "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    entry = measure_cell(cell["variant"], cell["length"], cell["settings"])
+    print(json.dumps(entry, default=str), flush=True)
+
+
+def _stderr_tail(stderr: str | bytes | None, lines: int = 20) -> str:
+    if isinstance(stderr, bytes):  # TimeoutExpired carries bytes even for a text-mode run
+        stderr = stderr.decode(errors="replace")
+    return "\n".join((stderr or "").strip().splitlines()[-lines:])[-4000:]
+
+
+def exit_reason(returncode: int) -> str:
+    """'exit code 3', or the signal that killed the process (negative return codes)."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    hint = " (often the kernel's OOM killer: the host ran out of memory)" if name == "SIGKILL" else ""
+    return f"killed by {name}{hint}"
+
+
+def measure_in_subprocess(variant: str, length: int, settings: dict[str, Any],
+                          timeout: float) -> dict[str, Any]:
+    """measure_cell in a fresh Python process; one killed after `timeout` seconds or dying is recorded too."""
+    try:
+        done = subprocess.run(cell_command(variant, length, settings), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as expired:
+        return {"status": "timeout", "error": f"no result after {timeout:g} s (--cell_timeout); killed",
+                "stderr_tail": _stderr_tail(expired.stderr)}
+    lines = done.stdout.strip().splitlines()
+    try:
+        entry = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        entry = None
+    if isinstance(entry, dict) and "status" in entry:
+        return entry  # measured; a crash while the process shuts down afterwards costs nothing
+    tail = _stderr_tail(done.stderr)
+    last = tail.splitlines()[-1] if tail else "no stderr"
+    return {"status": "crashed", "exit_code": done.returncode,
+            "error": f"the cell's process ended without a result, {exit_reason(done.returncode)}: {last}",
+            "stderr_tail": tail}
+
+
+def probe_device(timeout: float = 600) -> dict[str, Any]:
+    """device_info() read in a child process, so that this one never starts a backend (see the docstring)."""
+    code = "import json; from lra_jax import bench; print(json.dumps(bench.device_info()))"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired as expired:
+        raise LraError(f"reading the device in a child process took over {timeout:g} s:\n"
+                       f"{_stderr_tail(expired.stderr)}") from expired
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        raise LraError(f"cannot read the device in a child process ({exit_reason(done.returncode)}):\n"
+                       f"{_stderr_tail(done.stderr)}") from None
+
+
+def run(variants: list[str], lengths: list[int], settings: dict[str, Any],
+        measure_fn: Callable[[str, int, dict[str, Any]], dict[str, Any]] | None = None,
+        log: Callable[[str], None] = print_now,
+        on_result: Callable[[list[dict[str, Any]]], None] | None = None,
+        cell_timeout: float = 1800) -> list[dict[str, Any]]:
+    """Measures every (variant, length), each in a fresh process; a failure is recorded and the sweep goes on.
+
+    `measure_fn` measures in this process instead (tests). `on_result(results so far)` runs after each
+    entry (the report is saved as it grows)."""
     results = []
-    total = len(variants) * len(lengths)
-    for i, (variant, length) in enumerate(((v, n) for v in variants for n in lengths), 1):
-        entry = {"variant": variant, "length": length}
+    cells = [(v, n) for v in variants for n in lengths]
+    for i, (variant, length) in enumerate(cells, 1):
         start = time.perf_counter()
-        try:
-            entry.update(status="ok", **measure_fn(variant, length, settings))
+        if measure_fn is None:
+            outcome = measure_in_subprocess(variant, length, settings, cell_timeout)
+        else:
+            outcome = measure_cell(variant, length, settings, measure_fn)
+        entry = {"variant": variant, "length": length, **outcome, "wall_seconds": time.perf_counter() - start}
+        if entry["status"] == "ok":
             detail = f"{entry['steps_per_second']:.3g} steps/s, {_gib(entry['peak_memory_bytes'])}"
-        except Exception as error:  # noqa: BLE001 - one failure must not end a long sweep
-            status = "oom" if is_oom(error) else "error"
-            message = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
-            entry.update(status=status, error=f"{type(error).__name__}: {message}")
-            if status == "error":
-                entry["traceback"] = traceback.format_exc(limit=8)
-            detail = f"{status.upper()}: {entry['error'][:200]}"
-        entry["wall_seconds"] = time.perf_counter() - start
+        else:
+            detail = f"{entry['status'].upper()}: {entry['error'][:200]}"
         results.append(entry)
-        log(f"[{i}/{total}] {variant} @ {length}: {detail} ({entry['wall_seconds']:.0f} s)")
+        log(f"[{i}/{len(cells)}] {variant} @ {length}: {detail} ({entry['wall_seconds']:.0f} s)")
         if on_result is not None:
             on_result(results)
-        gc.collect()
-        jax.clear_caches()
     add_relative(results)
     return results
 
@@ -295,34 +395,41 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.WARNING)
+    if FLAGS.cell is not None:
+        run_cell(FLAGS.cell)
+        return
     try:
         if FLAGS.steps < 5:
             raise LraError(f"--steps must be at least 5 (got {FLAGS.steps}); a shorter timing is noise")
+        if FLAGS.cell_timeout <= 0:
+            raise LraError(f"--cell_timeout must be a positive number of seconds (got {FLAGS.cell_timeout})")
         variants = resolve_variants(FLAGS.variants)
         lengths = parse_lengths(FLAGS.lengths)
-        if FLAGS.batch_size % jax.device_count():
-            raise LraError(f"--batch_size={FLAGS.batch_size} is not divisible by the {jax.device_count()} "
-                           "devices")
+        device = probe_device()
+        if FLAGS.batch_size % device["count"]:
+            raise LraError(f"--batch_size={FLAGS.batch_size} is not divisible by the {device['count']} devices")
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     names = ("batch_size", "steps", "warmup", "dtype", "scan_layers", "remat", "seed", *PROTOCOL)
     settings = {name: FLAGS[name].value for name in names}
     settings["protocol"] = all(settings[k] == v for k, v in PROTOCOL.items())
-    jax.config.update("jax_compilation_cache_dir", os.path.join(default_cache_dir(), "jax"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    print(f"bench: {len(variants)} variants x {len(lengths)} lengths on {jax.device_count()} x "
-          f"{jax.devices()[0].device_kind}", flush=True)
-    benchmark(variants, lengths, settings, FLAGS.out)
+    print(f"bench: {len(variants)} variants x {len(lengths)} lengths on {device['count']} x {device['kind']}, "
+          "each cell in its own process", flush=True)
+    benchmark(variants, lengths, settings, FLAGS.out, device=device, cell_timeout=FLAGS.cell_timeout)
 
 
 def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any], out: str | None,
-              measure_fn: Callable[[str, int, dict[str, Any]], dict[str, Any]] = measure,
-              log: Callable[[str], None] = print_now) -> dict[str, Any]:
-    """Measures the grid, writes the JSON report to `out` (default path names the device), prints the table."""
+              measure_fn: Callable[[str, int, dict[str, Any]], dict[str, Any]] | None = None,
+              log: Callable[[str], None] = print_now, device: dict[str, Any] | None = None,
+              cell_timeout: float = 1800) -> dict[str, Any]:
+    """Measures the grid, writes the JSON report to `out` (default path names the device), prints the table.
+
+    Each cell runs in a fresh process unless `measure_fn` is given (see run); `device` defaults to
+    probe_device()."""
     from lra_jax import trainer
 
-    device = device_info()
+    device = device or probe_device()
     out = out or default_out(device)
     log(f"writing {out}")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -335,7 +442,8 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
         trainer.write_json(out, report)
         return report
 
-    results = run(variants, lengths, settings, measure_fn, log, on_result=lambda partial: save(partial, False))
+    results = run(variants, lengths, settings, measure_fn, log, on_result=lambda partial: save(partial, False),
+                  cell_timeout=cell_timeout)
     report = save(results, True)
     log("\n" + table(results) + f"\n\nwrote {out}")
     return report

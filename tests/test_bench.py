@@ -1,6 +1,8 @@
-"""lra_jax.bench: a tiny real benchmark, the JSON it writes, relative columns and failure recording."""
+"""lra_jax.bench: a tiny real benchmark (one process per cell), the JSON it writes, relative columns and
+failure recording, a crashed or timed-out cell included."""
 
 import json
+import sys
 
 import pytest
 
@@ -11,7 +13,9 @@ TINY = {"batch_size": 4, "steps": 5, "warmup": 1, "dtype": "float32", "scan_laye
         "seed": 0, "num_layers": 1, "num_heads": 2, "emb_dim": 16, "mlp_dim": 32, "protocol": False}
 
 
-def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path):
+def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeypatch):
+    monkeypatch.setenv("LRA_JAX_CACHE", str(tmp_path / "cache"))  # the cells' compilation cache
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")  # cells compile in 3 s, not 10
     out = tmp_path / "bench.json"
     lines = []
     bench.benchmark(["softmax", "linear"], [32], TINY, str(out), log=lines.append)
@@ -33,6 +37,14 @@ def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path):
     assert linear["attention"]["name"] == "linear"
     printed = "\n".join(lines)
     assert "[2/2] linear @ 32" in printed and "×)" in printed
+    assert report["complete"] is True
+
+
+def test_a_cell_gets_the_settings_whole():
+    command = bench.cell_command("performer", 64, TINY)
+    assert command[:3] == [sys.executable, "-m", "lra_jax.bench"]
+    cell = json.loads(command[3].removeprefix("--cell="))
+    assert cell == {"variant": "performer", "length": 64, "settings": TINY}
 
 
 def fake_measure(variant, length, settings):
@@ -97,3 +109,34 @@ def test_a_killed_benchmark_keeps_what_it_measured(tmp_path):
     report = json.loads(out.read_text())
     assert report["complete"] is False
     assert [(r["variant"], r["length"]) for r in report["results"]] == [("softmax", 1024), ("softmax", 2048)]
+
+
+def test_a_crashed_or_timed_out_cell_is_recorded_and_the_report_written(tmp_path, monkeypatch):
+    ok = {"status": "ok", "steps_per_second": 2.0, "examples_per_second": 8.0, "peak_memory_bytes": 1000}
+    children = {  # what each variant's process does instead of measuring
+        "softmax": f"print('compiling...'); print({json.dumps(ok)!r})",
+        "crash": "import sys; print('Fatal Python error: Segmentation fault', file=sys.stderr); sys.exit(3)",
+        "killed": "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        "hang": "import time; time.sleep(60)",
+    }
+    monkeypatch.setattr(bench, "cell_command",
+                        lambda variant, length, settings: [sys.executable, "-c", children[variant]])
+    out = tmp_path / "bench.json"
+    lines = []
+    device = {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}
+    bench.benchmark(list(children), [32], TINY, str(out), log=lines.append, device=device, cell_timeout=3)
+    report = json.loads(out.read_text())
+    assert report["complete"] is True
+    cells = {r["variant"]: r for r in report["results"]}
+    assert [r["variant"] for r in report["results"]] == list(children)
+    assert cells["softmax"]["status"] == "ok" and cells["softmax"]["relative_speed"] == pytest.approx(1.0)
+    crash = cells["crash"]
+    assert crash["status"] == "crashed" and crash["exit_code"] == 3
+    assert "exit code 3" in crash["error"] and "Segmentation fault" in crash["stderr_tail"]
+    killed = cells["killed"]
+    assert killed["status"] == "crashed" and killed["exit_code"] == -9 and "SIGKILL" in killed["error"]
+    hang = cells["hang"]
+    assert hang["status"] == "timeout" and "--cell_timeout" in hang["error"]
+    assert 3 <= hang["wall_seconds"] < 30
+    printed = "\n".join(lines)
+    assert "CRASHED" in printed and "TIMEOUT" in printed and "[4/4] hang @ 32: TIMEOUT" in printed
