@@ -125,6 +125,19 @@ def test_generator_connects_positives_and_separates_negatives(size):
     assert np.mean(labels) == 0.5
 
 
+def test_grey_markers_change_only_the_marker_pixels():
+    args = {**pathfinder_generator.default_knobs(16), **GEN, "image_size": 16}
+    disc = pathfinder_generator._disc(args["marker_radius"])
+    for i in range(6):
+        white, label, marked = pathfinder_generator.render(i, **args)
+        grey, grey_label, grey_marked = pathfinder_generator.render(i, **{**args, "marker_value": 128})
+        assert (label, marked) == (grey_label, grey_marked)
+        assert np.array_equal(white > 0, grey > 0)  # same snakes, same connectivity
+        assert set(np.unique(grey)) == {0, 128, 255}
+        marker_pixels = {(x + dx, y + dy) for x, y in marked for dx, dy in disc}
+        assert set(zip(*np.nonzero(grey == 128)[::-1])) == marker_pixels
+
+
 def test_generator_is_deterministic_by_seed():
     args = {**pathfinder_generator.default_knobs(32), **GEN}
     a = [pathfinder_generator.render(i, **args)[0] for i in range(4)]

@@ -24,7 +24,8 @@ This is our own generator with the same ingredients (not a port of Linsley's cod
     after 8 rounds without one, the image is restarted with fresh draws.
   * Rendering: NOT anti-aliased. Each paddle is sampled at paddle_length + 1
     evenly spaced points, rounded to pixels: an 8-connected chain (see `_shapes`).
-    Pixels are 0 (background) or 255 (snakes and markers).
+    Pixels are 0 (background), 255 (snakes) and `marker_value` (markers; 255 by default,
+    as in the official images; a distinct grey makes the task easier, see configs/base.py).
   * Labels alternate: example i has label i % 2 (exactly balanced).
   * Deterministic: example i draws only from `np.random.default_rng([_RNG_TAG, seed, i])`,
     so the output does not depend on the number of worker processes.
@@ -70,6 +71,7 @@ def default_knobs(image_size: int) -> dict:
         "distractor_length": None,  # None: contour_length
         "max_turn_degrees": 30.0,
         "marker_radius": max(1, round(scale)),
+        "marker_value": 255,  # pixel value of the end markers (snakes are 255)
     }
 
 
@@ -117,7 +119,7 @@ class _Canvas:
 
     def place(
         self, rng: np.random.Generator, paddles: int, paddle_length: int, max_turn: float,
-        marks: tuple[bool, bool], disc: np.ndarray,
+        marks: tuple[bool, bool], disc: np.ndarray, marker_value: int,
     ) -> tuple[tuple[int, int], tuple[int, int]]:
         """Draws one snake with its end markers where it touches no other snake; returns its end pixels.
 
@@ -147,7 +149,9 @@ class _Canvas:
                 continue
             c, t = divmod(int(np.argmax(ok)), _SHIFTS)
             x, y = foot[c, :, 0] + shift[c, t, 0], foot[c, :, 1] + shift[c, t, 1]
-            self.lit[y, x] = 255
+            body = pixels.shape[1]  # foot = snake pixels, then marker pixels
+            self.lit[y[:body], x[:body]] = 255
+            self.lit[y[body:], x[body:]] = marker_value
             for dy in (0, 1, 2):
                 for dx in (0, 1, 2):
                     self.blocked[y + dy, x + dx] = True
@@ -167,6 +171,7 @@ def render(
     distractor_length: int | None,
     max_turn_degrees: float,
     marker_radius: int,
+    marker_value: int,
 ) -> tuple[np.ndarray, int, tuple[tuple[int, int], tuple[int, int]]]:
     """Example `index`: (image uint8 [S, S] of 0/255, label, the two marked (x, y) points)."""
     label = index % 2
@@ -178,15 +183,15 @@ def render(
         canvas = _Canvas(image_size)
         try:
             if label:
-                a = canvas.place(rng, contour_length, paddle_length, turn, (True, True), disc)
-                canvas.place(rng, contour_length, paddle_length, turn, (False, False), disc)
+                a = canvas.place(rng, contour_length, paddle_length, turn, (True, True), disc, marker_value)
+                canvas.place(rng, contour_length, paddle_length, turn, (False, False), disc, marker_value)
                 marked = (a[0], a[1])
             else:
-                a = canvas.place(rng, contour_length, paddle_length, turn, (True, False), disc)
-                b = canvas.place(rng, contour_length, paddle_length, turn, (True, False), disc)
+                a = canvas.place(rng, contour_length, paddle_length, turn, (True, False), disc, marker_value)
+                b = canvas.place(rng, contour_length, paddle_length, turn, (True, False), disc, marker_value)
                 marked = (a[0], b[0])
             for _ in range(num_distractors):
-                canvas.place(rng, distractor_length, paddle_length, turn, (False, False), disc)
+                canvas.place(rng, distractor_length, paddle_length, turn, (False, False), disc, marker_value)
         except _Failed:
             continue
         return canvas.lit, label, marked
@@ -203,7 +208,8 @@ def check_args(image_size: int, contour_length: int, num_examples: int, **knobs)
         raise DataError(f"Pathfinder image_size={image_size}; use 16 or more")
     if contour_length < 1 or num_examples < 1:
         raise DataError(f"Pathfinder needs contour_length >= 1 and num_examples >= 1, got {contour_length}, {num_examples}")
-    if knobs["paddle_length"] < 1 or knobs["marker_radius"] < 0 or knobs["num_distractors"] < 0:
+    if (knobs["paddle_length"] < 1 or knobs["marker_radius"] < 0 or knobs["num_distractors"] < 0
+            or not 1 <= knobs["marker_value"] <= 255):
         raise DataError(f"Pathfinder generator settings out of range: {knobs}")
 
 
