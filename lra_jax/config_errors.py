@@ -10,6 +10,9 @@ import difflib
 import glob
 import importlib.util
 import os
+import sys
+
+from absl import flags
 
 
 def _load(spec: str):
@@ -58,3 +61,15 @@ def check(argv: list[str]) -> str | None:
             if message:
                 return message
     return None
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing for a CLI with a --config flag; a bad config or flag exits 2 with one line."""
+    problem = check(argv)
+    if problem is None:
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as error:
+            problem = f"{str(error).strip().splitlines()[-1]} (pass --helpshort to see the flags)"
+    print(f"error: {problem}", file=sys.stderr)
+    sys.exit(2)

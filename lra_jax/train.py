@@ -30,18 +30,6 @@ def default_workdir(config) -> str:
     return os.path.join("runs", f"{config.attention.name}-{config.task}-{config.scale}")
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing, with config failures reported in one line instead of a traceback."""
-    problem = config_errors.check(argv)
-    if problem is None:
-        try:
-            return FLAGS(argv)
-        except flags.Error as error:
-            problem = f"{str(error).strip().splitlines()[-1]} (pass --helpshort to see the flags)"
-    print(f"error: {problem}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -63,4 +51,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=parse_flags)
+    app.run(main, flags_parser=config_errors.parse_flags)

@@ -1,0 +1,18 @@
+"""The pipeline-throughput command: both timings are measured on real batches and printed."""
+
+import math
+
+from conftest import tiny_config
+from lra_jax import trainer
+from lra_jax.data import tasks, throughput
+
+
+def test_pipeline_and_train_step_rates_are_measured(data_cache):
+    config = tiny_config(data_cache)
+    task = tasks.get_task(config.task)
+    train = task.load(config)["train"]
+    mesh = trainer.make_mesh()
+    fed = throughput.pipeline_examples_per_second(train, config.batch_size, config.seed, mesh, num_batches=40)
+    trained = throughput.train_examples_per_second(config, task, train, mesh, num_steps=3)
+    assert math.isfinite(fed) and fed > 0
+    assert math.isfinite(trained) and trained > 0
