@@ -359,9 +359,10 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def device_info() -> dict[str, Any]:
+    """The accelerator, and the host CPU cores this process may use (what a CPU timing ran on)."""
     d = jax.devices()[0]
     return {"platform": d.platform, "kind": d.device_kind, "count": jax.device_count(),
-            "process_count": jax.process_count()}
+            "process_count": jax.process_count(), "host_cpu_cores": len(os.sched_getaffinity(0))}
 
 
 def default_out(device: dict[str, Any]) -> str:
