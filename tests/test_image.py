@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
 import ml_collections
 import numpy as np
 import pytest
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
-from lra_jax.data import image, tasks
+from lra_jax.data import array_cache, image, tasks
 from lra_jax.errors import DataError
 
 
-def _config(data_dir: str = "", max_len: int = 1024):
-    return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": {"data_dir": data_dir, "cache_dir": ""}})
+def _config(data_dir: str = "", max_len: int = 1024, cache_dir: str = ""):
+    data = {"data_dir": data_dir, "cache_dir": cache_dir}
+    return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": data})
 
 
 def test_grayscale_formula_by_hand():
@@ -24,10 +27,10 @@ def test_grayscale_formula_by_hand():
     assert image.grayscale(np.full((1, 1, 3), 255, np.uint8))[0, 0] == 255
 
 
-def test_cifar10_tokens_labels_and_split():
+def test_cifar10_tokens_labels_and_split(tmp_path):
     with tfds.testing.mock_data(num_examples=20):
         spec = tasks.get_task("image")
-        splits = spec.load(_config())
+        splits = spec.load(_config(cache_dir=str(tmp_path)))
         train_source = tfds.data_source("cifar10", split="train")
         first, last = train_source[0], train_source[19]
         test_labels = [int(tfds.data_source("cifar10", split="test")[i]["label"]) for i in range(20)]
@@ -58,3 +61,45 @@ def test_missing_dataset_names_path_and_command(tmp_path):
     assert "'cifar10'" in message and str(tmp_path / "tfds") in message
     assert f"python -m lra_jax.data.prepare --task=image --data_dir={tmp_path / 'tfds'}" in message
     assert f"--config.data.data_dir={tmp_path / 'tfds'}" in message
+
+
+# ----------------------------------------------------------------------------- cache
+
+
+def _equal(a, b) -> bool:
+    return all(np.array_equal(a[s][0], b[s][0]) and np.array_equal(a[s][1], b[s][1]) for s in a)
+
+
+def _count_conversions(monkeypatch, convert=image._split) -> list[int]:
+    """Patches image._split to record its max_len (calling the original, bound at import)."""
+    calls: list[int] = []
+    monkeypatch.setattr(image, "_split", lambda source, max_len: calls.append(max_len) or convert(source, max_len))
+    return calls
+
+
+def test_prepared_dataset_is_converted_once_per_max_len(tmp_path, monkeypatch):
+    shard = tmp_path / "cifar10-train.array_record-00000-of-00001"  # stands for the prepared files
+    shard.write_bytes(b"records")
+    monkeypatch.setattr(image, "tfds_source", lambda name, sources: {"files": array_cache.describe_files([shard])})
+    cache = str(tmp_path / "cache")
+    with tfds.testing.mock_data(num_examples=10):
+        fresh = image.load_splits("", max_len=1024)
+        first = tasks.get_task("image").load(_config(cache_dir=cache))
+        monkeypatch.setattr(image, "_split", lambda *a: pytest.fail("converted the records again"))
+        again = tasks.get_task("image").load(_config(cache_dir=cache))
+        assert _equal(first, fresh) and _equal(again, fresh) and isinstance(again["val"][0], np.memmap)
+        assert {k: len(v[1]) for k, v in again.items()} == {"train": 9, "val": 1, "test": 10}
+        calls = _count_conversions(monkeypatch)
+        shard.write_bytes(b"re-prepared records")  # new size
+        image.load_splits("", max_len=1024, cache_dir=cache)
+        image.load_splits("", max_len=1000, cache_dir=cache)
+    assert calls == [1024, 1024, 1000, 1000]
+    assert len(os.listdir(tmp_path / "cache" / "image")) == 3
+
+
+def test_mock_data_is_not_cached(tmp_path, monkeypatch):
+    calls = _count_conversions(monkeypatch)
+    with tfds.testing.mock_data(num_examples=4):
+        for _ in range(2):
+            image.load_splits("", max_len=1024, cache_dir=str(tmp_path))
+    assert len(calls) == 4 and os.listdir(tmp_path) == []

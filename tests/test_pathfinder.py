@@ -67,6 +67,26 @@ def test_cache_is_reused_and_max_len_pads(tmp_path, monkeypatch):
     assert [n for n in os.listdir(tmp_path / "c" / "pathfinder") if n.startswith(".tmp")] == []
 
 
+def test_changed_metadata_or_split_seed_decodes_again_and_leftovers_are_ignored(tmp_path, monkeypatch):
+    write_official(tmp_path / "d")
+    root = tmp_path / "c" / "pathfinder"
+    first = pathfinder.read_splits(str(tmp_path / "d"), cache_dir=str(tmp_path / "c"), max_len=64)
+    (folder,) = os.listdir(root)
+    os.makedirs(root / f".tmp-{folder}-123-deadbeef")  # a killed writer's leftover, never read
+    decode = pathfinder.read_images
+    calls: list[str] = []
+    monkeypatch.setattr(pathfinder, "read_images", lambda *a: calls.append(a[0]) or decode(*a))
+    again = pathfinder.read_splits(str(tmp_path / "d"), cache_dir=str(tmp_path / "c"), max_len=64)
+    assert calls == [] and all(np.array_equal(again[s][0], first[s][0]) for s in pathfinder.SPLITS)
+    meta = tmp_path / "d" / "metadata" / "1.npy"
+    os.utime(meta, ns=(0, os.stat(meta).st_mtime_ns + 10**9))  # touched: same lines, new mtime
+    touched = pathfinder.read_splits(str(tmp_path / "d"), cache_dir=str(tmp_path / "c"), max_len=64)
+    assert len(calls) == 1 and all(np.array_equal(touched[s][0], first[s][0]) for s in pathfinder.SPLITS)
+    reseeded = pathfinder.read_splits(str(tmp_path / "d"), cache_dir=str(tmp_path / "c"), max_len=64, split_seed=1)
+    assert len(calls) == 2 and not np.array_equal(reseeded["train"][0], first["train"][0])
+    assert len([n for n in os.listdir(root) if n.startswith("arrays-")]) == 3
+
+
 def test_malformed_metadata_names_file_and_line(tmp_path):
     write_official(tmp_path / "d")
     (tmp_path / "d" / "metadata" / "1.npy").write_text("imgs/1 sample_10.png 10 1\nimgs/1 sample_11.png\n")

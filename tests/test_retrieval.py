@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -54,16 +56,74 @@ def test_malformed_line_names_file_and_line(tmp_path, bad, message):
         retrieval.read_split(str(path), max_len=8)
 
 
-def test_load_splits_maps_eval_to_val(tmp_path):
+def write_official(folder) -> None:
+    folder.mkdir(exist_ok=True)
     for split, name in retrieval.FILES.items():
         rows = ROWS[: {"train": 3, "val": 2, "test": 1}[split]]
-        write(tmp_path / name, rows, header=split == "test")
-    config = _config(str(tmp_path), max_len=16)
+        write(folder / name, rows, header=split == "test")
+
+
+def test_load_splits_maps_eval_to_val(tmp_path):
+    write_official(tmp_path)
+    config = _config(str(tmp_path), max_len=16, cache_dir=str(tmp_path / "cache"))
     spec = tasks.get_task("retrieval")
     assert spec.dual and spec.vocab_size == retrieval.VOCAB_SIZE and spec.num_classes == 2
     splits = spec.load(config)
     assert {k: len(v[1]) for k, v in splits.items()} == {"train": 3, "val": 2, "test": 1}
     assert splits["val"][0].shape == (2, 2, 16)
+
+
+def _equal(a, b) -> bool:
+    return all(np.array_equal(a[s][0], b[s][0]) and np.array_equal(a[s][1], b[s][1]) for s in retrieval.FILES)
+
+
+def _parse_counting(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    parse = retrieval.read_split
+    monkeypatch.setattr(retrieval, "read_split", lambda path, max_len: calls.append(path) or parse(path, max_len))
+    return calls
+
+
+def test_second_load_is_served_from_the_cache(tmp_path, monkeypatch):
+    write_official(tmp_path / "tsv")
+    load = {"max_len": 6, "cache_dir": str(tmp_path / "cache")}
+    fresh = retrieval.load_splits(str(tmp_path / "tsv"), max_len=6, cache_dir="")  # no cache: parses
+    first = retrieval.load_splits(str(tmp_path / "tsv"), **load)
+    monkeypatch.setattr(retrieval, "read_split", lambda *a: pytest.fail("parsed the TSVs again"))
+    again = retrieval.load_splits(str(tmp_path / "tsv"), **load)
+    assert _equal(first, fresh) and _equal(again, fresh)
+    assert isinstance(again["train"][0], np.memmap) and again["train"][0].shape == (3, 2, 6)
+    assert len(os.listdir(tmp_path / "cache" / "retrieval")) == 1
+
+
+def test_changed_file_or_max_len_rebuilds(tmp_path, monkeypatch):
+    write_official(tmp_path)
+    load = {"cache_dir": str(tmp_path / "cache")}
+    retrieval.load_splits(str(tmp_path), max_len=6, **load)
+    calls = _parse_counting(monkeypatch)
+    train = tmp_path / retrieval.FILES["train"]
+    os.utime(train, ns=(0, os.stat(train).st_mtime_ns + 10**9))  # touched: same bytes, new mtime
+    retrieval.load_splits(str(tmp_path), max_len=6, **load)
+    assert len(calls) == 3
+    write(train, ROWS[:1])  # new content and size
+    changed = retrieval.load_splits(str(tmp_path), max_len=6, **load)
+    assert len(calls) == 6 and changed["train"][1].tolist() == [1]
+    longer = retrieval.load_splits(str(tmp_path), max_len=9, **load)
+    assert len(calls) == 9 and longer["train"][0].shape == (1, 2, 9)
+    assert len(os.listdir(tmp_path / "cache" / "retrieval")) == 4  # one folder per (files, max_len)
+
+
+def test_half_written_cache_of_a_killed_writer_is_ignored(tmp_path, monkeypatch):
+    write_official(tmp_path)
+    load = {"max_len": 6, "cache_dir": str(tmp_path / "cache")}
+    first = retrieval.load_splits(str(tmp_path), **load)
+    root = tmp_path / "cache" / "retrieval"
+    (folder,) = os.listdir(root)
+    os.rename(root / folder, root / f".tmp-{folder}-123-deadbeef")  # as a killed writer leaves it...
+    os.remove(root / f".tmp-{folder}-123-deadbeef" / "info.json")  # ...before its last file
+    calls = _parse_counting(monkeypatch)
+    again = retrieval.load_splits(str(tmp_path), **load)
+    assert len(calls) == 3 and _equal(again, first) and folder in os.listdir(root)
 
 
 @pytest.mark.parametrize("data_dir", ["", "missing"])
@@ -78,7 +138,8 @@ def test_missing_files_name_the_path_and_the_command(tmp_path, data_dir):
         assert f"{folder}/new_aan_pairs.train.tsv" in message
 
 
-def _config(data_dir: str, max_len: int):
+def _config(data_dir: str, max_len: int, cache_dir: str = ""):
     import ml_collections
 
-    return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": {"data_dir": data_dir, "cache_dir": ""}})
+    data = {"data_dir": data_dir, "cache_dir": cache_dir}
+    return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": data})

@@ -17,6 +17,14 @@ one gray level. id = gray + 1 (no pixel is padding), flattened row-major:
 tokens int16 [N, max_len] (1024 for whole images; other lengths pad or cut).
 Splits: train = the first 90% of TFDS train (45,000), val = its last 10%
 (5,000), test = TFDS test (10,000).
+
+Cache (`array_cache`): the records are read and converted once per max_len; the
+arrays are kept under `<cache_dir>/image/arrays-<key>/` and memory-mapped on
+later loads. The key (`text.tfds_source`) holds the prepared dataset's folder,
+version and files (size, modification time), plus max_len and the format
+version: re-preparing the dataset, another data_dir or another max_len converts
+again. A source whose files cannot be found (`tfds.testing.mock_data`) is not
+cached.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 from absl import logging
 
-from lra_jax.data.text import read_records, tfds_split
+from lra_jax.data import array_cache
+from lra_jax.data.text import read_records, tfds_source, tfds_split
 from lra_jax.errors import DataError
 
 VOCAB_SIZE = 257  # 256 gray levels + padding
@@ -32,6 +41,7 @@ NUM_CLASSES = 10
 TFDS_NAME = "cifar10"
 TOKEN_DTYPE = np.int16
 TRAIN_FRACTION = 0.9
+_FORMAT_VERSION = 1  # bump when the cached arrays change for the same source
 
 
 def grayscale(images: np.ndarray) -> np.ndarray:
@@ -60,14 +70,24 @@ def _split(source, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     return encode_images(images, max_len), np.asarray(records["label"], dtype=np.int32).reshape(-1)
 
 
-def load_splits(data_dir: str, *, max_len: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def load_splits(
+    data_dir: str, *, max_len: int, cache_dir: str | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """CIFAR-10 grayscale splits {"train"|"val"|"test": (int16 [N, max_len], int32 [N])}.
 
     Args:
       data_dir: TFDS data_dir ("" = TFDS default).
       max_len: sequence length (1024 = whole images).
+      cache_dir: where the converted arrays are kept ("" or None: convert every time).
     """
-    tokens, labels = _split(tfds_split(TFDS_NAME, "train", data_dir, "image"), max_len)
-    test = _split(tfds_split(TFDS_NAME, "test", data_dir, "image"), max_len)
-    n_train = round(TRAIN_FRACTION * len(labels))
-    return {"train": (tokens[:n_train], labels[:n_train]), "val": (tokens[n_train:], labels[n_train:]), "test": test}
+    sources = {split: tfds_split(TFDS_NAME, split, data_dir, "image") for split in ("train", "test")}
+    source = tfds_source(TFDS_NAME, sources)
+    key = None if source is None else {"v": _FORMAT_VERSION, "source": source, "max_len": max_len}
+
+    def build() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        tokens, labels = _split(sources["train"], max_len)
+        n_train = round(TRAIN_FRACTION * len(labels))
+        return {"train": (tokens[:n_train], labels[:n_train]), "val": (tokens[n_train:], labels[n_train:]),
+                "test": _split(sources["test"], max_len)}
+
+    return array_cache.cached_splits(cache_dir, "image", key, build)

@@ -20,6 +20,12 @@ naming the file and line.
 
 Output: tokens int16 [N, 2, max_len] (document 1 in [:, 0], document 2 in
 [:, 1], 0 = padding) and labels int32 [N].
+
+Cache (`array_cache`): the TSVs (several GB) are parsed once per max_len; the
+arrays are kept under `<cache_dir>/retrieval/arrays-<key>/` and memory-mapped on
+later loads. The key holds the three files' absolute paths, sizes and
+modification times, max_len and the format version: a changed or moved file, or
+another max_len, parses again.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import os
 import numpy as np
 from absl import logging
 
+from lra_jax.data import array_cache
 from lra_jax.data.text import TOKEN_DTYPE, encode_bytes
 from lra_jax.errors import DataError
 
@@ -40,6 +47,7 @@ FILES = {  # split -> official file name
     "test": "new_aan_pairs.test.tsv",
 }
 NUM_FIELDS = 5
+_FORMAT_VERSION = 1  # bump when the cached arrays change for the same files
 
 
 def _parse_label(field: bytes, where: str) -> int | None:
@@ -112,12 +120,15 @@ def read_split(path: str, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     return tokens, np.asarray(labels, dtype=np.int32)
 
 
-def load_splits(data_dir: str, *, max_len: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def load_splits(
+    data_dir: str, *, max_len: int, cache_dir: str | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """AAN splits {"train"|"val"|"test": (int16 [N, 2, max_len], int32 [N])}; val = the eval file.
 
     Args:
       data_dir: folder with `new_aan_pairs.{train,eval,test}.tsv` (official `lra_release/tsv_data`).
       max_len: length of each document.
+      cache_dir: where the parsed arrays are kept ("" or None: parse every time).
     """
     folder = data_dir or "<data_dir>"
     paths = {split: os.path.join(folder, name) for split, name in FILES.items()}
@@ -130,4 +141,7 @@ def load_splits(data_dir: str, *, max_len: int) -> dict[str, tuple[np.ndarray, n
             f"{what}; get them with `python -m lra_jax.data.prepare --task=retrieval --data_dir=DIR` "
             "and train with --config.data.data_dir=DIR/lra_release/tsv_data"
         )
-    return {split: read_split(path, max_len) for split, path in paths.items()}
+    key = {"v": _FORMAT_VERSION, "files": array_cache.describe_files(paths.values()), "max_len": max_len}
+    return array_cache.cached_splits(
+        cache_dir, "retrieval", key, lambda: {split: read_split(path, max_len) for split, path in paths.items()}
+    )

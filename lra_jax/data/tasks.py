@@ -37,7 +37,7 @@ class TaskSpec:
 
 
 def default_cache_dir() -> str:
-    """Where generated datasets are kept: $LRA_JAX_CACHE, else ~/.cache/lra_jax."""
+    """Where generated datasets and decoded split arrays are kept: $LRA_JAX_CACHE, else ~/.cache/lra_jax."""
     return os.environ.get("LRA_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "lra_jax"))
 
 
@@ -62,19 +62,22 @@ def _listops_spec() -> TaskSpec:
 def _load_text(config: ml_collections.ConfigDict) -> dict[str, Split]:
     from lra_jax.data import text
 
-    return text.load_splits(config.data.data_dir, max_len=config.max_len)
+    return text.load_splits(config.data.data_dir, max_len=config.max_len,
+                            cache_dir=config.data.cache_dir or default_cache_dir())
 
 
 def _load_retrieval(config: ml_collections.ConfigDict) -> dict[str, Split]:
     from lra_jax.data import retrieval
 
-    return retrieval.load_splits(config.data.data_dir, max_len=config.max_len)
+    return retrieval.load_splits(config.data.data_dir, max_len=config.max_len,
+                                 cache_dir=config.data.cache_dir or default_cache_dir())
 
 
 def _load_image(config: ml_collections.ConfigDict) -> dict[str, Split]:
     from lra_jax.data import image
 
-    return image.load_splits(config.data.data_dir, max_len=config.max_len)
+    return image.load_splits(config.data.data_dir, max_len=config.max_len,
+                             cache_dir=config.data.cache_dir or default_cache_dir())
 
 
 def _pathfinder_loader(task: str) -> Callable[[ml_collections.ConfigDict], dict[str, Split]]:

@@ -17,15 +17,26 @@ Source of the format facts:
 Encoding: the UTF-8 bytes of each review, id = byte + 1, truncated to
 max_len and 0-padded. Tokens are int16 [N, max_len] (ids < 257 fit);
 `pipeline` casts batches to int32.
+
+Cache (`array_cache`): the records are read and encoded once per max_len; the
+arrays are kept under `<cache_dir>/text/arrays-<key>/` (test once: val is the
+same arrays) and memory-mapped on later loads. The key (`tfds_source`) holds the
+prepared dataset's folder (TFDS data_dir/name/config/version), its version and
+every file there with size and modification time, plus max_len and the format
+version: re-preparing the dataset, another data_dir or another max_len encodes
+again. A source whose files cannot be found (`tfds.testing.mock_data`) is not
+cached.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from absl import logging
 
+from lra_jax.data import array_cache
 from lra_jax.errors import DataError
 
 VOCAB_SIZE = 257  # 256 byte values + padding
@@ -33,6 +44,7 @@ NUM_CLASSES = 2
 TFDS_NAME = "imdb_reviews"
 TOKEN_DTYPE = np.int16
 _READ_CHUNK = 1024  # records fetched per data-source call
+_FORMAT_VERSION = 1  # bump when the cached arrays change for the same source
 
 
 def encode_bytes(texts: Iterable[str | bytes], max_len: int) -> np.ndarray:
@@ -83,6 +95,25 @@ def tfds_split(name: str, split: str, data_dir: str | None, task: str) -> Sequen
         raise DataError(missing_tfds_message(name, data_dir, task, reason)) from None
 
 
+def tfds_source(name: str, sources: Mapping[str, Sequence]) -> dict | None:
+    """Cache-key description of prepared TFDS data sources, or None where their files cannot be found.
+
+    Returns:
+      {"tfds": name, "version", "folder" (absolute), "files": `describe_files` of
+      every file in the folder}, where the folder holds a file of each split.
+    """
+    try:
+        info = next(iter(sources.values())).dataset_info
+        folder, version = os.path.abspath(info.data_dir), str(info.version)
+        names = sorted(os.listdir(folder))
+    except (AttributeError, OSError, StopIteration, TypeError):
+        return None
+    if not all(any(n.startswith(f"{name}-{split}.") for n in names) for split in sources):
+        return None  # e.g. tfds.testing.mock_data: records made up, no files
+    files = [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
+    return {"tfds": name, "version": version, "folder": folder, "files": array_cache.describe_files(files)}
+
+
 def read_records(source: Sequence[dict], keys: Sequence[str]) -> dict[str, list]:
     """All records of a data source, as {key: [value per record]}, fetched in chunks.
 
@@ -116,7 +147,9 @@ def _split(source: Sequence[dict], max_len: int) -> tuple[np.ndarray, np.ndarray
     return tokens, labels
 
 
-def load_splits(data_dir: str, *, max_len: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def load_splits(
+    data_dir: str, *, max_len: int, cache_dir: str | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """IMDb byte-level splits {"train"|"val"|"test": (int16 [N, max_len], int32 [N])}.
 
     train = TFDS train (25,000); val and test are both TFDS test (25,000), as in LRA.
@@ -124,8 +157,15 @@ def load_splits(data_dir: str, *, max_len: int) -> dict[str, tuple[np.ndarray, n
     Args:
       data_dir: TFDS data_dir ("" = TFDS default).
       max_len: sequence length.
+      cache_dir: where the encoded arrays are kept ("" or None: encode every time).
     """
-    train = _split(tfds_split(TFDS_NAME, "train", data_dir, "text"), max_len)
-    test = _split(tfds_split(TFDS_NAME, "test", data_dir, "text"), max_len)
-    logging.info("text: %d train, %d test reviews (val = test, as in LRA)", len(train[1]), len(test[1]))
-    return {"train": train, "val": test, "test": test}
+    sources = {split: tfds_split(TFDS_NAME, split, data_dir, "text") for split in ("train", "test")}
+    source = tfds_source(TFDS_NAME, sources)
+    key = None if source is None else {"v": _FORMAT_VERSION, "source": source, "max_len": max_len}
+
+    def build() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        train, test = _split(sources["train"], max_len), _split(sources["test"], max_len)
+        logging.info("text: %d train, %d test reviews (val = test, as in LRA)", len(train[1]), len(test[1]))
+        return {"train": train, "val": test, "test": test}
+
+    return array_cache.cached_splits(cache_dir, "text", key, build)
