@@ -41,7 +41,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import numpy as np
 from absl import app, flags, logging
 
 from lra_jax.data.tasks import default_cache_dir
@@ -111,15 +110,6 @@ def bench_config(variant: str, length: int, settings: dict[str, Any]):
     return config
 
 
-def random_batch(batch_size: int, length: int, seed: int) -> dict[str, np.ndarray]:
-    """Byte tokens in [1, 257) with ragged lengths in [length/2, length], zero-padded."""
-    rng = np.random.default_rng(seed)
-    tokens = rng.integers(1, VOCAB_SIZE, size=(batch_size, length), dtype=np.int32)
-    lengths = rng.integers(max(1, length // 2), length + 1, size=batch_size)
-    tokens[np.arange(length)[None, :] >= lengths[:, None]] = 0
-    return {"inputs": tokens, "label": rng.integers(0, NUM_CLASSES, size=batch_size, dtype=np.int32)}
-
-
 # ----------------------------------------------------------------------------- one measurement
 
 def print_now(line: str) -> None:
@@ -143,46 +133,29 @@ def compiled_flops(compiled) -> float | None:
 
 def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, Any]:
     """Compiles and times the train step of `variant` at `length`; raises on failure."""
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    from lra_jax import trainer
+    from lra_jax import step_timing, trainer
     from lra_jax.data.tasks import TaskSpec
 
     config = bench_config(variant, length, settings)
     task = TaskSpec("text-bench", VOCAB_SIZE, NUM_CLASSES, False, load=None)
-    mesh = trainer.make_mesh()
-    graphdef, tx, state = trainer.create_train_state(config, task, mesh)
-    batch = jax.device_put(random_batch(config.batch_size, length, settings["seed"]),
-                           NamedSharding(mesh, PartitionSpec("data")))
-    start = time.perf_counter()
-    compiled = trainer.make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
-    compile_seconds = time.perf_counter() - start
-    memory = trainer.peak_memory(compiled)
     try:
-        trainer.check_fits(memory, config)
-    except ConfigError as error:
+        timing = step_timing.time_train_step(config, task, trainer.make_mesh(),
+                                             warmup=settings["warmup"], steps=settings["steps"])
+    except ConfigError as error:  # the step's memory estimate exceeds the device's memory
         raise OutOfMemory(str(error)) from error
-    for _ in range(settings["warmup"]):
-        state, _ = compiled(state, batch)
-    jax.block_until_ready(state)
-    start = time.perf_counter()
-    for _ in range(settings["steps"]):
-        state, metrics = compiled(state, batch)
-    jax.block_until_ready((state, metrics))
-    seconds = time.perf_counter() - start
     stats = jax.devices()[0].memory_stats() or {}
-    steps_per_second = settings["steps"] / seconds
+    steps_per_second = 1 / timing["seconds_per_step"]
     return {
         "steps_per_second": steps_per_second,
         "examples_per_second": steps_per_second * config.batch_size,
-        "seconds_per_step": seconds / settings["steps"],
-        "compile_seconds": compile_seconds,
-        "flops_per_step": compiled_flops(compiled),
-        "compiled_step_memory_bytes": memory["compiled_step_memory_bytes"],
+        "seconds_per_step": timing["seconds_per_step"],
+        "compile_seconds": timing["compile_seconds"],
+        "flops_per_step": compiled_flops(timing["compiled"]),
+        "compiled_step_memory_bytes": timing["compiled_step_memory_bytes"],
         "device_peak_bytes_in_use": stats.get("peak_bytes_in_use"),  # this cell's process
-        "peak_memory_bytes": memory["compiled_step_memory_bytes"] or stats.get("peak_bytes_in_use"),
-        "host_max_rss_bytes": memory["host_max_rss_bytes"],
-        "num_parameters": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
+        "peak_memory_bytes": timing["compiled_step_memory_bytes"] or stats.get("peak_bytes_in_use"),
+        "host_max_rss_bytes": timing["host_max_rss_bytes"],
+        "num_parameters": timing["num_parameters"],
         "attention": config.attention.to_dict(),
     }
 

@@ -2,6 +2,7 @@ r"""A grid of training runs (variants x tasks x scales x seeds): local, resumabl
 
     python -m lra_jax.sweep --variants=all --tasks=all --scales=mini --seeds=0,1,2 --root=runs/sweep
     python -m lra_jax.sweep --variants=softmax,linformer --tasks=listops --dry_run   # show the plan
+    python -m lra_jax.sweep --variants=all --tasks=all --scales=mini --estimate      # how long it will take
     python -m lra_jax.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
     python -m lra_jax.sweep --variants=softmax --tasks=listops -- --config.num_train_steps=100
 
@@ -15,6 +16,10 @@ A run whose results.json exists is skipped; an interrupted run is started again 
 its checkpoint (the trainer does that). A failed run is logged and the sweep goes on; the exit
 status is 1 if any run failed. SIGINT/SIGTERM: the running child gets SIGTERM, saves a checkpoint
 and exits; the sweep then stops (run the same command to continue).
+
+`--estimate` runs each unfinished run's command with `--estimate` instead: the train step is
+compiled and timed on random tokens of the run's shape, and the run's training time is projected
+as compilation + num_train_steps x seconds per step (evaluation and data preparation excluded).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import dataclasses
 import glob
 import importlib
 import itertools
+import json
 import os
 import shlex
 import signal
@@ -49,6 +55,9 @@ def define_flags() -> None:
     flags.DEFINE_string("root", os.path.join("runs", "sweep"), "Root of the run directories.")
     flags.DEFINE_bool("emit", False, "Print one train command per unfinished run (for a cluster) and exit.")
     flags.DEFINE_bool("dry_run", False, "Print the plan (done / resume / new) and exit.")
+    flags.DEFINE_bool("estimate", False, "Train nothing: time a few steps of every unfinished run on random "
+                      "tokens (`train --estimate`, one process each, no data needed) and print each run's "
+                      "projected training time and the total.")
 
 
 # ----------------------------------------------------------------------------- variants -> config files
@@ -219,6 +228,52 @@ def run_sweep(runs: list[Run], runner: Callable[[list[str], str], int], stop: _S
     return summary
 
 
+def estimate_runs(runs: list[Run], capture: Callable[[list[str], str], tuple[int, str]],
+                  log: Callable[[str], None] = print_now, cwd: str = REPO) -> list[dict]:
+    """`train --estimate` for every unfinished run; one row per run (its JSON, or status "failed")."""
+    rows = []
+    for i, r in enumerate(runs, 1):
+        if r.state() == "done":
+            continue
+        code, output = capture([*r.command, "--estimate"], cwd)
+        lines = output.strip().splitlines()
+        try:
+            row = {"run": r.name, "status": "ok", **json.loads(lines[-1])}
+        except (IndexError, json.JSONDecodeError):
+            row = {"run": r.name, "status": "failed", "error": f"exit status {code}: "
+                   + (lines[-1] if lines else "no output")}
+        rows.append(row)
+        log(f"[{i}/{len(runs)}] {r.name}: " + (f"{row['projected_train_seconds'] / 60:.1f} min projected"
+                                               if row["status"] == "ok" else row["error"]))
+    return rows
+
+
+def capture_output(command: list[str], cwd: str) -> tuple[int, str]:
+    """Runs `command`; returns its exit status and its stdout (stderr passes through)."""
+    done = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, text=True, check=False)
+    return done.returncode, done.stdout
+
+
+def estimate_table(rows: list[dict]) -> str:
+    """Per run: seconds per step, steps and projected minutes; then the total per task and overall."""
+    width = max([len(r["run"]) for r in rows] + [3])
+    lines = [f"{'run':<{width}}  {'s/step':>8} {'steps':>6} {'minutes':>8}"]
+    per_task: dict[str, float] = {}
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"{r['run']:<{width}}  failed: {r['error']}")
+            continue
+        minutes = r["projected_train_seconds"] / 60
+        per_task[r["run"].split("/")[0]] = per_task.get(r["run"].split("/")[0], 0.0) + minutes
+        lines.append(f"{r['run']:<{width}}  {r['seconds_per_step']:>8.3f} {r['num_train_steps']:>6} {minutes:>8.1f}")
+    lines += [f"{task}: {minutes:.0f} min" for task, minutes in per_task.items()]
+    total = sum(per_task.values())
+    failed = sum(r["status"] != "ok" for r in rows)
+    lines.append(f"total: {total:.0f} min of training ({total / 60:.1f} h) in one process at a time"
+                 + (f"; {failed} runs failed to compile or run and are not counted" if failed else ""))
+    return "\n".join(lines)
+
+
 def summary_table(summary: list[dict]) -> str:
     width = max([len(s["run"]) for s in summary] + [3])
     lines = [f"{'run':<{width}}  {'status':<12} {'time':>8}  note"]
@@ -242,6 +297,10 @@ def main(argv: list[str]) -> None:
             if r.state() != "done":
                 print(shlex.join(["python", *r.command[1:]]))
         return
+    if FLAGS.estimate:
+        rows = estimate_runs(runs, capture_output)
+        print("\n" + estimate_table(rows))
+        sys.exit(1 if any(r["status"] != "ok" for r in rows) else 0)
     if FLAGS.dry_run:
         for r in runs:
             print(f"{r.state():<7} {r.name:<40} {shlex.join(r.command[1:])}")

@@ -1,11 +1,13 @@
 """Train one LRA model: `python -m lra_jax.train --config=configs/linformer.py:listops,mini`.
 
-Flags only: the work is `trainer.train_and_evaluate(config, workdir)`.
+Flags only: the work is `trainer.train_and_evaluate(config, workdir)`. With `--estimate` it trains
+nothing and prints the run's projected training time instead (`step_timing.projected_training`).
 Overrides: `--config.model.num_layers=2 --config.attention.k=64`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -13,7 +15,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lra_jax import config_errors, trainer
+from lra_jax import config_errors, step_timing, trainer
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import LraError
 
@@ -23,6 +25,8 @@ flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, resul
                     "default runs/<variant>-<task>-<scale>.")
 flags.DEFINE_bool("distributed", False, "Multi-host run (TPU pod, Slurm): call jax.distributed.initialize() "
                   "first; JAX finds the coordinator from the cluster environment.")
+flags.DEFINE_bool("estimate", False, "Train nothing: time a few train steps on random tokens of the config's "
+                  "shape (no data needed) and print the projected training time as one JSON line.")
 FLAGS = flags.FLAGS
 
 
@@ -41,9 +45,12 @@ def main(argv: list[str]) -> None:
     jax.config.update("jax_compilation_cache_dir", os.path.join(default_cache_dir(), "jax"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
-    if jax.process_index() == 0:
-        print(f"workdir: {workdir}")
     try:
+        if FLAGS.estimate:
+            print(json.dumps(step_timing.projected_training(FLAGS.config)))
+            return
+        if jax.process_index() == 0:
+            print(f"workdir: {workdir}")
         trainer.train_and_evaluate(FLAGS.config, workdir)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)

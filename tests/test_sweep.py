@@ -1,5 +1,6 @@
 """lra_jax.sweep: the plan, skip/resume, failure reporting, --emit and signal forwarding (no training)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -134,3 +135,25 @@ def test_signal_is_forwarded_to_the_child_and_the_sweep_stops(tmp_path):
     with open(marker) as f:
         assert f.read() == "checkpointed"  # the child got SIGTERM and saved
     assert [s["status"] for s in summary] == ["stopped", "not started"]
+
+
+def test_estimate_times_each_unfinished_run_and_totals_per_task(tmp_path):
+    runs = make_plan(tmp_path, seeds=("0", "1"))
+    FakeRunner()(runs[0].command, None)  # softmax seed 0 finished: not estimated
+    calls = []
+
+    def capture(command, cwd):
+        calls.append(command)
+        if "linformer" in workdir_of(command) and workdir_of(command).endswith("seed1"):
+            return 2, "error: out of memory\n"
+        return 0, "workdir noise\n" + json.dumps({"seconds_per_step": 0.5, "num_train_steps": 120,
+                                                   "projected_train_seconds": 61.0}) + "\n"
+
+    rows = sweep.estimate_runs(runs, capture, log=lambda line: None)
+    assert [workdir_of(c) for c in calls] == [r.workdir for r in runs[1:]]
+    assert all(c[-1] == "--estimate" for c in calls)
+    assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
+    assert rows[2]["error"] == "exit status 2: error: out of memory"
+    table = sweep.estimate_table(rows)
+    assert "listops-mini: 2 min" in table  # 2 x 61 s
+    assert "total: 2 min of training (0.0 h)" in table and "1 runs failed" in table

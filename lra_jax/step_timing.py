@@ -1,0 +1,86 @@
+"""How long one compiled train step of a config takes, on random tokens of the config's shape.
+
+Used by `bench` (the LRA Table 2 protocol) and by `train --estimate` / `sweep --estimate`
+(a run's projected training time). No dataset is read: the step's cost depends on the
+shapes only (batch, max_len, dual), not on the token values.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from lra_jax import trainer
+from lra_jax.data.tasks import TaskSpec
+
+
+def random_batch(task: TaskSpec, batch_size: int, max_len: int, seed: int) -> dict[str, np.ndarray]:
+    """Token ids in [1, vocab_size) with ragged lengths in [max_len/2, max_len], zero-padded.
+
+    inputs int32 [batch, max_len] ([batch, 2, max_len] for a dual task), label int32 [batch].
+    """
+    rng = np.random.default_rng(seed)
+    shape = (batch_size, 2, max_len) if task.dual else (batch_size, max_len)
+    tokens = rng.integers(1, task.vocab_size, size=shape, dtype=np.int32)
+    lengths = rng.integers(max(1, max_len // 2), max_len + 1, size=shape[:-1])
+    tokens[np.arange(max_len) >= lengths[..., None]] = 0
+    return {"inputs": tokens, "label": rng.integers(0, task.num_classes, size=batch_size, dtype=np.int32)}
+
+
+def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mesh, *,
+                    warmup: int, steps: int) -> dict[str, Any]:
+    """Compiles the train step once, runs `warmup` untimed steps, then times `steps` steps.
+
+    Raises ConfigError (from `trainer.check_fits`) when XLA's memory estimate of the step
+    exceeds the device's memory, before running anything. Returns seconds_per_step,
+    compile_seconds, the compiled step's memory figures, num_parameters and `compiled`
+    (for callers that want its cost analysis).
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    graphdef, tx, state = trainer.create_train_state(config, task, mesh)
+    batch = jax.device_put(random_batch(task, config.batch_size, config.max_len, config.seed),
+                           NamedSharding(mesh, PartitionSpec("data")))
+    start = time.perf_counter()
+    compiled = trainer.make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
+    compile_seconds = time.perf_counter() - start
+    memory = trainer.peak_memory(compiled)
+    trainer.check_fits(memory, config)
+    for _ in range(warmup):
+        state, _ = compiled(state, batch)
+    jax.block_until_ready(state)
+    start = time.perf_counter()
+    for _ in range(steps):
+        state, metrics = compiled(state, batch)
+    jax.block_until_ready((state, metrics))
+    seconds = time.perf_counter() - start
+    return {
+        "seconds_per_step": seconds / steps,
+        "compile_seconds": compile_seconds,
+        **memory,
+        "num_parameters": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
+        "compiled": compiled,
+    }
+
+
+def projected_training(config: ml_collections.ConfigDict, *, warmup: int = 1, steps: int = 3) -> dict[str, Any]:
+    """A run's projected training time: compilation + num_train_steps x the timed step.
+
+    Evaluation, data preparation and checkpointing are not included.
+    """
+    from lra_jax.data import tasks
+
+    timing = time_train_step(config, tasks.get_task(config.task), trainer.make_mesh(), warmup=warmup, steps=steps)
+    return {
+        "task": config.task, "scale": config.scale, "variant": config.attention.name,
+        "batch_size": config.batch_size, "max_len": config.max_len, "num_train_steps": config.num_train_steps,
+        "seconds_per_step": timing["seconds_per_step"], "compile_seconds": timing["compile_seconds"],
+        "projected_train_seconds": timing["compile_seconds"] + config.num_train_steps * timing["seconds_per_step"],
+        "compiled_step_memory_bytes": timing["compiled_step_memory_bytes"],
+        "timed_steps": steps, "device": jax.devices()[0].device_kind,
+    }
