@@ -8,8 +8,8 @@ Learning to Align and Translate", eq. 6; the "concat" score of Luong et al.), pe
 
 The tanh tensor is [n, n, d] per head; it is never built for the whole sequence:
 queries go through in chunks of `query_chunk` (a `lax.map`, each chunk recomputed
-in the backward pass), so it costs O(n^2 d) time but only O(chunk n d) memory for
-it, beside the O(n^2) logits every full-attention variant holds.
+in the backward pass), so it costs O(n^2 d) time but at most O(chunk n d) memory
+for it, beside the O(n^2) logits every full-attention variant holds.
 
 Luong "general" attention (Luong et al. 2015, "Effective Approaches to
 Attention-based Neural Machine Translation", eq. 8, general score), per head:
@@ -38,19 +38,24 @@ def additive_logits(
     """e_ij = v_h^T tanh(q_i + k_j), computed `chunk` queries at a time.
 
     The queries are zero-padded up to a multiple of `chunk`; the padded rows'
-    logits are dropped. Each chunk's [b, chunk, m, h, d] tanh tensor is
-    rematerialised in the backward pass rather than stored.
+    logits are dropped. Per chunk, the sum over d is a reduction that XLA fuses
+    with the tanh, so the [b, h, chunk, m, d] tensor is not written to memory
+    (forward, and its recomputation in the backward pass). On CPU this layout is
+    2-3x faster than a tanh tensor contracted by an einsum (measured at b=16,
+    n=1024, h=2, d=16).
     """
     b, n, h, d = q.shape
     chunk = max(1, min(chunk, n))
     num_chunks = -(-n // chunk)
     q = jnp.pad(q, ((0, 0), (0, num_chunks * chunk - n), (0, 0), (0, 0)))
-    q_chunks = q.reshape(b, num_chunks, chunk, h, d).transpose(1, 0, 2, 3, 4)  # [c b q h d]
+    q_chunks = q.reshape(b, num_chunks, chunk, h, d).transpose(1, 0, 3, 2, 4)  # [c b h q d]
+    k_heads = k.transpose(0, 2, 1, 3)[:, :, None]  # [b h 1 m d]
+    v_heads = v[:, None, None, :]  # [h 1 1 d]
 
     @jax.checkpoint
-    def scores(q_chunk: Float[Array, "b q h d"]) -> Float[Array, "b h q m"]:
-        hidden = jnp.tanh(q_chunk[:, :, None] + k[:, None])  # [b q m h d]
-        return jnp.einsum("bqmhd,hd->bhqm", hidden, v)
+    def scores(q_chunk: Float[Array, "b h q d"]) -> Float[Array, "b h q m"]:
+        hidden = jnp.tanh(q_chunk[:, :, :, None] + k_heads)  # [b h q m d], fused into the sum
+        return jnp.sum(hidden * v_heads, axis=-1, dtype=jnp.float32).astype(q_chunk.dtype)
 
     logits = jax.lax.map(scores, q_chunks)  # [c b h q m]
     logits = logits.transpose(1, 2, 0, 3, 4).reshape(b, h, num_chunks * chunk, k.shape[1])
