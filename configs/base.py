@@ -52,6 +52,7 @@ def _common(task: str, scale: str) -> ml_collections.ConfigDict:
     c.optimizer = dict(schedule="rsqrt", learning_rate=0.05, warmup_steps=8_000, weight_decay=0.1, b1=0.9,
                        b2=0.98, eps=1e-9, grad_clip_norm=0.0)
     c.eval_every = 500
+    c.val_examples = 0  # validate on this many examples drawn once from the val split (0: all of it)
     c.checkpoint_every = 500
     c.log_every = 50
     return c
@@ -99,9 +100,12 @@ def text(scale: str) -> ml_collections.ConfigDict:
     c.batch_size = 32
     c.num_train_steps = 20_000
     if scale == "mini":
-        c.max_len = 512
-        _mini_model(c)
-        c.num_train_steps = 1_500
+        # The first 256 bytes of each review and one layer, so that the mini sweep fits a CPU
+        # (`python -m lra_jax.sweep --tasks=text --estimate` prints each run's projected time).
+        c.max_len = 256
+        _mini_model(c, num_layers=1)
+        c.val_examples = 2_000  # of the 25,000 test reviews (val = test); the test score uses all
+        c.num_train_steps = 1_000
         c.optimizer.update(warmup_steps=200, weight_decay=0.01)
     return c
 
@@ -119,9 +123,12 @@ def retrieval(scale: str) -> ml_collections.ConfigDict:
     c.batch_size = 32
     c.num_train_steps = 5_000
     if scale == "mini":
-        c.max_len = 256
-        _mini_model(c)
-        c.num_train_steps = 1_500
+        # 128 bytes per document (title and the start of the abstract), one layer (two documents of 256
+        # bytes and two layers: ~25 minutes a run with full attention on one CPU core).
+        c.max_len = 128
+        _mini_model(c, num_layers=1)
+        c.val_examples = 2_000
+        c.num_train_steps = 1_000
         c.optimizer.update(warmup_steps=200, weight_decay=0.01)
     return c
 
@@ -138,20 +145,28 @@ def image(scale: str) -> ml_collections.ConfigDict:
     """Image: CIFAR-10 as 1024 grayscale pixel tokens (TFDS cifar10), 10 classes.
 
     data_dir: the TFDS data dir holding cifar10; empty: TFDS's default. Get it with
-    `python -m lra_jax.data.prepare --task=image`. Model size from the LRA paper (1 layer, 8 heads,
+    `python -m lra_jax.data.prepare --task=image`. data.downsample f > 1 averages f x f pixel blocks
+    (1024 / f^2 tokens; the mini scale uses 2). Model size from the LRA paper (1 layer, 8 heads,
     emb 128, MLP 128); the LRA code at HEAD uses 1 head and emb 32 for its base config.
     """
     c = _common("image", scale)
     c.max_len = 1024
     c.model.update(num_layers=1, num_heads=8, emb_dim=128, mlp_dim=128, dropout_rate=0.3,
                    attention_dropout_rate=0.2)
+    c.data.downsample = 1  # whole 32x32 images
     c.batch_size = 256
     c.optimizer.update(learning_rate=5e-4)
     _image_task(c, train_examples=45_000, epochs=200)
     if scale == "mini":
-        _mini_model(c, num_layers=1)
-        c.batch_size = 64
-        c.num_train_steps = 1_500
+        # 16x16 images (2x2 pixel blocks averaged, `data.downsample`) and mini Pathfinder's model: at
+        # 32x32 a run of full attention takes well over an hour on one CPU core; this takes minutes.
+        c.data.downsample = 2
+        c.max_len = 16 * 16
+        _mini_model(c, num_layers=1, emb_dim=32, mlp_dim=64, num_heads=2, positions="sinusoidal",
+                    cls_token=False, pooling="mean")
+        c.batch_size = 32
+        c.val_examples = 2_000
+        c.num_train_steps = 1_000
         c.optimizer.update(learning_rate=1e-3, warmup_steps=150)
         c.eval_every = c.checkpoint_every = 250
     return c

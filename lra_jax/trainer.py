@@ -279,6 +279,16 @@ def dropout_key(config: ml_collections.ConfigDict) -> jax.Array:
     return jax.random.fold_in(jax.random.key(config.seed), 1)
 
 
+def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks.Split:
+    """`num_examples` examples of `split` drawn without replacement (fixed by `seed`), in their order;
+    all of it when num_examples is 0 or not smaller than the split."""
+    tokens, labels = split
+    if not 0 < num_examples < len(labels):
+        return split
+    chosen = np.sort(np.random.default_rng(seed).choice(len(labels), num_examples, replace=False))
+    return tokens[chosen], labels[chosen]
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
     """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM."""
     task = tasks.get_task(config.task)
@@ -300,6 +310,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         print(f"{workdir}: resuming from step {start}")
 
     splits = task.load(config)
+    splits["val"] = validation_subset(splits["val"], config.get("val_examples", 0), config.seed)
     eval_step = make_eval_step(graphdef)
     batches = pipeline.prefetch_to_mesh(
         pipeline.train_batches(*splits["train"], batch_size=config.batch_size, seed=config.seed,

@@ -14,8 +14,8 @@ from lra_jax.data import array_cache, image, tasks
 from lra_jax.errors import DataError
 
 
-def _config(data_dir: str = "", max_len: int = 1024, cache_dir: str = ""):
-    data = {"data_dir": data_dir, "cache_dir": cache_dir}
+def _config(data_dir: str = "", max_len: int = 1024, cache_dir: str = "", downsample: int = 1):
+    data = {"data_dir": data_dir, "cache_dir": cache_dir, "downsample": downsample}
     return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": data})
 
 
@@ -54,6 +54,29 @@ def test_max_len_pads_and_cuts():
     assert image.encode_images(images, 10).shape == (2, 10)
 
 
+def test_downsampling_averages_blocks_rounding_half_up():
+    gray = np.array([[[0, 1, 10, 10], [0, 0, 10, 11], [255, 255, 7, 8], [255, 255, 8, 8]]], np.uint8)
+    # block means: 0.25 -> 0, 10.25 -> 10, 255, 7.75 -> 8; a mean of x.5 rounds up
+    assert image.downsample(gray, 2).tolist() == [[[0, 10], [255, 8]]]
+    assert np.array_equal(image.downsample(gray, 1), gray)
+    assert image.downsample(np.array([[[1, 2], [1, 2]]], np.uint8), 2).tolist() == [[[2]]]  # 1.5 -> 2
+    with pytest.raises(DataError, match="divide the 4x4 images"):
+        image.downsample(gray, 3)
+
+
+def test_mini_image_is_cifar_at_16x16(tmp_path):
+    from configs import base
+
+    config = base.get_config("image,mini")
+    assert (config.data.downsample, config.max_len) == (2, 256)
+    with tfds.testing.mock_data(num_examples=10):
+        small = tasks.get_task("image").load(_config(max_len=256, downsample=2))["train"][0]
+        whole = tasks.get_task("image").load(_config())["train"][0]
+    assert small.shape == (9, 256) and small.min() >= 1  # whole 16 x 16 images, no padding
+    expected = image.downsample((whole - 1).reshape(-1, 32, 32).astype(np.uint8), 2).reshape(9, 256) + 1
+    assert np.array_equal(small, expected)
+
+
 def test_missing_dataset_names_path_and_command(tmp_path):
     with pytest.raises(DataError) as error:
         tasks.get_task("image").load(_config(str(tmp_path / "tfds")))
@@ -73,7 +96,8 @@ def _equal(a, b) -> bool:
 def _count_conversions(monkeypatch, convert=image._split) -> list[int]:
     """Patches image._split to record its max_len (calling the original, bound at import)."""
     calls: list[int] = []
-    monkeypatch.setattr(image, "_split", lambda source, max_len: calls.append(max_len) or convert(source, max_len))
+    monkeypatch.setattr(image, "_split", lambda source, max_len, factor: calls.append(max_len)
+                        or convert(source, max_len, factor))
     return calls
 
 

@@ -186,6 +186,17 @@ def small_task_config(task: str, tmp_path):
     return config
 
 
+def test_validation_subset_is_fixed_by_seed_keeps_order_and_pairs():
+    tokens, labels = np.arange(100)[:, None] * np.ones((1, 3), int), np.arange(100)
+    sub_tokens, sub_labels = trainer.validation_subset((tokens, labels), 10, seed=0)
+    assert len(sub_labels) == 10 and np.all(np.diff(sub_labels) > 0)  # distinct, in split order
+    assert np.array_equal(sub_tokens[:, 0], sub_labels)  # rows stay with their labels
+    assert np.array_equal(trainer.validation_subset((tokens, labels), 10, seed=0)[1], sub_labels)
+    assert not np.array_equal(trainer.validation_subset((tokens, labels), 10, seed=1)[1], sub_labels)
+    for everything in (0, 100, 500):
+        assert trainer.validation_subset((tokens, labels), everything, seed=0)[1] is labels
+
+
 def test_retrieval_trains_end_to_end_through_the_dual_encoder(tmp_path):
     data_dir = tmp_path / "tsv_data"
     data_dir.mkdir()

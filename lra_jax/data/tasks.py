@@ -77,7 +77,8 @@ def _load_image(config: ml_collections.ConfigDict) -> dict[str, Split]:
     from lra_jax.data import image
 
     return image.load_splits(config.data.data_dir, max_len=config.max_len,
-                             cache_dir=config.data.cache_dir or default_cache_dir())
+                             cache_dir=config.data.cache_dir or default_cache_dir(),
+                             downsample_factor=config.data.get("downsample", 1))
 
 
 def _pathfinder_loader(task: str) -> Callable[[ml_collections.ConfigDict], dict[str, Split]]:
