@@ -7,9 +7,9 @@
 batch * query_chunk * n * emb_dim floats (~1 GB at batch 32, n = 2001, emb 512), and XLA fuses
 them into the sum over d so that they are usually not stored at all. 8 was the fastest on CPU.
 
-Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, seed 0; about 2
-steps/s, 13 min: the elementwise tanh over n * n * emb_dim values dominates); the LRA paper has no
-additive-attention entry.
+Expected: mini ListOps test accuracy 0.367 (majority class 0.167; seed 0,
+experiments/mini-lra/listops-mini/additive). The elementwise tanh over n * n * emb_dim values makes
+it the slowest variant on CPU. The LRA paper has no additive-attention entry.
 """
 
 from configs import base

@@ -40,7 +40,7 @@ from lra_jax.models.classifier import build_model
 
 # Settings that may change between a run and its resumption; any other change is refused.
 RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_every", "data.data_dir",
-                     "data.cache_dir"}
+                     "data.cache_dir", "val_examples"}
 
 
 SCHEDULES = ("rsqrt", "cosine")
