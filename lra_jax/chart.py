@@ -256,6 +256,20 @@ def _fmt(value, digits: int = 1, suffix: str = "") -> str:
     return "—" if value is None else f"{value:.{digits}f}{suffix}"
 
 
+def _significant(value, digits: int = 3) -> str:
+    """0.0342 -> '0.0342', 1234.5 -> '1.23e+03': slow CPU speeds keep their digits."""
+    return "—" if value is None else f"{value:.{digits}g}"
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _header(cells) -> list[str]:
+    """A Markdown table head: the names and a delimiter row with one `---` per column."""
+    return [_row(cells), "|" + "---|" * len(cells)]
+
+
 def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
                    length: int | None, scale: str | None, reference: dict[str, Any] | None) -> str:
     """Per-task accuracy, score, Path-X, speed and memory of every variant, best score first."""
@@ -266,7 +280,7 @@ def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[st
     memory = f"memory GiB @{length}" if length else "memory GiB"
     head = ["Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Score", "Path-X", "Seeds", speed, memory,
             "Missing tasks"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += _header(head)
     order = sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
     for variant in order:
         m = measured[variant]
@@ -275,21 +289,21 @@ def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[st
         seeds = sorted(set(m["seeds"].values()))
         cells = [variant, *(_fmt(m["accuracy"].get(t), 2) for t in LRA_TASKS),
                  _fmt(m["score"], 2, "*" if m["missing"] else ""), _fmt(m["path_x"], 2),
-                 "/".join(map(str, seeds)), _fmt(b.get("examples_per_second"), 1),
+                 "/".join(map(str, seeds)), _significant(b.get("examples_per_second")),
                  _fmt(mem / 2**30 if mem else None, 2), ", ".join(m["missing"]) or "—"]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(_row(cells))
     no_bench = [v for v in order if bench is not None and v not in bench]
     if no_bench:
         lines += ["", f"Not in the bench JSON at length {length} (not on the chart): {', '.join(no_bench)}."]
     if reference:
         lines += ["", "## Published (LRA paper)", "", reference["paper"] + ".", "",
-                  "| Model | Variant | " + " | ".join(TASK_TITLES[t] for t in LRA_TASKS)
-                  + " | Avg | Speed @4K (×) | Memory @4K (GB) |", "|" + "---|" * 9]
+                  *_header(["Model", "Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Avg",
+                            "Speed @4K (×)", "Memory @4K (GB)"])]
         for r in reference["models"]:
             acc = r["accuracy"]
-            lines.append("| " + " | ".join([r["paper_name"], r["variant"], *(_fmt(acc[t], 2) for t in LRA_TASKS),
-                                            _fmt(r["avg"], 2), _fmt(r.get("relative_speed_4k"), 1),
-                                            _fmt(r.get("memory_4k_gb"), 2)]) + " |")
+            lines.append(_row([r["paper_name"], r["variant"], *(_fmt(acc[t], 2) for t in LRA_TASKS),
+                               _fmt(r["avg"], 2), _fmt(r.get("relative_speed_4k"), 1),
+                               _fmt(r.get("memory_4k_gb"), 2)]))
         lines += ["", "Sources: " + " ".join(reference.get("source", {}).values())]
     return "\n".join(lines) + "\n"
 

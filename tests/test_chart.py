@@ -85,14 +85,24 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
     softmax_cells = [c.strip() for c in rows["softmax"].split("|")[1:-1]]
     assert softmax_cells[1:8] == ["45.00", "55.00", "65.00", "75.00", "85.00", "65.00", "50.00"]
-    assert softmax_cells[9:11] == ["20.0", "4.00"]  # examples/s and GiB at length 1024
+    assert softmax_cells[9:11] == ["20", "4.00"]  # examples/s (3 significant digits) and GiB at 1024
     linear_cells = [c.strip() for c in rows["linear"].split("|")[1:-1]]
     assert linear_cells[6] == "40.00*" and linear_cells[-1] == "retrieval, image, pathfinder"
     assert "examples/s @1024" in table
+    # GitHub renders a table only when its delimiter row has one cell per header cell
+    lines = table.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("|---")]
+    assert len(heads) == 2
+    for i in heads:
+        assert lines[i].count("---") == len(lines[i - 1].split("|")) - 2
     # the published panel's table comes from experiments/reference with its source
     assert "Transformer | softmax | 36.37" in table and "arXiv:2011.04006" in table
     with open(paths["svg"], encoding="utf-8") as f:
         assert "(hollow)" in f.read()  # partial-variant legend entry
+
+
+def test_slow_speeds_keep_their_digits():
+    assert chart._significant(0.0342) == "0.0342" and chart._significant(None) == "—"
 
 
 def test_default_length_is_longest_with_results(tmp_path):
