@@ -119,28 +119,6 @@ def memory_bytes(result: dict[str, Any]) -> float | None:
 
 # ----------------------------------------------------------------------------- drawing
 
-def _repel(ax, texts, iterations: int = 60) -> None:
-    """Nudges overlapping labels apart vertically (a tiny stand-in for adjustText)."""
-    fig = ax.figure
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    for _ in range(iterations):
-        moved = False
-        boxes = [t.get_window_extent(renderer).expanded(1.05, 1.15) for t in texts]
-        for i in range(len(texts)):
-            for j in range(i + 1, len(texts)):
-                if not boxes[i].overlaps(boxes[j]):
-                    continue
-                up, down = (i, j) if boxes[i].y0 >= boxes[j].y0 else (j, i)
-                for k, sign in ((up, 1), (down, -1)):
-                    x, y = texts[k].get_position()
-                    texts[k].set_position((x, y + sign * 3))  # offset points
-                moved = True
-        if not moved:
-            return
-        fig.canvas.draw()
-
-
 def _legend(ax, handles, title: str) -> None:
     """Memory-scale legend outside the axes, with room for the largest bubble."""
     ax.legend(handles=handles, title=title, loc="upper left", bbox_to_anchor=(1.02, 1.0), labelspacing=2.2,
@@ -172,7 +150,11 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    fig, axes = plt.subplots(1, 2, figsize=(17, 6.5), constrained_layout=True)
+    from lra_jax.chart_labels import place_labels
+
+    fig, axes = plt.subplots(1, 2, figsize=(18, 7), constrained_layout=True,
+                             gridspec_kw={"width_ratios": [1.3, 1]})
+    label_jobs = []  # labels go on last, once both panels (and so the layout) are final
     ax = axes[0]
     points = [(v, m, bench[v]) for v, m in measured.items()
               if bench and v in bench and m["score"] is not None and bench[v].get("examples_per_second")]
@@ -183,7 +165,6 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
         largest = max(mems) or 1.0
         sizes = _bubble_sizes(mems, largest)
         colors = matplotlib.colormaps["tab20"].colors
-        texts = []
         for i, ((variant, m, _), x, y, s) in enumerate(zip(points, xs, ys, sizes)):
             color = colors[i % len(colors)]
             partial = bool(m["missing"])
@@ -191,9 +172,9 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
                        linewidth=2.0, linestyle="--" if partial else "-", alpha=0.75, zorder=3,
                        hatch="///" if partial else None)
             ax.scatter([x], [y], s=8, color="black", zorder=4)
-            label = variant + ("*" if partial else "")
-            texts.append(ax.annotate(label, (x, y), xytext=(6, 6), textcoords="offset points",
-                                     fontsize=9, zorder=5))
+        labels = [variant + ("*" if m["missing"] else "") for variant, m, _ in points]
+        point_colors = [colors[i % len(colors)] for i in range(len(points))]
+        label_jobs.append((ax, list(zip(xs, ys)), labels, sizes, 9, point_colors))
         if max(xs) / max(min(xs), 1e-12) > 10:
             ax.set_xscale("log")
         ax.margins(x=0.12, y=0.15)
@@ -201,7 +182,6 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
         handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
                               markeredgecolor="0.3", markersize=10, label="* missing tasks (hollow)"))
         _legend(ax, handles, "peak memory / step")
-        _repel(ax, texts)
     else:
         ax.text(0.5, 0.5, "no variant has both results and a bench entry", ha="center",
                 transform=ax.transAxes)
@@ -211,7 +191,13 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
     ax.set_title("This framework: score vs speed (bubble area = peak memory)")
     ax.grid(True, alpha=0.3, which="both")
 
-    _draw_reference(axes[1], reference)
+    reference_labels = _draw_reference(axes[1], reference)
+    if reference_labels:
+        label_jobs.append(reference_labels)
+    fig.canvas.draw()
+    fig.set_layout_engine("none")  # freeze the layout so the placed labels stay where they were placed
+    for job_ax, anchors, labels, sizes, fontsize, point_colors in label_jobs:
+        place_labels(job_ax, anchors, labels, sizes, fontsize, point_colors)
     paths = {}
     for ext in ("png", "svg"):
         paths[ext] = os.path.join(out_dir, f"lra_chart.{ext}")
@@ -220,24 +206,24 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
     return paths
 
 
-def _draw_reference(ax, reference: dict[str, Any] | None) -> None:
-    """The LRA paper's Figure 3 from its Table 1 and Table 2 (4K, relative to Transformer)."""
+def _draw_reference(ax, reference: dict[str, Any] | None):
+    """The LRA paper's Figure 3 from its Table 1 and Table 2 (4K, relative to Transformer).
+
+    Returns the label job (ax, anchors, labels, bubble sizes, fontsize, colours), or None without data.
+    """
     ax.set_title("LRA paper (Tay et al. 2021): Table 1 score vs Table 2 speed at 4K")
     ax.set_xlabel("training speed at 4K, relative to Transformer (× steps/s)")
     ax.set_ylabel("published LRA average (%)")
     ax.grid(True, alpha=0.3)
     if not reference:
         ax.text(0.5, 0.5, "no reference data", ha="center", transform=ax.transAxes)
-        return
+        return None
     models = [m for m in reference["models"] if m.get("relative_speed_4k") and m.get("memory_4k_gb")]
     largest = max(m["memory_4k_gb"] for m in models)
-    texts = []
-    for m in models:
-        x, y = m["relative_speed_4k"], m["avg"]
-        ax.scatter([x], [y], s=1600.0 * m["memory_4k_gb"] / largest, alpha=0.45, edgecolor="0.2",
-                   zorder=3)
-        texts.append(ax.annotate(f"{m['paper_name']} ({m['variant']})", (x, y), xytext=(6, 6),
-                                 textcoords="offset points", fontsize=8, zorder=5))
+    anchors = [(m["relative_speed_4k"], m["avg"]) for m in models]
+    sizes = [1600.0 * m["memory_4k_gb"] / largest for m in models]
+    for (x, y), s in zip(anchors, sizes):
+        ax.scatter([x], [y], s=s, alpha=0.45, edgecolor="0.2", zorder=3)
     handles = [ax.scatter([], [], s=1600.0 * g / largest, facecolor="none", edgecolor="0.4",
                           label=f"{g:g} GB") for g in (largest, 2.0, 1.0) if g <= largest]
     _legend(ax, handles, "peak memory at 4K")
@@ -247,7 +233,7 @@ def _draw_reference(ax, reference: dict[str, Any] | None) -> None:
     if absent:
         note += f"\nNo Table 2 entry: {', '.join(absent)}."
     ax.text(0.0, -0.16, note, transform=ax.transAxes, fontsize=7, va="top", wrap=True)
-    _repel(ax, texts)
+    return ax, anchors, [f"{m['paper_name']} ({m['variant']})" for m in models], sizes, 8, None
 
 
 # ----------------------------------------------------------------------------- table

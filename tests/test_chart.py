@@ -130,3 +130,29 @@ def test_reference_file_is_consistent():
             assert mean == pytest.approx(model["avg"], abs=0.006), model["paper_name"]
     by_name = {m["paper_name"]: m["variant"] for m in reference["models"]}
     assert by_name["Transformer"] == "softmax" and by_name["Sparse Trans."] == "strided"
+
+
+def test_crowded_labels_do_not_overlap_and_stay_inside_the_axes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lra_jax.chart_labels import overlapping_pairs, place_labels, text_extent
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    # twelve points packed into a tenth of the axes, as the linear-time variants are on a log x axis
+    points = [(1.0 + 0.02 * (i % 4), 40.0 + 0.3 * (i // 4)) for i in range(12)]
+    ax.scatter(*zip(*points), s=400)
+    ax.set_xlim(0.5, 1.5)
+    ax.set_ylim(35, 50)
+    labels = [f"variant_{i}*" for i in range(12)]
+    annotations = place_labels(ax, points, labels, [400.0] * 12, fontsize=9)
+    assert [a.get_text() for a in annotations] == labels
+    assert overlapping_pairs(ax, annotations) == []
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    for a in annotations:
+        box = text_extent(a, renderer)
+        assert frame.x0 - 1 <= box.x0 and box.x1 <= frame.x1 + 1 and frame.y0 - 1 <= box.y0 and box.y1 <= frame.y1 + 1
+    plt.close(fig)
