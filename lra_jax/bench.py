@@ -61,6 +61,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("steps", 5, "Timed steps after warm-up (at least 5).")
     flags.DEFINE_integer("warmup", 2, "Untimed steps after compilation.")
     flags.DEFINE_string("out", None, "Output JSON (default experiments/results/bench-<device>-<date>.json).")
+    flags.DEFINE_bool("update", False, "Merge into an existing --out: the cells measured now replace or join "
+                      "its cells (a new variant, a re-measured one); device and settings must match.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
     flags.DEFINE_bool("scan_layers", False, "Layers in one lax.scan (config.model.scan_layers).")
     flags.DEFINE_bool("remat", False, "Recompute layers in the backward pass (config.model.remat).")
@@ -390,36 +392,75 @@ def main(argv: list[str]) -> None:
     settings["protocol"] = all(settings[k] == v for k, v in PROTOCOL.items())
     print(f"bench: {len(variants)} variants x {len(lengths)} lengths on {device['count']} x {device['kind']}, "
           "each cell in its own process", flush=True)
-    benchmark(variants, lengths, settings, FLAGS.out, device=device, cell_timeout=FLAGS.cell_timeout)
+    try:
+        benchmark(variants, lengths, settings, FLAGS.out, device=device, cell_timeout=FLAGS.cell_timeout,
+                  update=FLAGS.update)
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """The report at `path`, checked to be comparable with a run on `device` with `settings`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            prior = json.load(f)
+    except OSError as error:
+        raise LraError(f"--update needs an existing --out file: cannot read {path} ({error.strerror})") from error
+    except json.JSONDecodeError as error:
+        raise LraError(f"--update: {path} line {error.lineno} is not valid JSON ({error.msg})") from error
+    differences = [f"{key}: file {prior.get('settings', {}).get(key)!r}, now {value!r}"
+                   for key, value in settings.items() if prior.get("settings", {}).get(key) != value]
+    if prior.get("device", {}).get("kind") != device["kind"]:
+        differences.insert(0, f"device: file {prior.get('device', {}).get('kind')!r}, now {device['kind']!r}")
+    if differences:
+        raise LraError(f"--update: {path} was measured differently, so its cells are not comparable "
+                       f"({'; '.join(differences)}). Rerun with the file's settings or write a new --out.")
+    return prior
+
+
+def merge_results(prior: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """prior's cells with those measured again replaced in place, then the new cells; relatives recomputed."""
+    fresh = {(r["variant"], r["length"]): r for r in new}
+    merged = [fresh.pop((r["variant"], r["length"]), r) for r in prior]
+    merged += list(fresh.values())
+    add_relative(merged)
+    return merged
 
 
 def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any], out: str | None,
               measure_fn: Callable[[str, int, dict[str, Any]], dict[str, Any]] | None = None,
               log: Callable[[str], None] = print_now, device: dict[str, Any] | None = None,
-              cell_timeout: float = 1800) -> dict[str, Any]:
+              cell_timeout: float = 1800, update: bool = False) -> dict[str, Any]:
     """Measures the grid, writes the JSON report to `out` (default path names the device), prints the table.
 
     Each cell runs in a fresh process unless `measure_fn` is given (see run); `device` defaults to
-    probe_device()."""
+    probe_device(). With `update`, `out` must exist with the same device and settings, and the cells
+    measured now replace or join its cells; its earlier commands are kept under "commands"."""
     from lra_jax import trainer
 
     device = device or probe_device()
     out = out or default_out(device)
-    log(f"writing {out}")
+    prior = load_for_update(out, device, settings) if update else {"results": []}
+    commands = [*prior.get("commands", [prior["command"]] if "command" in prior else []), " ".join(sys.argv)]
+    log(f"{'updating' if update else 'writing'} {out}")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 
     def save(results: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
         """Writes the report atomically; a killed or hung bench keeps what it measured."""
         report = {"device": device, "versions": trainer.library_versions(), "settings": settings,
                   "date": datetime.datetime.now().isoformat(timespec="seconds"),
-                  "command": " ".join(sys.argv), "complete": complete, "results": results}
+                  "command": commands[-1], "complete": complete,
+                  "results": merge_results(prior["results"], results)}
+        if update:
+            report["commands"] = commands
         trainer.write_json(out, report)
         return report
 
     results = run(variants, lengths, settings, measure_fn, log, on_result=lambda partial: save(partial, False),
                   cell_timeout=cell_timeout)
     report = save(results, True)
-    log("\n" + table(results) + f"\n\nwrote {out}")
+    log("\n" + table(report["results"]) + f"\n\nwrote {out}")
     return report
 
 

@@ -140,3 +140,33 @@ def test_a_crashed_or_timed_out_cell_is_recorded_and_the_report_written(tmp_path
     assert 3 <= hang["wall_seconds"] < 30
     printed = "\n".join(lines)
     assert "CRASHED" in printed and "TIMEOUT" in printed and "[4/4] hang @ 32: TIMEOUT" in printed
+
+
+def test_update_replaces_remeasured_cells_keeps_the_rest_and_refuses_other_settings(tmp_path):
+    from lra_jax.errors import LraError
+
+    out = tmp_path / "bench.json"
+    device = {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}
+    quiet = {"log": lambda line: None, "device": device}
+    bench.benchmark(["softmax", "fast"], [1024, 2048], TINY, str(out), measure_fn=fake_measure, **quiet)
+
+    def faster(variant, length, settings):
+        result = fake_measure(variant, length, settings)
+        return {**result, "steps_per_second": 2 * result["steps_per_second"]}
+
+    bench.benchmark(["fast"], [2048], TINY, str(out), measure_fn=faster, update=True, **quiet)
+    report = json.loads(out.read_text())
+    cells = {(r["variant"], r["length"]): r for r in report["results"]}
+    assert list(cells) == [("softmax", 1024), ("softmax", 2048), ("fast", 1024), ("fast", 2048)]
+    assert cells[("fast", 1024)]["steps_per_second"] == pytest.approx(8.0)  # kept
+    assert cells[("fast", 2048)]["steps_per_second"] == pytest.approx(8.0)  # re-measured: 2 x 4.0
+    assert cells[("fast", 2048)]["relative_speed"] == pytest.approx(8.0)  # against the kept softmax (1.0)
+    assert len(report["commands"]) == 2
+
+    with pytest.raises(LraError, match="batch_size: file 4, now 8"):
+        bench.benchmark(["fast"], [2048], {**TINY, "batch_size": 8}, str(out), measure_fn=faster,
+                        update=True, **quiet)
+    with pytest.raises(LraError, match="needs an existing --out"):
+        bench.benchmark(["fast"], [2048], TINY, str(tmp_path / "none.json"), measure_fn=faster,
+                        update=True, **quiet)
+    assert json.loads(out.read_text())["results"] == report["results"]  # a refused update changes nothing
