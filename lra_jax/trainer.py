@@ -39,8 +39,9 @@ from lra_jax.errors import ConfigError
 from lra_jax.models.classifier import build_model
 
 # Settings that may change between a run and its resumption; any other change is refused.
+# attention.query_chunk (additive) trades speed for memory and leaves the function unchanged.
 RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_every", "data.data_dir",
-                     "data.cache_dir", "val_examples"}
+                     "data.cache_dir", "val_examples", "attention.query_chunk"}
 
 
 SCHEDULES = ("rsqrt", "cosine")

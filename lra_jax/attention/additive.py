@@ -38,28 +38,38 @@ def additive_logits(
     """e_ij = v_h^T tanh(q_i + k_j), computed `chunk` queries at a time.
 
     The queries are zero-padded up to a multiple of `chunk`; the padded rows'
-    logits are dropped. Per chunk, the sum over d is a reduction that XLA fuses
-    with the tanh, so the [b, h, chunk, m, d] tensor is not written to memory
-    (forward, and its recomputation in the backward pass). On CPU this layout is
-    2-3x faster than a tanh tensor contracted by an einsum (measured at b=16,
-    n=1024, h=2, d=16).
+    logits are dropped. Per chunk the tanh tensor is laid out [b, h, chunk, d, m]:
+    the keys are the minor axis, so the tanh is vectorised over keys and the sum
+    over d accumulates whole rows; XLA fuses it with the tanh, so the tensor is not
+    written to memory (forward, and its recomputation in the backward pass).
+    Measured on one CPU core, grad of one layer's logits: at b=8, n=2048, h=4,
+    d=64 this layout with chunk 1 takes 26 s, against 45 s for a stored
+    [b, chunk, m, h, d] tensor contracted by an einsum (chunk 8) and 71 s for a
+    d-minor fused sum (chunk 8); at b=16, n=1024, h=2, d=16, 1.1 s against 3.9 s
+    and 1.8 s. Larger chunks were slower on CPU at every size tried.
     """
     b, n, h, d = q.shape
     chunk = max(1, min(chunk, n))
     num_chunks = -(-n // chunk)
     q = jnp.pad(q, ((0, 0), (0, num_chunks * chunk - n), (0, 0), (0, 0)))
     q_chunks = q.reshape(b, num_chunks, chunk, h, d).transpose(1, 0, 3, 2, 4)  # [c b h q d]
-    k_heads = k.transpose(0, 2, 1, 3)[:, :, None]  # [b h 1 m d]
-    v_heads = v[:, None, None, :]  # [h 1 1 d]
+    k_by_dim = k.transpose(0, 2, 3, 1)[:, :, None]  # [b h 1 d m]
+    v_by_dim = v[:, None, :, None]  # [h 1 d 1]
 
     @jax.checkpoint
     def scores(q_chunk: Float[Array, "b h q d"]) -> Float[Array, "b h q m"]:
-        hidden = jnp.tanh(q_chunk[:, :, :, None] + k_heads)  # [b h q m d], fused into the sum
-        return jnp.sum(hidden * v_heads, axis=-1, dtype=jnp.float32).astype(q_chunk.dtype)
+        hidden = jnp.tanh(q_chunk[..., None] + k_by_dim)  # [b h q d m], fused into the sum
+        return jnp.sum(hidden * v_by_dim, axis=-2, dtype=jnp.float32).astype(q_chunk.dtype)
 
     logits = jax.lax.map(scores, q_chunks)  # [c b h q m]
     logits = logits.transpose(1, 2, 0, 3, 4).reshape(b, h, num_chunks * chunk, k.shape[1])
     return logits[:, :, :n]
+
+
+def default_query_chunk() -> int:
+    """1 on CPU (fastest there, see additive_logits); 64 on GPU/TPU, where one query per
+    sequential step would leave the device idle (not measured here: no accelerator)."""
+    return 1 if jax.default_backend() == "cpu" else 64
 
 
 @register("additive")
@@ -73,7 +83,8 @@ class AdditiveAttention(Attention):
       dim: model width.
       num_heads: number of heads.
       query_chunk: queries per chunk of the tanh tensor (clamped to n); memory of
-        that tensor is O(query_chunk * n * d).
+        that tensor is O(query_chunk * n * d). None: default_query_chunk() for the
+        backend the model runs on.
       rngs: parameter initialisation keys.
       **common: shared settings of `Attention`.
 
@@ -81,16 +92,17 @@ class AdditiveAttention(Attention):
       ConfigError: if query_chunk < 1.
     """
 
-    def __init__(self, dim: int, num_heads: int, *, query_chunk: int = 64, rngs: nnx.Rngs, **common):
+    def __init__(self, dim: int, num_heads: int, *, query_chunk: int | None = None, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)
-        if query_chunk < 1:
+        if query_chunk is not None and query_chunk < 1:
             raise ConfigError(f"additive attention needs query_chunk >= 1, got {query_chunk}")
         self.query_chunk = query_chunk
         init = nnx.initializers.normal(stddev=self.head_dim**-0.5)
         self.score_vector = nnx.Param(init(rngs.params(), (num_heads, self.head_dim)))
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
-        logits = additive_logits(q, k, self.score_vector[...].astype(q.dtype), self.query_chunk)
+        logits = additive_logits(q, k, self.score_vector[...].astype(q.dtype),
+                                 self.query_chunk or default_query_chunk())
         probs = self.drop(masked_softmax(logits, mask[:, None, None, :]), deterministic=deterministic, rngs=rngs)
         return jnp.einsum("bhnm,bmhd->bnhd", probs.astype(v.dtype), v)
 
