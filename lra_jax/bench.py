@@ -392,12 +392,26 @@ def main(argv: list[str]) -> None:
     settings["protocol"] = all(settings[k] == v for k, v in PROTOCOL.items())
     print(f"bench: {len(variants)} variants x {len(lengths)} lengths on {device['count']} x {device['kind']}, "
           "each cell in its own process", flush=True)
+    end_on_sigterm()
     try:
         benchmark(variants, lengths, settings, FLAGS.out, device=device, cell_timeout=FLAGS.cell_timeout,
                   update=FLAGS.update)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+
+
+def end_on_sigterm() -> Any:
+    """Makes SIGTERM (`kill`, a scheduler's cancel) end the bench as Ctrl-C does: the running cell's
+    process is killed with it (subprocess.run kills its child on any exception) and the report keeps
+    the cells measured so far. Without this the parent died alone and its cell ran on. Returns the
+    previous handler."""
+    def stop(signum: int, frame: Any) -> None:
+        print("\nbench: SIGTERM: stopping; the running cell is killed, the cells measured so far stay in --out",
+              file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:

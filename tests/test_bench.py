@@ -2,7 +2,11 @@
 failure recording, a crashed or timed-out cell included."""
 
 import json
+import os
+import signal
 import sys
+import threading
+import time
 
 import pytest
 
@@ -170,3 +174,37 @@ def test_update_replaces_remeasured_cells_keeps_the_rest_and_refuses_other_setti
         bench.benchmark(["fast"], [2048], TINY, str(tmp_path / "none.json"), measure_fn=faster,
                         update=True, **quiet)
     assert json.loads(out.read_text())["results"] == report["results"]  # a refused update changes nothing
+
+
+def test_sigterm_ends_the_bench_with_its_running_cell_and_keeps_the_measured_cells(tmp_path, monkeypatch):
+    pid_file = tmp_path / "cell.pid"
+    ok = {"status": "ok", "steps_per_second": 2.0, "examples_per_second": 8.0, "peak_memory_bytes": 1000}
+    children = {
+        "softmax": f"print({json.dumps(ok)!r})",
+        "hang": f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)",
+    }
+    monkeypatch.setattr(bench, "cell_command",
+                        lambda variant, length, settings: [sys.executable, "-c", children[variant]])
+
+    def terminate_once_the_cell_runs():
+        deadline = time.monotonic() + 20
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    out = tmp_path / "bench.json"
+    device = {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}
+    previous = bench.end_on_sigterm()
+    try:
+        threading.Thread(target=terminate_once_the_cell_runs, daemon=True).start()
+        with pytest.raises(SystemExit) as stopped:
+            bench.benchmark(list(children), [32], TINY, str(out), log=lambda line: None, device=device,
+                            cell_timeout=60)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    with pytest.raises(ProcessLookupError):  # the hanging cell's process is gone, not orphaned
+        os.kill(int(pid_file.read_text()), 0)
+    report = json.loads(out.read_text())
+    assert report["complete"] is False
+    assert [r["variant"] for r in report["results"]] == ["softmax"]
