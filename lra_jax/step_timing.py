@@ -38,12 +38,14 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
 
     Raises ConfigError (from `trainer.check_fits`) when XLA's memory estimate of the step
     exceeds the device's memory, before running anything. Returns seconds_per_step,
-    compile_seconds, the compiled step's memory figures, num_parameters and `compiled`
+    compile_seconds, the compiled step's memory figures, num_parameters, the attention
+    settings as built (`trainer.attention_settings`) and `compiled`
     (for callers that want its cost analysis).
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     graphdef, tx, state = trainer.create_train_state(config, task, mesh)
+    attention = trainer.attention_settings(graphdef, state)
     batch = jax.device_put(random_batch(task, config.batch_size, config.max_len, config.seed),
                            NamedSharding(mesh, PartitionSpec("data")))
     start = time.perf_counter()
@@ -64,6 +66,7 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
         "compile_seconds": compile_seconds,
         **memory,
         "num_parameters": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
+        "attention": attention,
         "compiled": compiled,
     }
 

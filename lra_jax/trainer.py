@@ -8,7 +8,7 @@ and the data order (seeded by epoch), so a resumed run continues exactly.
 
 Results (`results.json`): task, variant, test accuracy of the best-validation
 checkpoint, its validation accuracy, steps/s, examples/s, peak memory,
-parameter count, the config and library versions.
+parameter count, the attention settings as built, the config and library versions.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
 from lra_jax import checkpointing, metrics
+from lra_jax.attention import registry
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError
 from lra_jax.models.classifier import build_model
@@ -276,6 +277,12 @@ def create_train_state(config: ml_collections.ConfigDict, task: tasks.TaskSpec, 
     return graphdef, tx, jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
 
 
+def attention_settings(graphdef: nnx.GraphDef, state: dict[str, Any]) -> dict[str, Any]:
+    """The settings the model's attention layers were built with, defaults and derived values
+    included (`registry.layer_settings`): what ran, where the config may say None."""
+    return registry.layer_settings(nnx.merge(graphdef, state["params"], state["rest"]))
+
+
 def dropout_key(config: ml_collections.ConfigDict) -> jax.Array:
     return jax.random.fold_in(jax.random.key(config.seed), 1)
 
@@ -296,6 +303,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     mesh = make_mesh()
     graphdef, tx, state = create_train_state(config, task, mesh)
     num_parameters = sum(x.size for x in jax.tree.leaves(state["params"]))
+    attention = attention_settings(graphdef, state)
     os.makedirs(workdir, exist_ok=True)
     results_path = os.path.join(workdir, "results.json")
 
@@ -380,7 +388,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     writer.close()
     checkpoints.close()
     steps_per_second = timed_steps / train_seconds if timed_steps else None  # None: no step ran here
-    results = summarize(config, test, best, splits["test"][1], steps_per_second, memory, num_parameters)
+    results = summarize(config, test, best, splits["test"][1], steps_per_second, memory, num_parameters,
+                        attention)
     write_json(results_path, results)
     print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
           f"{best['step']}); results in {results_path}")
@@ -388,7 +397,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
 
 def summarize(config, test: dict[str, float], best: dict[str, float], test_labels: np.ndarray,
-              steps_per_second: float | None, memory: dict[str, Any], num_parameters: int) -> dict[str, Any]:
+              steps_per_second: float | None, memory: dict[str, Any], num_parameters: int,
+              attention: dict[str, Any]) -> dict[str, Any]:
     """The contents of results.json."""
     device = jax.devices()[0]
     return {
@@ -408,6 +418,7 @@ def summarize(config, test: dict[str, float], best: dict[str, float], test_label
         "examples_per_second": steps_per_second and steps_per_second * config.batch_size,
         **memory,
         "num_parameters": int(num_parameters),
+        "attention": attention,
         "devices": {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()},
         "versions": library_versions(),
         "config": json.loads(config.to_json()),

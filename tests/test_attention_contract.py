@@ -160,3 +160,14 @@ def test_training_mode_uses_the_given_key_and_respects_padding(name):
     assert np.isfinite(np.asarray(out_a)).all()
     np.testing.assert_allclose(real(out_b, mask), real(out_a, mask), atol=1e-5, rtol=1e-4)
     np.testing.assert_array_equal(np.asarray(out_a)[~np.asarray(mask)], 0.0)
+
+
+def test_every_setting_is_read_back_from_the_built_layer(name):
+    """Run records (results.json, bench JSON) read each setting back from the layer: none may be lost."""
+    given = SETTINGS.get(name, {})
+    settings = registry.layer_settings(build(name, dtype=jnp.bfloat16))
+    assert settings.keys() == {"name", *registry.settings_of(name)}
+    assert settings["name"] == name and settings["dtype"] == "bfloat16" and settings["max_len"] == N + EXTRA
+    for key, value in given.items():
+        assert settings[key] == value, key
+    assert all(value is not None for value in settings.values()), settings

@@ -176,3 +176,22 @@ def test_dual_encoder_encodes_both_documents_with_the_one_encoder():
     np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-5, rtol=1e-5)
     swapped = model(jnp.stack([second, first], axis=1), deterministic=True)
     assert not np.allclose(np.asarray(swapped), np.asarray(logits))  # u - v makes the head order-aware
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_layer_settings_read_the_built_values_from_a_model(scan_layers):
+    """What a run records as its attention: the values left to the variant (None, or absent) filled in."""
+    from lra_jax.attention.additive import default_query_chunk
+
+    config = small_config("additive")  # query_chunk left to the backend's default
+    config.model.scan_layers = scan_layers
+    model = nnx.eval_shape(lambda: build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0)))
+    settings = registry.layer_settings(model)
+    assert settings["name"] == "additive" and settings["query_chunk"] == default_query_chunk() == 1  # CPU
+    assert settings["max_len"] == 41 and settings["dtype"] == "float32"  # 40 tokens + the CLS token
+
+    config = small_config("reformer")
+    with config.unlocked():
+        del config.attention["num_buckets"]  # derived from max_len and chunk_size
+    model = nnx.eval_shape(lambda: build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0)))
+    assert registry.layer_settings(model)["num_buckets"] == 12  # 2 * ceil(41 / (2 * 4))

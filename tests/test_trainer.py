@@ -79,6 +79,7 @@ def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, dat
                 "peak_memory_bytes", "num_parameters", "versions", "config", "test_majority_class_rate"):
         assert results[key] is not None, key
     assert results["task"] == "listops" and results["variant"] == "linformer"
+    assert results["attention"]["k"] == 8 and results["attention"]["share_kv"] is False  # given, and default
     assert 0.0 <= results["test_accuracy"] <= 1.0 and results["num_parameters"] > 1000
     assert results["examples_per_second"] == pytest.approx(results["steps_per_second"] * 16)
     lines = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]

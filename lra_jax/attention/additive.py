@@ -84,7 +84,7 @@ class AdditiveAttention(Attention):
       num_heads: number of heads.
       query_chunk: queries per chunk of the tanh tensor (clamped to n); memory of
         that tensor is O(query_chunk * n * d). None: default_query_chunk() for the
-        backend the model runs on.
+        backend the layer is built on.
       rngs: parameter initialisation keys.
       **common: shared settings of `Attention`.
 
@@ -96,13 +96,13 @@ class AdditiveAttention(Attention):
         super().__init__(dim, num_heads, rngs=rngs, **common)
         if query_chunk is not None and query_chunk < 1:
             raise ConfigError(f"additive attention needs query_chunk >= 1, got {query_chunk}")
-        self.query_chunk = query_chunk
+        self.query_chunk = query_chunk or default_query_chunk()
         init = nnx.initializers.normal(stddev=self.head_dim**-0.5)
         self.score_vector = nnx.Param(init(rngs.params(), (num_heads, self.head_dim)))
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         logits = additive_logits(q, k, self.score_vector[...].astype(q.dtype),
-                                 self.query_chunk or default_query_chunk())
+                                 self.query_chunk)
         probs = self.drop(masked_softmax(logits, mask[:, None, None, :]), deterministic=deterministic, rngs=rngs)
         return jnp.einsum("bhnm,bmhd->bnhd", probs.astype(v.dtype), v)
 

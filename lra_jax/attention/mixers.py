@@ -134,6 +134,7 @@ class FNet(TokenMixer):
 
     def __init__(self, dim: int, num_heads: int, *, out_proj: bool = True, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)
+        self.out_proj = out_proj
         self.out = nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs) if out_proj else None
 
     def __call__(

@@ -6,7 +6,9 @@
     layer = build("softmax", dim=256, num_heads=4, rngs=nnx.Rngs(0), dropout_rate=0.1)
 
 Settings are checked against the variant's constructor, so a typo in
-`config.attention` fails with the list of settings the variant accepts.
+`config.attention` fails with the list of settings the variant accepts. A built
+layer keeps each setting as an attribute of the same name, so `layer_settings`
+can say exactly what ran (defaults and values derived at build time included).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import difflib
 import inspect
 from typing import Any, Callable
 
+import jax.numpy as jnp
 from flax import nnx
 
 from lra_jax.errors import ConfigError
@@ -65,6 +68,20 @@ def settings_of(name: str) -> dict[str, Any]:
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             break
     return accepted
+
+
+def layer_settings(model: nnx.Module) -> dict[str, Any]:
+    """The settings of the first attention layer in `model` (or `model` itself), read back from it.
+
+    Defaults and values derived when the layer was built are filled in: reformer's
+    num_buckets from max_len, additive's query_chunk from the backend. dtype is given by name.
+    """
+    layer = next(node for _, node in nnx.iter_graph(model) if hasattr(type(node), "variant_name"))
+    settings = {"name": layer.variant_name}
+    for key in settings_of(layer.variant_name):
+        value = getattr(layer, key)
+        settings[key] = jnp.dtype(value).name if key == "dtype" else value
+    return settings
 
 
 def build(name: str, *, dim: int, num_heads: int, rngs: nnx.Rngs, **settings: Any) -> nnx.Module:

@@ -473,6 +473,7 @@ class BigBirdAttention(Attention):
             )
         self.block = max(1, min(block, self.max_len))
         self.num_global_blocks = num_global_blocks
+        self.num_random_blocks = num_random_blocks
         num_blocks = -(-self.max_len // self.block)
         self.random_blocks = RandomLayout(
             random_layout(rngs.params(), num_blocks, num_global_blocks, num_random_blocks)

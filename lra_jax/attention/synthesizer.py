@@ -94,7 +94,7 @@ class SynthesizerAttention(Attention):
             raise ConfigError(f"synthesizer mix must be >= 0, got {mix}")
         if factor < 1:
             raise ConfigError(f"synthesizer factor must be >= 1, got {factor}")
-        self.mode, self.mix, self.factor = mode, float(mix), factor
+        self.mode, self.mix, self.factor, self.random_trainable = mode, float(mix), factor, random_trainable
         h, d, m = num_heads, self.head_dim, self.max_len
         if mix == 0:  # pure synthesizer: no token-token dot products, so no query/key projections
             self.query = self.key = None
