@@ -46,9 +46,11 @@ def test_imdb_splits_from_tfds(tmp_path):
     assert splits["test"][1].tolist() == [int(r["label"]) for r in test]
 
 
-def test_missing_dataset_names_path_and_command(tmp_path):
+def test_missing_dataset_names_path_and_command(tmp_path, caplog):
+    (tmp_path / "imdb_reviews" / "plain_text" / "1.0.0").mkdir(parents=True)  # a folder with no dataset in it
     with pytest.raises(DataError) as error:
         tasks.get_task("text").load(_config(str(tmp_path)))
+    assert not [r for r in caplog.records if "dataset_info.json" in r.getMessage()]  # our message alone
     message = str(error.value)
     assert "'imdb_reviews'" in message and str(tmp_path) in message
     assert f"python -m lra_jax.data.prepare --task=text --data_dir={tmp_path}" in message

@@ -30,8 +30,10 @@ cached.
 
 from __future__ import annotations
 
+import contextlib
+import logging as std_logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 from absl import logging
@@ -80,6 +82,19 @@ def missing_tfds_message(name: str, data_dir: str | None, task: str, reason: str
     )
 
 
+@contextlib.contextmanager
+def _without_missing_info_warning() -> Iterator[None]:
+    """Drops TFDS's "Variant folder ... has no dataset_info.json" log line, which an unprepared
+    dataset prints before our own message (the one that says how to prepare it)."""
+    drop = lambda record: "has no dataset_info.json" not in record.getMessage()  # noqa: E731
+    absl_logger = std_logging.getLogger("absl")
+    absl_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        absl_logger.removeFilter(drop)
+
+
 def tfds_split(name: str, split: str, data_dir: str | None, task: str) -> Sequence[dict]:
     """A TFDS random-access data source, or DataError at once if it is not prepared.
 
@@ -89,7 +104,8 @@ def tfds_split(name: str, split: str, data_dir: str | None, task: str) -> Sequen
     import tensorflow_datasets as tfds
 
     try:
-        return tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
+        with _without_missing_info_warning():
+            return tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
     except Exception as e:  # noqa: BLE001 - TFDS raises assorted types (AssertionError, NotImplementedError, ...)
         reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         raise DataError(missing_tfds_message(name, data_dir, task, reason)) from None
