@@ -13,7 +13,10 @@ Each run is
 
 (plus any `--config.*` overrides given after `--`), run one after another as subprocesses.
 A run whose results.json exists is skipped; an interrupted run is started again and resumes from
-its checkpoint (the trainer does that). A failed run is logged and the sweep goes on; the exit
+its checkpoint (the trainer does that). A finished run is judged against the config its command
+trains now: if that asks for more steps, it resumes; if it differs in what a run cannot change on
+resume (model, optimizer, data, ...), the run is "stale": skipped and reported with the settings
+that differ, its results kept (delete its workdir to train it again with the current config). A failed run is logged and the sweep goes on; the exit
 status is 1 if any run failed. SIGINT/SIGTERM: the running child gets SIGTERM, saves a checkpoint
 and exits; the sweep then stops (run the same command to continue).
 
@@ -25,6 +28,7 @@ as compilation + num_train_steps x seconds per step (evaluation and data prepara
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import importlib
 import itertools
@@ -35,9 +39,12 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 
+import ml_collections
 from absl import app, flags
+from ml_collections import config_flags
 
 from lra_jax.errors import ConfigError, LraError
 
@@ -95,12 +102,59 @@ class Run:
         return f"{self.task}-{self.scale}/{self.variant}/seed{self.seed}"
 
     def state(self) -> str:
-        """'done' (results.json exists), 'resume' (has checkpoints) or 'new'."""
-        if os.path.exists(os.path.join(self.workdir, "results.json")):
-            return "done"
+        """'done', 'stale' (finished with a config that differs in `changes`), 'resume' (has
+        checkpoints, or finished fewer steps than the config now asks) or 'new'."""
+        results = read_json(os.path.join(self.workdir, "results.json"))
+        if results is not None:
+            if self.changes():
+                return "stale"
+            trained = results.get("num_train_steps")
+            asked = trained and (self.config or {}).get("num_train_steps")
+            return "resume" if asked and trained < asked else "done"
         if os.path.isdir(os.path.join(self.workdir, "checkpoints")):
             return "resume"
         return "new"
+
+    def changes(self) -> list[str]:
+        """The settings in which the workdir's config.json differs from `config`, except those a
+        run may change on resume (`trainer.config_changes`); [] when either is unknown."""
+        from lra_jax import trainer
+
+        saved = read_json(os.path.join(self.workdir, "config.json"))
+        return trainer.config_changes(saved, self.config) if saved and self.config else []
+
+    @functools.cached_property
+    def config(self) -> dict | None:
+        """The config this run's command trains, as JSON; None if it cannot be built (the train
+        command then reports why)."""
+        try:
+            return json.loads(train_config(self.command).to_json())
+        except Exception:  # noqa: BLE001 - any error in a user's config file: let `train` name it
+            return None
+
+
+def train_config(command: list[str]) -> ml_collections.ConfigDict:
+    """The config a train command's --config file and --config.* overrides give, parsed as `train` does
+    (a relative config path is taken from the repository root, where the sweep runs its commands)."""
+    args = [a for a in command if a.startswith("--config")]
+    spec = next(a.split("=", 1)[1] for a in args if a.startswith("--config="))
+    args = ["train", *(f"--config={os.path.join(REPO, spec)}" if a.startswith("--config=") else a for a in args)]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "config file", flag_values=values, lock_config=True,
+                                    sys_argv=args)  # where it looks for the --config.* overrides
+    with warnings.catch_warnings():  # ml_collections loads the file with a deprecated importlib call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        values(args)
+        return values.config
+
+
+def read_json(path: str) -> dict | None:
+    """The JSON object in `path`; None if there is none (or it is unreadable: then the run is redone)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def _select(spec: str, known: list[str], what: str) -> list[str]:
@@ -204,6 +258,12 @@ def run_sweep(runs: list[Run], runner: Callable[[list[str], str], int], stop: _S
         if before == "done":
             log(f"[{i}/{len(runs)}] {r.name}: done, skipped")
             continue
+        if before == "stale":
+            row["status"] = "stale"
+            row["error"] = (f"finished with another config ({', '.join(r.changes())} differ); "
+                            f"delete {r.workdir} to train it with the current one")
+            log(f"[{i}/{len(runs)}] {r.name}: {row['error']}")
+            continue
         if stop is not None and stop.requested:
             row["status"] = "not started"
             continue
@@ -233,7 +293,7 @@ def estimate_runs(runs: list[Run], capture: Callable[[list[str], str], tuple[int
     """`train --estimate` for every unfinished run; one row per run (its JSON, or status "failed")."""
     rows = []
     for i, r in enumerate(runs, 1):
-        if r.state() == "done":
+        if r.state() in ("done", "stale"):
             continue
         code, output = capture([*r.command, "--estimate"], cwd)
         lines = output.strip().splitlines()
@@ -278,7 +338,7 @@ def summary_table(summary: list[dict]) -> str:
     width = max([len(s["run"]) for s in summary] + [3])
     lines = [f"{'run':<{width}}  {'status':<12} {'time':>8}  note"]
     for s in summary:
-        note = s.get("error", "") if s["status"] == "failed" else s["workdir"]
+        note = s.get("error", "") if s["status"] in ("failed", "stale") else s["workdir"]
         lines.append(f"{s['run']:<{width}}  {s['status']:<12} {s['seconds']:>7.0f}s  {note}")
     counts = {k: sum(s["status"] == k for s in summary) for k in dict.fromkeys(s["status"] for s in summary)}
     lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
@@ -294,7 +354,10 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
     if FLAGS.emit:
         for r in runs:
-            if r.state() != "done":
+            if r.state() == "stale":
+                print(f"note: {r.name} finished with another config ({', '.join(r.changes())} differ); "
+                      f"not emitted: delete {r.workdir} to train it with the current one", file=sys.stderr)
+            elif r.state() != "done":
                 print(shlex.join(["python", *r.command[1:]]))
         return
     if FLAGS.estimate:

@@ -201,28 +201,30 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str, resumi
     """Writes config.json; refuses to resume a checkpointed run that was made with another config."""
     path = os.path.join(workdir, "config.json")
     current = json.loads(config.to_json())
-    if not resuming or not os.path.exists(path):
-        write_json(path, current)
-        return
+    if resuming and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            changed = config_changes(json.load(f), current)
+        if changed:
+            raise ConfigError(
+                f"workdir {workdir} holds a run made with a different config ({', '.join(changed)} differ); "
+                "pass a new --workdir, or delete that one to start over"
+            )
+    write_json(path, current)
 
-    def flat(d, prefix=""):
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The dotted keys whose values differ between two configs (as JSON), except RESUMABLE_CHANGES."""
+
+    def flat(d: dict[str, Any], prefix: str = ""):
         for key, value in d.items():
             if isinstance(value, dict):
                 yield from flat(value, f"{prefix}{key}.")
             else:
                 yield f"{prefix}{key}", value
 
-    with open(path, encoding="utf-8") as f:
-        saved = dict(flat(json.load(f)))
-    now = dict(flat(current))
-    changed = sorted(k for k in saved.keys() | now.keys()
-                     if saved.get(k) != now.get(k) and k not in RESUMABLE_CHANGES)
-    if changed:
-        raise ConfigError(
-            f"workdir {workdir} holds a run made with a different config ({', '.join(changed)} differ); "
-            "pass a new --workdir, or delete that one to start over"
-        )
-    write_json(path, current)
+    saved, current = dict(flat(saved)), dict(flat(current))
+    return sorted(k for k in saved.keys() | current.keys()
+                  if saved.get(k) != current.get(k) and k not in RESUMABLE_CHANGES)
 
 
 def write_json(path: str, content: dict) -> None:

@@ -72,6 +72,41 @@ def test_finished_skipped_interrupted_resumed_failures_reported(tmp_path):
     assert [workdir_of(c) for c in runner.calls] == [linformer3.workdir]
 
 
+def finish(run, steps=None, **changed):
+    """Writes what `train` leaves in a finished workdir: config.json (the run's config, with
+    `changed` dotted keys set) and results.json (its step count)."""
+    config = json.loads(sweep.train_config(run.command).to_json())
+    for dotted, value in changed.items():
+        *parents, leaf = dotted.split(".")
+        node = config
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    os.makedirs(run.workdir, exist_ok=True)
+    with open(os.path.join(run.workdir, "config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(run.workdir, "results.json"), "w") as f:
+        json.dump({"num_train_steps": steps or config["num_train_steps"]}, f)
+
+
+def test_a_finished_run_is_judged_against_the_config_its_command_trains_now(tmp_path):
+    same, stale, longer = make_plan(tmp_path, seeds=("0", "1", "2"))[:3]
+    finish(same)
+    finish(stale, **{"optimizer.learning_rate": 0.123, "eval_every": 7})  # eval_every may change on resume
+    finish(longer, steps=10)  # the config now asks for more steps: train goes on from the checkpoint
+    runs = make_plan(tmp_path, seeds=("0", "1", "2"))[:3]
+    stale_results = open(os.path.join(stale.workdir, "results.json")).read()
+    assert [r.state() for r in runs] == ["done", "stale", "resume"]
+    assert runs[1].changes() == ["optimizer.learning_rate"]
+    runner = FakeRunner()
+    summary = sweep.run_sweep(runs, runner, log=lambda line: None)
+    assert [workdir_of(c) for c in runner.calls] == [longer.workdir]
+    assert [s["status"] for s in summary] == ["skipped", "stale", "finished"]
+    assert "optimizer.learning_rate differ" in summary[1]["error"] and f"delete {stale.workdir}" in summary[1]["error"]
+    assert open(os.path.join(stale.workdir, "results.json")).read() == stale_results  # kept as it was
+    assert "stale" in sweep.summary_table(summary)
+
+
 def test_exit_zero_without_results_is_a_failure(tmp_path):
     summary = sweep.run_sweep(make_plan(tmp_path, "softmax"), lambda command, cwd: 0, log=lambda line: None)
     assert summary[0]["status"] == "failed" and "without results.json" in summary[0]["error"]
@@ -97,13 +132,17 @@ def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
     done = tmp_path / "listops-mini" / "softmax" / "seed0"
     done.mkdir(parents=True)
     (done / "results.json").write_text("{}")
+    stale = make_plan(tmp_path, "linformer", seeds=("1",))[0]
+    finish(stale, **{"model.num_layers": 5})
     out = subprocess.run([sys.executable, "-m", "lra_jax.sweep", "--variants=softmax,linformer",
                           "--tasks=listops", "--seeds=0,1", f"--root={tmp_path}", "--emit"],
                          cwd=sweep.REPO, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert len(lines) == 3 and all(line.startswith("python -m lra_jax.train --config=configs/") for line in lines)
+    assert len(lines) == 2 and all(line.startswith("python -m lra_jax.train --config=configs/") for line in lines)
     assert f"--workdir={tmp_path}/listops-mini/softmax/seed1 --config.seed=1" in lines[0]
+    assert f"--workdir={tmp_path}/listops-mini/linformer/seed0 --config.seed=0" in lines[1]
+    assert "linformer/seed1 finished with another config (model.num_layers differ)" in out.stderr
 
 
 CHILD = """
