@@ -49,8 +49,10 @@ def _common(task: str, scale: str) -> ml_collections.ConfigDict:
                    # speed where memory is plentiful.
                    scan_layers=True, remat=True)
     # schedule "rsqrt": LRA's constant * linear_warmup * rsqrt_decay; "cosine": * cosine_decay.
+    # skip_nonfinite_updates=k > 0 skips up to k consecutive updates with a non-finite gradient
+    # (optax.apply_if_finite); 0 stops the run at the first one.
     c.optimizer = dict(schedule="rsqrt", learning_rate=0.05, warmup_steps=8_000, weight_decay=0.1, b1=0.9,
-                       b2=0.98, eps=1e-9, grad_clip_norm=0.0)
+                       b2=0.98, eps=1e-9, grad_clip_norm=0.0, skip_nonfinite_updates=0)
     c.eval_every = 500
     c.val_examples = 0  # validate on this many examples drawn once from the val split (0: all of it)
     c.checkpoint_every = 500

@@ -49,7 +49,8 @@ def define_flags() -> None:
 # ----------------------------------------------------------------------------- reading and scoring
 
 def load_results(runs_dir: str, scale: str | None = None) -> list[dict[str, Any]]:
-    """Every results.json under `runs_dir` (recursively) of `scale`, as {task, variant, seed, accuracy}."""
+    """Every results.json under `runs_dir` (recursively) of `scale`, as {task, variant, seed, accuracy,
+    status}; a diverged run has status "diverged" and accuracy None (`aggregate` leaves it out)."""
     if not os.path.isdir(runs_dir):
         raise LraError(f"--runs={runs_dir} is not a directory")
     found = []
@@ -60,7 +61,10 @@ def load_results(runs_dir: str, scale: str | None = None) -> list[dict[str, Any]
         try:
             with open(path, encoding="utf-8") as f:
                 r = json.load(f)
-            row = {"task": r["task"], "variant": r["variant"], "accuracy": float(r["test_accuracy"]),
+            diverged = r.get("status") == "diverged"
+            row = {"task": r["task"], "variant": r["variant"],
+                   "accuracy": None if diverged else float(r["test_accuracy"]),
+                   "status": r.get("status", "complete"), "diverged_at_step": r.get("diverged_at_step"),
                    "scale": r.get("scale") or r.get("config", {}).get("scale"),
                    "seed": r.get("config", {}).get("seed", 0), "path": path}
         except (OSError, ValueError, KeyError, TypeError) as error:
@@ -80,6 +84,8 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """variant -> {"accuracy": {task: mean % over seeds}, "seeds": {task: n}, "score", "missing", "path_x"}."""
     by = defaultdict(lambda: defaultdict(list))
     for r in rows:
+        if r["status"] == "diverged":
+            continue
         by[r["variant"]][task_key(r["task"])].append(100.0 * r["accuracy"])
     out = {}
     for variant, tasks in sorted(by.items()):
@@ -140,10 +146,17 @@ def _memory_legend(ax, largest: float, unit: str, scale: float) -> None:
     return handles
 
 
+def diverged_note(rows: list[dict[str, Any]]) -> str:
+    """One line naming the diverged runs left out of the chart and table ("" if none)."""
+    diverged = [f"{r['variant']} {r['task']} seed {r['seed']} (step {r['diverged_at_step']})"
+                for r in rows if r["status"] == "diverged"]
+    return f"Left out, diverged (not results): {', '.join(diverged)}." if diverged else ""
+
+
 def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
          length: int | None, reference: dict[str, Any] | None, out_dir: str,
-         device: str = "") -> dict[str, str]:
-    """Writes lra_chart.png and lra_chart.svg; returns their paths."""
+         device: str = "", note: str = "") -> dict[str, str]:
+    """Writes lra_chart.png and lra_chart.svg (`note` under the left panel); returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,6 +203,8 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
     ax.set_ylabel("LRA score (mean test accuracy, %)")
     ax.set_title("This framework: score vs speed (bubble area = peak memory)")
     ax.grid(True, alpha=0.3, which="both")
+    if note:
+        ax.text(0.0, -0.12, note, transform=ax.transAxes, fontsize=7, va="top", wrap=True)
 
     reference_labels = _draw_reference(axes[1], reference)
     if reference_labels:
@@ -257,7 +272,8 @@ def _header(cells) -> list[str]:
 
 
 def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
-                   length: int | None, scale: str | None, reference: dict[str, Any] | None) -> str:
+                   length: int | None, scale: str | None, reference: dict[str, Any] | None,
+                   note: str = "") -> str:
     """Per-task accuracy, score, Path-X, speed and memory of every variant, best score first."""
     lines = [f"# LRA results ({'scale ' + scale if scale else 'all scales'})", "",
              ("Test accuracy (%) averaged over seeds; score = mean over ListOps, Text, Retrieval, Image, "
@@ -278,6 +294,8 @@ def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[st
                  "/".join(map(str, seeds)), _significant(b.get("examples_per_second")),
                  _fmt(mem / 2**30 if mem else None, 2), ", ".join(m["missing"]) or "—"]
         lines.append(_row(cells))
+    if note:
+        lines += ["", note]
     no_bench = [v for v in order if bench is not None and v not in bench]
     if no_bench:
         lines += ["", f"Not in the bench JSON at length {length} (not on the chart): {', '.join(no_bench)}."]
@@ -300,9 +318,13 @@ def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | 
                length: int | None = None, reference_path: str | None = REFERENCE) -> dict[str, str]:
     """Reads runs (+ bench, + reference) and writes the chart and table into `out`; returns the paths."""
     rows = load_results(runs, scale)
-    if not rows:
-        raise LraError(f"no results.json{' of scale ' + scale if scale else ''} under {runs}")
+    if not any(r["status"] != "diverged" for r in rows):
+        raise LraError(f"no results.json{' of scale ' + scale if scale else ''} under {runs}"
+                       + (" that is a result: " + diverged_note(rows) if rows else ""))
     measured = aggregate(rows)
+    note = diverged_note(rows)
+    if note:
+        print(note)
     bench, device = None, ""
     if bench_path:
         length, bench = load_bench(bench_path, length)
@@ -313,10 +335,10 @@ def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | 
         with open(reference_path, encoding="utf-8") as f:
             reference = json.load(f)
     os.makedirs(out, exist_ok=True)
-    paths = draw(measured, bench, length, reference, out, device)
+    paths = draw(measured, bench, length, reference, out, device, note)
     paths["md"] = os.path.join(out, "lra_results.md")
     with open(paths["md"], "w", encoding="utf-8") as f:
-        f.write(markdown_table(measured, bench, length, scale, reference))
+        f.write(markdown_table(measured, bench, length, scale, reference, note))
     return paths
 
 

@@ -4,6 +4,8 @@
 class LraError(Exception):
     """A problem with the user's input; the message names the problem and the fix."""
 
+    exit_code = 2
+
 
 class ConfigError(LraError):
     """An unknown variant, setting or value in the configuration."""
@@ -11,3 +13,13 @@ class ConfigError(LraError):
 
 class DataError(LraError):
     """Missing or malformed data files."""
+
+
+class TrainingDiverged(LraError):
+    """A non-finite loss or gradient norm: the run stopped with its checkpoints untouched."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, step: int, loss: float, grad_norm: float, last_checkpoint: int | None):
+        super().__init__(message)
+        self.step, self.loss, self.grad_norm, self.last_checkpoint = step, loss, grad_norm, last_checkpoint

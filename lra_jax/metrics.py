@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from tensorboardX import SummaryWriter
@@ -27,8 +28,10 @@ class MetricsWriter:
         self.tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
+        """Appends the scalars; a non-finite one is written as null (strict JSON has no NaN)."""
         scalars = {key: float(value) for key, value in scalars.items()}
-        self.jsonl.write(json.dumps({"step": step, **scalars}) + "\n")
+        line = {key: value if math.isfinite(value) else None for key, value in scalars.items()}
+        self.jsonl.write(json.dumps({"step": step, **line}, allow_nan=False) + "\n")
         self.jsonl.flush()
         for key, value in scalars.items():
             self.tensorboard.add_scalar(key, value, step)

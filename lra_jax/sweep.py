@@ -13,7 +13,9 @@ Each run is
 
 (plus any `--config.*` overrides given after `--`), run one after another as subprocesses.
 A run whose results.json exists is skipped; an interrupted run is started again and resumes from
-its checkpoint (the trainer does that). A finished run is judged against the config its command
+its checkpoint (the trainer does that). A run that stopped on a non-finite loss (its results.json
+says "diverged", with no accuracy) is reported as `diverged` and not retried: it would diverge
+again the same way. A finished run is judged against the config its command
 trains now: if that asks for more steps, it resumes; if it differs in what a run cannot change on
 resume (model, optimizer, data, ...), the run is "stale": skipped and reported with the settings
 that differ, its results kept (delete its workdir to train it again with the current config). A failed run is logged and the sweep goes on; the exit
@@ -102,18 +104,30 @@ class Run:
         return f"{self.task}-{self.scale}/{self.variant}/seed{self.seed}"
 
     def state(self) -> str:
-        """'done', 'stale' (finished with a config that differs in `changes`), 'resume' (has
-        checkpoints, or finished fewer steps than the config now asks) or 'new'."""
-        results = read_json(os.path.join(self.workdir, "results.json"))
+        """'done', 'diverged' (stopped on a non-finite loss: final, like done), 'stale' (finished
+        or diverged with a config that differs in `changes`), 'resume' (has checkpoints, or
+        finished fewer steps than the config now asks) or 'new'."""
+        results = self.results()
         if results is not None:
             if self.changes():
                 return "stale"
+            if results.get("status") == "diverged":
+                return "diverged"
             trained = results.get("num_train_steps")
             asked = trained and (self.config or {}).get("num_train_steps")
             return "resume" if asked and trained < asked else "done"
         if os.path.isdir(os.path.join(self.workdir, "checkpoints")):
             return "resume"
         return "new"
+
+    def results(self) -> dict | None:
+        return read_json(os.path.join(self.workdir, "results.json"))
+
+    def divergence(self) -> str:
+        """Where a diverged run stopped, for the logs."""
+        results = self.results() or {}
+        return (f"diverged at step {results.get('diverged_at_step')} (loss {results.get('loss')}); "
+                f"not a result: delete {self.workdir} to train it again")
 
     def changes(self) -> list[str]:
         """The settings in which the workdir's config.json differs from `config`, except those a
@@ -258,6 +272,10 @@ def run_sweep(runs: list[Run], runner: Callable[[list[str], str], int], stop: _S
         if before == "done":
             log(f"[{i}/{len(runs)}] {r.name}: done, skipped")
             continue
+        if before == "diverged":
+            row["status"], row["error"] = "diverged", r.divergence()
+            log(f"[{i}/{len(runs)}] {r.name}: {row['error']}")
+            continue
         if before == "stale":
             row["status"] = "stale"
             row["error"] = (f"finished with another config ({', '.join(r.changes())} differ); "
@@ -276,15 +294,18 @@ def run_sweep(runs: list[Run], runner: Callable[[list[str], str], int], stop: _S
             code, row["error"] = -1, str(error)
         row["seconds"] = time.perf_counter() - start
         row["exit_code"] = code
-        if r.state() == "done":
+        after = r.state()
+        if after == "done":
             row["status"] = "finished"
+        elif after == "diverged":
+            row["status"], row["error"] = "diverged", r.divergence()
         elif stop is not None and stop.requested:
             row["status"] = "stopped"
         else:
             row["status"] = "failed"
             row.setdefault("error", f"exit status {code}" + (" without results.json" if code == 0 else ""))
         log(f"[{i}/{len(runs)}] {r.name}: {row['status']} ({row['seconds']:.0f} s)"
-            + (f": {row['error']}" if row["status"] == "failed" else ""))
+            + (f": {row['error']}" if row["status"] in ("failed", "diverged") else ""))
     return summary
 
 
@@ -293,7 +314,7 @@ def estimate_runs(runs: list[Run], capture: Callable[[list[str], str], tuple[int
     """`train --estimate` for every unfinished run; one row per run (its JSON, or status "failed")."""
     rows = []
     for i, r in enumerate(runs, 1):
-        if r.state() in ("done", "stale"):
+        if r.state() in ("done", "diverged", "stale"):
             continue
         code, output = capture([*r.command, "--estimate"], cwd)
         lines = output.strip().splitlines()
@@ -338,7 +359,7 @@ def summary_table(summary: list[dict]) -> str:
     width = max([len(s["run"]) for s in summary] + [3])
     lines = [f"{'run':<{width}}  {'status':<12} {'time':>8}  note"]
     for s in summary:
-        note = s.get("error", "") if s["status"] in ("failed", "stale") else s["workdir"]
+        note = s.get("error", "") if s["status"] in ("failed", "stale", "diverged") else s["workdir"]
         lines.append(f"{s['run']:<{width}}  {s['status']:<12} {s['seconds']:>7.0f}s  {note}")
     counts = {k: sum(s["status"] == k for s in summary) for k in dict.fromkeys(s["status"] for s in summary)}
     lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
@@ -357,6 +378,8 @@ def main(argv: list[str]) -> None:
             if r.state() == "stale":
                 print(f"note: {r.name} finished with another config ({', '.join(r.changes())} differ); "
                       f"not emitted: delete {r.workdir} to train it with the current one", file=sys.stderr)
+            elif r.state() == "diverged":
+                print(f"note: {r.name} {r.divergence()}; not emitted", file=sys.stderr)
             elif r.state() != "done":
                 print(shlex.join(["python", *r.command[1:]]))
         return

@@ -54,7 +54,7 @@ def main(argv: list[str]) -> None:
         trainer.train_and_evaluate(FLAGS.config, workdir)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(error.exit_code)
 
 
 if __name__ == "__main__":

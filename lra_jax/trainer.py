@@ -36,13 +36,17 @@ from tqdm import tqdm
 from lra_jax import checkpointing, metrics
 from lra_jax.attention import registry
 from lra_jax.data import pipeline, tasks
-from lra_jax.errors import ConfigError
+from lra_jax.errors import ConfigError, TrainingDiverged
 from lra_jax.models.classifier import build_model
 
 # Settings that may change between a run and its resumption; any other change is refused.
 # attention.query_chunk (additive) trades speed for memory and leaves the function unchanged.
 RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_every", "data.data_dir",
                      "data.cache_dir", "val_examples", "attention.query_chunk"}
+
+# Settings added after runs were recorded, with the value that behaves as those runs did: a saved
+# config without the key is read as having that value.
+ADDED_SETTINGS = {"optimizer.skip_nonfinite_updates": 0}
 
 
 SCHEDULES = ("rsqrt", "cosine")
@@ -83,20 +87,38 @@ def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """AdamW with the configured schedule and optional global-norm clipping."""
+    """AdamW with the configured schedule, optional global-norm clipping and, with
+    `optimizer.skip_nonfinite_updates` = k > 0, up to k consecutive non-finite updates skipped."""
     opt = config.optimizer
-    adamw = optax.adamw(make_schedule(config), b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay)
+    tx = optax.adamw(make_schedule(config), b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay)
     if opt.grad_clip_norm > 0:
-        return optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), adamw)
-    return adamw
+        tx = optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), tx)
+    if skipped_updates_allowed(config):
+        tx = optax.apply_if_finite(tx, max_consecutive_errors=skipped_updates_allowed(config))
+    return tx
+
+
+def skipped_updates_allowed(config: ml_collections.ConfigDict) -> int:
+    """How many consecutive non-finite updates may be skipped (0: none, the first stops the run)."""
+    allowed = config.optimizer.get("skip_nonfinite_updates", 0)
+    if allowed < 0:
+        raise ConfigError(f"optimizer.skip_nonfinite_updates must be >= 0, got {allowed}")
+    return allowed
 
 
 def cross_entropy(logits, labels):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
-def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, key: jax.Array):
-    """(state, batch) -> (state, metrics); the dropout key of step s is fold_in(key, s)."""
+def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, key: jax.Array,
+                    skipped_updates: int = 0):
+    """(state, batch) -> (state, metrics); the dropout key of step s is fold_in(key, s).
+
+    metrics: loss, accuracy, grad_norm (global L2 norm of the gradient), skipped and finite: False
+    when the step left a non-finite state, i.e. its loss or gradient norm is not finite and the
+    update was not skipped (`tx` wrapped in optax.apply_if_finite with `skipped_updates` > 0 skips
+    up to that many in a row; a skipped step also keeps the non-Param state it had).
+    """
 
     def train_step(state, batch):
         step_key = jax.random.fold_in(key, state["step"])
@@ -112,8 +134,15 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, ke
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
+        grad_norm = optax.tree.norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        skipped = jnp.zeros((), bool)
+        if skipped_updates:
+            skipped = ~finite & (opt_state.notfinite_count <= skipped_updates)
+            rest = jax.tree.map(lambda old, new: jnp.where(skipped, old, new), state["rest"], rest)
         new_state = dict(step=state["step"] + 1, params=params, rest=rest, opt_state=opt_state)
-        return new_state, {"loss": loss, "accuracy": accuracy}
+        return new_state, {"loss": loss, "accuracy": accuracy, "grad_norm": grad_norm,
+                           "finite": finite | skipped, "skipped": skipped}
 
     return jax.jit(train_step, donate_argnums=0)
 
@@ -224,7 +253,7 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
 
     saved, current = dict(flat(saved)), dict(flat(current))
     return sorted(k for k in saved.keys() | current.keys()
-                  if saved.get(k) != current.get(k) and k not in RESUMABLE_CHANGES)
+                  if saved.get(k, ADDED_SETTINGS.get(k)) != current.get(k) and k not in RESUMABLE_CHANGES)
 
 
 def write_json(path: str, content: dict) -> None:
@@ -327,7 +356,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         pipeline.train_batches(*splits["train"], batch_size=config.batch_size, seed=config.seed,
                                start_step=start), mesh)
     first = next(batches)
-    train_step = make_train_step(graphdef, tx, dropout_key(config)).lower(state, first).compile()
+    train_step = make_train_step(graphdef, tx, dropout_key(config), skipped_updates_allowed(config))
+    train_step = train_step.lower(state, first).compile()
     memory = peak_memory(train_step)
     check_fits(memory, config)
 
@@ -338,46 +368,56 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     progress = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
                     desc=f"{config.attention.name} {config.task}", mininterval=1.0)
     step = start
-    with _StopSignal() as stop:
-        tick = time.perf_counter()
-        for batch in itertools.chain([first], batches):
-            if step >= config.num_train_steps or stop.requested:
-                break
-            state, step_metrics = train_step(state, batch)
-            if window:  # at most two steps in flight: a stop or a save never waits for a long queue
-                jax.block_until_ready(window[-1])
-            step += 1
-            steps_since_tick += 1
-            window.append(step_metrics)
-            progress.update(1)
-            last = step == config.num_train_steps
-            log, validate, save = (last or step % every == 0 for every in
-                                   (config.log_every, config.eval_every, config.checkpoint_every))
-            if not (log or validate or save):
-                continue
-            jax.block_until_ready(state)  # time training only, not validation or saving
-            train_seconds += time.perf_counter() - tick
-            timed_steps, steps_since_tick = timed_steps + steps_since_tick, 0
-            if log:
-                summary = {k: float(np.mean([m[k] for m in window])) for k in window[0]}
-                window = []
-                writer.write(step, {"train/loss": summary["loss"], "train/accuracy": summary["accuracy"],
-                                    "train/learning_rate": float(schedule(step))})
-                progress.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
-                                     best_val=f"{max(best['accuracy'], 0):.3f}")
-            if validate:
-                val = evaluate(eval_step, state, splits["val"], config.batch_size, mesh)
-                writer.write(step, {"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
-                if val["accuracy"] > best["accuracy"]:
-                    best = {"accuracy": val["accuracy"], "loss": val["loss"], "step": step}
-                    checkpoints.save_best(step, state, best)
-            if save:
-                checkpoints.save_last(step, state)
+    try:
+        with _StopSignal() as stop:
             tick = time.perf_counter()
-        if stop.requested and step < config.num_train_steps:
-            checkpoints.save_last(step, state)
-    batches.close()
-    progress.close()
+            for batch in itertools.chain([first], batches):
+                if step >= config.num_train_steps or stop.requested:
+                    break
+                state, step_metrics = train_step(state, batch)
+                if window:  # at most two steps in flight: a stop or a save never waits for a long queue
+                    check_finite(window[-1], step, workdir, checkpoints)
+                step += 1
+                steps_since_tick += 1
+                window.append(step_metrics)
+                progress.update(1)
+                last = step == config.num_train_steps
+                log, validate, save = (last or step % every == 0 for every in
+                                       (config.log_every, config.eval_every, config.checkpoint_every))
+                if not (log or validate or save):
+                    continue
+                jax.block_until_ready(state)  # time training only, not validation or saving
+                train_seconds += time.perf_counter() - tick
+                timed_steps, steps_since_tick = timed_steps + steps_since_tick, 0
+                check_finite(step_metrics, step, workdir, checkpoints)  # before anything is written
+                if log:
+                    summary = window_summary(window)
+                    window = []
+                    writer.write(step, {"train/loss": summary["loss"], "train/accuracy": summary["accuracy"],
+                                        "train/grad_norm": summary["grad_norm"],
+                                        "train/skipped_updates": summary["skipped"],
+                                        "train/learning_rate": float(schedule(step))})
+                    progress.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
+                                         best_val=f"{max(best['accuracy'], 0):.3f}")
+                if validate:
+                    val = evaluate(eval_step, state, splits["val"], config.batch_size, mesh)
+                    writer.write(step, {"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
+                    if val["accuracy"] > best["accuracy"]:
+                        best = {"accuracy": val["accuracy"], "loss": val["loss"], "step": step}
+                        checkpoints.save_best(step, state, best)
+                if save:
+                    checkpoints.save_last(step, state)
+                tick = time.perf_counter()
+            if stop.requested and step < config.num_train_steps:
+                checkpoints.save_last(step, state)
+    except TrainingDiverged as diverged:
+        write_json(results_path, diverged_record(config, diverged))
+        writer.close()
+        checkpoints.close()
+        raise
+    finally:
+        batches.close()
+        progress.close()
     if step < config.num_train_steps:
         print(f"stopped at step {step}; checkpoint saved in {workdir}. Run the same command to resume.")
         writer.close()
@@ -398,12 +438,60 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     return results
 
 
+def check_finite(step_metrics: dict[str, jax.Array], step: int, workdir: str,
+                 checkpoints: checkpointing.Checkpoints) -> None:
+    """Raises TrainingDiverged if step `step` left a non-finite state (waits for its metrics).
+
+    Called on every step before anything of it is logged or saved, so no checkpoint ever holds
+    a non-finite state. Reading one flag per step costs a few microseconds (one step stays in
+    flight meanwhile).
+    """
+    if bool(step_metrics["finite"]):
+        return
+    last = checkpoints.last_step()
+    saved = (f"the last good checkpoint is step {last} in {os.path.join(workdir, 'checkpoints', 'last')}"
+             if last is not None else "no checkpoint was saved before it")
+    loss, grad_norm = float(step_metrics["loss"]), float(step_metrics["grad_norm"])
+    raise TrainingDiverged(
+        f"training diverged at step {step} (loss {loss}, gradient norm {grad_norm}); {saved}. Lower "
+        "--config.optimizer.learning_rate, clip with --config.optimizer.grad_clip_norm, or skip rare "
+        "bad steps with --config.optimizer.skip_nonfinite_updates=<k>",
+        step=step, loss=loss, grad_norm=grad_norm, last_checkpoint=last)
+
+
+def window_summary(window: list[dict[str, jax.Array]]) -> dict[str, float]:
+    """Mean loss, accuracy and gradient norm over the window's updated steps; skipped steps counted."""
+    skipped = [bool(m["skipped"]) for m in window]
+    kept = [m for m, s in zip(window, skipped) if not s] or window
+    means = {k: float(np.mean([m[k] for m in kept])) for k in ("loss", "accuracy", "grad_norm")}
+    return {**means, "skipped": float(sum(skipped))}
+
+
+def diverged_record(config: ml_collections.ConfigDict, diverged: TrainingDiverged) -> dict[str, Any]:
+    """results.json of a diverged run: status "diverged", where and how, and no accuracy at all,
+    so that it cannot be read as a result."""
+    return {
+        "status": "diverged",
+        "task": config.task,
+        "variant": config.attention.name,
+        "scale": config.scale,
+        "message": str(diverged),
+        "diverged_at_step": diverged.step,
+        "loss": repr(diverged.loss),  # "nan" / "inf": strict JSON has no non-finite numbers
+        "grad_norm": repr(diverged.grad_norm),
+        "last_checkpoint_step": diverged.last_checkpoint,
+        "versions": library_versions(),
+        "config": json.loads(config.to_json()),
+    }
+
+
 def summarize(config, test: dict[str, float], best: dict[str, float], test_labels: np.ndarray,
               steps_per_second: float | None, memory: dict[str, Any], num_parameters: int,
               attention: dict[str, Any]) -> dict[str, Any]:
     """The contents of results.json."""
     device = jax.devices()[0]
     return {
+        "status": "complete",
         "task": config.task,
         "variant": config.attention.name,
         "impl": config.attention.impl,

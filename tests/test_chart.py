@@ -40,6 +40,12 @@ def runs(tmp_path):
     write_result(root, "text", "linear", 0, 0.60)
     # a mini-scale run that --scale=full must ignore.
     write_result(root, "listops", "local", 0, 0.99, scale="mini")
+    # a diverged run is not a result: left out, with a note.
+    diverged = root / "listops-full" / "linear" / "seed1"
+    diverged.mkdir(parents=True)
+    (diverged / "results.json").write_text(json.dumps(
+        {"status": "diverged", "task": "listops", "variant": "linear", "scale": "full",
+         "diverged_at_step": 12, "config": {"seed": 1, "scale": "full"}}))
     # a broken file is skipped, not fatal.
     (root / "broken").mkdir()
     (root / "broken" / "results.json").write_text("{not json")
@@ -89,6 +95,7 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     linear_cells = [c.strip() for c in rows["linear"].split("|")[1:-1]]
     assert linear_cells[6] == "40.00*" and linear_cells[-1] == "retrieval, image, pathfinder"
     assert "examples/s @1024" in table
+    assert "Left out, diverged (not results): linear listops seed 1 (step 12)." in table
     # GitHub renders a table only when its delimiter row has one cell per header cell
     lines = table.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("|---")]

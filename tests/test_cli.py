@@ -47,14 +47,24 @@ def test_ci_runs_the_readme_install_and_test_commands():
     assert commands[2].startswith("pytest") and commands[2] in ci
 
 
+SMALL = ["--config=configs/linformer.py:listops,mini", "--config.num_train_steps=8", "--config.eval_every=4",
+         "--config.checkpoint_every=4", "--config.log_every=4", "--config.max_len=48",
+         "--config.data.generator.num_train=128", "--config.data.generator.num_val=32",
+         "--config.data.generator.num_test=32", "--config.data.generator.max_length=48"]
+
+
 def test_a_short_run_exits_zero_and_a_rerun_finishes_at_once(tmp_path):
     """Exit status 0 after training and after the rerun that finds the run finished."""
-    small = ["--config=configs/linformer.py:listops,mini", "--config.num_train_steps=8", "--config.eval_every=4",
-             "--config.checkpoint_every=4", "--config.log_every=4", "--config.max_len=48",
-             "--config.data.generator.num_train=128", "--config.data.generator.num_val=32",
-             "--config.data.generator.num_test=32", "--config.data.generator.max_length=48"]
-    first = train(*small, tmp_path=tmp_path)
+    first = train(*SMALL, tmp_path=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     assert "test accuracy" in first.stdout and (tmp_path / "run" / "results.json").exists()
-    again = train(*small, tmp_path=tmp_path)
+    again = train(*SMALL, tmp_path=tmp_path)
     assert again.returncode == 0 and "finished at step 8" in again.stdout
+
+
+def test_a_diverging_run_exits_3_with_one_line_naming_the_step(tmp_path):
+    done = train(*SMALL, "--config.optimizer.learning_rate=1e6", tmp_path=tmp_path)
+    assert done.returncode == 3, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and re.match(r"error: training diverged at step \d+ \(loss ", errors[0]), errors
+    assert "Traceback" not in done.stderr

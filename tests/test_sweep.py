@@ -107,6 +107,31 @@ def test_a_finished_run_is_judged_against_the_config_its_command_trains_now(tmp_
     assert "stale" in sweep.summary_table(summary)
 
 
+class DivergingRunner(FakeRunner):
+    """'Trains' like `train` does when the loss turns NaN: a results.json that says so, exit 3."""
+
+    def __call__(self, command, cwd):
+        self.calls.append(command)
+        workdir = workdir_of(command)
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "results.json"), "w") as f:
+            json.dump({"status": "diverged", "diverged_at_step": 7, "loss": "nan"}, f)
+        return 3
+
+
+def test_a_diverged_run_is_reported_and_never_retried_or_emitted(tmp_path):
+    runs = make_plan(tmp_path, variants="softmax")
+    summary = sweep.run_sweep(runs, DivergingRunner(), log=lambda line: None)
+    assert summary[0]["status"] == "diverged" and "diverged at step 7 (loss nan)" in summary[0]["error"]
+    assert "1 diverged" in sweep.summary_table(summary)
+    again = make_plan(tmp_path, variants="softmax")
+    assert [r.state() for r in again] == ["diverged"]
+    runner = FakeRunner()
+    assert sweep.run_sweep(again, runner, log=lambda line: None)[0]["status"] == "diverged"
+    assert runner.calls == []
+    assert sweep.estimate_runs(again, capture=None, log=lambda line: None) == []
+
+
 def test_exit_zero_without_results_is_a_failure(tmp_path):
     summary = sweep.run_sweep(make_plan(tmp_path, "softmax"), lambda command, cwd: 0, log=lambda line: None)
     assert summary[0]["status"] == "failed" and "without results.json" in summary[0]["error"]
@@ -134,15 +159,20 @@ def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
     (done / "results.json").write_text("{}")
     stale = make_plan(tmp_path, "linformer", seeds=("1",))[0]
     finish(stale, **{"model.num_layers": 5})
+    diverged = tmp_path / "listops-mini" / "softmax" / "seed2"
+    diverged.mkdir(parents=True)
+    (diverged / "results.json").write_text('{"status": "diverged", "diverged_at_step": 3, "loss": "nan"}')
     out = subprocess.run([sys.executable, "-m", "lra_jax.sweep", "--variants=softmax,linformer",
-                          "--tasks=listops", "--seeds=0,1", f"--root={tmp_path}", "--emit"],
+                          "--tasks=listops", "--seeds=0,1,2", f"--root={tmp_path}", "--emit"],
                          cwd=sweep.REPO, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("python -m lra_jax.train --config=configs/") for line in lines)
+    assert len(lines) == 3 and all(line.startswith("python -m lra_jax.train --config=configs/") for line in lines)
     assert f"--workdir={tmp_path}/listops-mini/softmax/seed1 --config.seed=1" in lines[0]
     assert f"--workdir={tmp_path}/listops-mini/linformer/seed0 --config.seed=0" in lines[1]
+    assert f"--workdir={tmp_path}/listops-mini/linformer/seed2 --config.seed=2" in lines[2]
     assert "linformer/seed1 finished with another config (model.num_layers differ)" in out.stderr
+    assert "softmax/seed2 diverged at step 3 (loss nan)" in out.stderr
 
 
 CHILD = """

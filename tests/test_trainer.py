@@ -14,7 +14,7 @@ from configs import base
 from conftest import tiny_config
 from lra_jax import checkpointing, trainer
 from lra_jax.data import pipeline, tasks
-from lra_jax.errors import ConfigError
+from lra_jax.errors import ConfigError, TrainingDiverged
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -126,6 +126,49 @@ def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(tm
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     with open(os.path.join(straight, "results.json")) as f:
         assert resumed["test_accuracy"] == json.load(f)["test_accuracy"]
+
+
+def test_a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing_after_it(tmp_path, data_cache):
+    config = tiny_config(data_cache, "linformer", k=8)
+    config.optimizer.learning_rate = 1e6  # gradient norm inf at step 4 (measured), loss nan after
+    config.update(checkpoint_every=1, log_every=1, eval_every=1)
+    workdir = str(tmp_path / "run")
+    expected = r"training diverged at step \d+ .*the last good checkpoint is step"
+    with pytest.raises(TrainingDiverged, match=expected) as caught:
+        trainer.train_and_evaluate(config, workdir)
+    step = caught.value.step
+    saved, params = last_params(config, workdir)
+    assert saved == caught.value.last_checkpoint == step - 1
+    assert all(np.isfinite(p).all() for p in params)
+    with open(os.path.join(workdir, "results.json")) as f:
+        record = json.load(f)
+    assert record["status"] == "diverged" and record["diverged_at_step"] == step
+    assert not any("accuracy" in key for key in record)  # nothing that reads as a result
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        logged = [json.loads(line, parse_constant=pytest.fail) for line in f]  # strict JSON: no NaN
+    assert max(line["step"] for line in logged) == step - 1
+
+
+def test_non_finite_updates_are_skipped_up_to_the_limit(data_cache):
+    config = tiny_config(data_cache)
+    config.optimizer.skip_nonfinite_updates = 2
+    task = tasks.get_task(config.task)
+    graphdef, tx, state = trainer.create_train_state(config, task, trainer.make_mesh(jax.devices()[:1]))
+    leaves, treedef = jax.tree.flatten(state["params"])
+    leaves[0] = leaves[0].at[(0,) * leaves[0].ndim].set(np.nan)  # every gradient is NaN from now on
+    state["params"] = jax.tree.unflatten(treedef, leaves)
+    poisoned = [np.asarray(x) for x in jax.tree.leaves(state["params"])]
+    step = trainer.make_train_step(graphdef, tx, trainer.dropout_key(config), skipped_updates=2)
+    batch = {"inputs": np.ones((config.batch_size, config.max_len), np.int32),
+             "label": np.zeros(config.batch_size, np.int32)}
+    flags = []
+    for _ in range(3):
+        state, metrics = step(state, batch)
+        flags.append((bool(metrics["skipped"]), bool(metrics["finite"])))
+        if flags[-1][0]:  # a skipped update leaves the parameters as they were
+            for a, b in zip(poisoned, jax.tree.leaves(state["params"])):
+                np.testing.assert_array_equal(a, np.asarray(b))
+    assert flags == [(True, True), (True, True), (False, False)]
 
 
 def test_resuming_with_a_different_model_is_refused(tmp_path, data_cache):
