@@ -1,10 +1,10 @@
 r"""A grid of training runs (variants x tasks x scales x seeds): local, resumable, or emitted for a cluster.
 
-    python -m lra_jax.sweep --variants=all --tasks=all --scales=mini --seeds=0,1,2 --root=runs/sweep
-    python -m lra_jax.sweep --variants=softmax,linformer --tasks=listops --dry_run   # show the plan
-    python -m lra_jax.sweep --variants=all --tasks=all --scales=mini --estimate      # how long it will take
-    python -m lra_jax.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
-    python -m lra_jax.sweep --variants=softmax --tasks=listops -- --config.num_train_steps=100
+    python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=mini --seeds=0,1,2 --root=runs/sweep
+    python -m lra_jax.tools.sweep --variants=softmax,linformer --tasks=listops --dry_run   # show the plan
+    python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=mini --estimate      # how long it will take
+    python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
+    python -m lra_jax.tools.sweep --variants=softmax --tasks=listops -- --config.num_train_steps=100
 
 Each run is
 
@@ -48,7 +48,7 @@ from ml_collections import config_flags
 
 from lra_jax.errors import ConfigError, LraError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FLAGS = flags.FLAGS
 

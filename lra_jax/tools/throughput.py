@@ -1,4 +1,4 @@
-"""Is the input pipeline fast enough? `python -m lra_jax.data.throughput --config=configs/transformer.py:listops,mini`.
+"""Is the input pipeline fast enough? `python -m lra_jax.tools.throughput --config=configs/transformer.py:listops,mini`.
 
 Times the training input path alone: `pipeline.train_batches` (shuffle by (seed, epoch), gather,
 int32 cast) feeding `pipeline.prefetch_to_mesh` (device_put in a background thread), over

@@ -1,8 +1,8 @@
 """Training speed and memory of every variant, by the LRA paper's Table 2 protocol.
 
-    python -m lra_jax.bench --variants=all --lengths=1024,2048,3072,4096
-    python -m lra_jax.bench --variants=softmax,linformer,performer --lengths=1024,2048 --batch_size=8
-    python -m lra_jax.bench --kernels ...        # the Pallas kernel benchmark (lra_jax.kernels.bench)
+    python -m lra_jax.tools.bench --variants=all --lengths=1024,2048,3072,4096
+    python -m lra_jax.tools.bench --variants=softmax,linformer,performer --lengths=1024,2048 --batch_size=8
+    python -m lra_jax.tools.bench --kernels ...   # the Pallas kernel benchmark (lra_jax.tools.kernel_bench)
 
 Protocol (Tay et al. 2021, Table 2): the Text task model (4 layers, 4 heads, emb 256, MLP 1024,
 byte vocabulary 257, 2 classes, dropout 0.1), batch 32, one jitted train step (forward, backward,
@@ -75,7 +75,7 @@ def define_flags() -> None:
                        "compilation included; past it its process is killed and the cell recorded as 'timeout'.")
     flags.DEFINE_string("cell", None, "Internal: one cell as JSON {variant, length, settings}; measures it "
                         "in this process and prints its result as JSON (the bench runs every cell this way).")
-    flags.DEFINE_bool("kernels", False, "Run the kernel benchmark (lra_jax.kernels.bench) instead; "
+    flags.DEFINE_bool("kernels", False, "Run the kernel benchmark (lra_jax.tools.kernel_bench) instead; "
                       "the other arguments go to it.")
 
 
@@ -83,7 +83,7 @@ def define_flags() -> None:
 
 def variant_attention(variant: str) -> dict[str, Any]:
     """config.attention of configs/<file>.py for `variant` at full scale, else {"name": variant}."""
-    from lra_jax import sweep
+    from lra_jax.tools import sweep
 
     path = sweep.config_files().get(variant)
     if path is None:
@@ -185,7 +185,7 @@ def measure_cell(variant: str, length: int, settings: dict[str, Any],
 def cell_command(variant: str, length: int, settings: dict[str, Any]) -> list[str]:
     """The command that measures one cell in a fresh process; the settings travel whole, as JSON."""
     cell = json.dumps({"variant": variant, "length": length, "settings": settings})
-    return [sys.executable, "-m", "lra_jax.bench", f"--cell={cell}"]
+    return [sys.executable, "-m", "lra_jax.tools.bench", f"--cell={cell}"]
 
 
 def run_cell(cell_json: str) -> None:
@@ -240,7 +240,7 @@ def measure_in_subprocess(variant: str, length: int, settings: dict[str, Any],
 
 def probe_device(timeout: float = 600) -> dict[str, Any]:
     """device_info() read in a child process, so that this one never starts a backend (see the docstring)."""
-    code = "import json; from lra_jax import bench; print(json.dumps(bench.device_info()))"
+    code = "import json; from lra_jax.tools import bench; print(json.dumps(bench.device_info()))"
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
                               check=False)
@@ -479,14 +479,14 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
 
 
 def run_kernels(argv: list[str]) -> None:
-    """Hands `argv` (without --kernels) to lra_jax.kernels.bench.main."""
+    """Hands `argv` (without --kernels) to lra_jax.tools.kernel_bench.main."""
     try:
-        module = importlib.import_module("lra_jax.kernels.bench")
+        module = importlib.import_module("lra_jax.tools.kernel_bench")
     except ModuleNotFoundError as error:
-        if error.name not in ("lra_jax.kernels", "lra_jax.kernels.bench"):
+        if error.name not in ("lra_jax.kernels", "lra_jax.tools.kernel_bench"):
             raise
-        print("error: the kernel benchmark is not available: lra_jax/kernels/bench.py is missing "
-              "(python -m lra_jax.bench without --kernels benchmarks the models)", file=sys.stderr)
+        print("error: the kernel benchmark is not available: lra_jax/tools/kernel_bench.py is missing "
+              "(python -m lra_jax.tools.bench without --kernels benchmarks the models)", file=sys.stderr)
         sys.exit(2)
     module.main(argv)
 
