@@ -11,8 +11,8 @@ Expected: mini ListOps test accuracy 0.365 (majority class 0.167; 2-core CPU, se
 convolution entry.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    return base.get_config(arg, attention=dict(name="dynamic_conv", kernel_size=31, glu=True))
+    return task_defaults.get_config(arg, attention=dict(name="dynamic_conv", kernel_size=31, glu=True))

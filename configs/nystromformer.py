@@ -12,10 +12,10 @@ Expected: mini ListOps test accuracy 0.353 (majority class 0.167; 2-core CPU, se
 not yet measured.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(arg, attention=dict(name="nystromformer", num_landmarks=16 if scale == "mini" else 64,
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(arg, attention=dict(name="nystromformer", num_landmarks=16 if scale == "mini" else 64,
                                                pinv_iterations=6, conv_kernel=35))

@@ -10,10 +10,10 @@ Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, se
 `python -m lra_jax.sweep --variants=routing --tasks=listops --root=experiments/mini-lra`).
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(arg, attention={"name": "routing", "num_clusters": 8 if scale == "mini" else 16,
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(arg, attention={"name": "routing", "num_clusters": 8 if scale == "mini" else 16,
                                                "decay": 0.999})

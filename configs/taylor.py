@@ -10,8 +10,8 @@ Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, se
 Taylor entry.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    return base.get_config(arg, attention=dict(name="taylor", scale=1.0))
+    return task_defaults.get_config(arg, attention=dict(name="taylor", scale=1.0))

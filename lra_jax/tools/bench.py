@@ -43,6 +43,7 @@ from typing import Any
 import jax
 from absl import app, flags, logging
 
+from lra_jax import config_paths, task_defaults
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import ConfigError, LraError
 
@@ -83,25 +84,20 @@ def define_flags() -> None:
 
 def variant_attention(variant: str) -> dict[str, Any]:
     """config.attention of configs/<file>.py for `variant` at full scale, else {"name": variant}."""
-    from lra_jax.tools import sweep
-
-    path = sweep.config_files().get(variant)
+    path = config_paths.variant_path(variant)
     if path is None:
         return {"name": variant}
-    module = importlib.import_module(f"configs.{os.path.splitext(os.path.basename(path))[0]}")
     for arg in ("text,full", None):  # Text where the configs know it; else the default task's settings
         try:
-            return module.get_config(arg).attention.to_dict()
+            return config_paths.load(f"{path}:{arg}" if arg else path).attention.to_dict()
         except ValueError:
             continue
     return {"name": variant}
 
 
 def bench_config(variant: str, length: int, settings: dict[str, Any]):
-    """configs.base with the Table 2 model, `length` tokens and `variant`'s attention settings."""
-    from configs import base
-
-    config = base.get_config(None, attention=variant_attention(variant))
+    """The task defaults with the Table 2 model, `length` tokens and `variant`'s attention settings."""
+    config = task_defaults.get_config(None, attention=variant_attention(variant))
     config.max_len = length
     config.batch_size = settings["batch_size"]
     config.seed = settings["seed"]

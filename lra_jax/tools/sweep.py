@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
-import importlib
 import itertools
 import json
 import os
@@ -46,9 +44,10 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
+from lra_jax import config_paths
 from lra_jax.errors import ConfigError, LraError
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = config_paths.REPO_ROOT  # where the runs' relative config paths start
 
 FLAGS = flags.FLAGS
 
@@ -70,20 +69,13 @@ def define_flags() -> None:
 # ----------------------------------------------------------------------------- variants -> config files
 
 def config_files(configs_dir: str | None = None) -> dict[str, str]:
-    """attention name -> config file, read from each configs/*.py's default config."""
-    configs_dir = configs_dir or os.path.join(REPO, "configs")
-    found = {}
-    for path in sorted(glob.glob(os.path.join(configs_dir, "*.py"))):
-        stem = os.path.splitext(os.path.basename(path))[0]
-        if stem in ("__init__", "base"):
-            continue
-        try:
-            name = importlib.import_module(f"configs.{stem}").get_config().attention.name
-        except Exception as error:  # noqa: BLE001 - a broken config must not hide the others
-            print(f"warning: skipping {path}: {error!r}", file=sys.stderr)
-            continue
-        found.setdefault(name, os.path.relpath(path, REPO))
-    return found
+    """Registered variant -> its config file relative to the repository root, for those that have one.
+
+    A path lookup (`config_paths.variant_path`): no config file is imported to find it."""
+    from lra_jax.attention import registry
+
+    found = {name: config_paths.variant_path(name, configs_dir) for name in registry.names()}
+    return {name: os.path.relpath(path, REPO) for name, path in found.items() if path is not None}
 
 
 # ----------------------------------------------------------------------------- the plan
