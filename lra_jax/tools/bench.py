@@ -46,6 +46,7 @@ from absl import app, flags, logging
 from lra_jax import config_paths, task_defaults
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import ConfigError, LraError
+from lra_jax.tools.progress import print_now
 
 PROTOCOL = {"num_layers": 4, "num_heads": 4, "emb_dim": 256, "mlp_dim": 1024}
 VOCAB_SIZE, NUM_CLASSES = 257, 2  # Text: bytes + padding, binary sentiment
@@ -109,11 +110,6 @@ def bench_config(variant: str, length: int, settings: dict[str, Any]):
 
 
 # ----------------------------------------------------------------------------- one measurement
-
-def print_now(line: str) -> None:
-    """Progress goes out at once, also when stdout is a file (a long sweep under nohup or Slurm)."""
-    print(line, flush=True)
-
 
 class OutOfMemory(Exception):
     """The step does not fit: raised by the trainer's memory check or by XLA."""

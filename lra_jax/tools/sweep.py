@@ -46,6 +46,7 @@ from ml_collections import config_flags
 
 from lra_jax import config_paths
 from lra_jax.errors import ConfigError, LraError
+from lra_jax.tools.progress import print_now
 
 REPO = config_paths.REPO_ROOT  # where the runs' relative config paths start
 
@@ -233,10 +234,6 @@ def subprocess_runner(stop: _Stop) -> Callable[[list[str], str], int]:
             stop.child = None
 
     return run
-
-
-def print_now(line: str) -> None:
-    print(line, flush=True)  # before the child's output, also when stdout is a file
 
 
 def run_sweep(runs: list[Run], runner: Callable[[list[str], str], int], stop: _Stop | None = None,
