@@ -483,9 +483,14 @@ def run_kernels(argv: list[str]) -> None:
     module.main(argv)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The command (`python -m lra_jax.tools.bench`, `lra-bench`)."""
     if any(a in ("--kernels", "--kernels=true", "--kernels=True") for a in sys.argv[1:]):
         run_kernels([a for a in sys.argv if not a.startswith("--kernels")])
     else:
         define_flags()
         app.run(main)
+
+
+if __name__ == "__main__":
+    run()

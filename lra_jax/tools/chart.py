@@ -332,6 +332,11 @@ def main(argv: list[str]) -> None:
         print(f"wrote {path}")
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The command (`python -m lra_jax.tools.chart`, `lra-chart`)."""
     define_flags()
     app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -146,5 +146,10 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The command (`python -m lra_jax.tools.kernel_bench`, `lra-kernel-bench`)."""
     main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    run()
