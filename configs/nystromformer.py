@@ -8,7 +8,7 @@
 `pinv_iterations`: 6, the paper's.
 
 Expected: mini ListOps test accuracy 0.353 (majority class 0.167; 2-core CPU, seed 0; from
-`python -m lra_jax.sweep --variants=nystromformer --tasks=listops --root=experiments/mini-lra`); full-scale ListOps:
+`python -m lra_jax.tools.sweep --variants=nystromformer --tasks=listops --root=experiments/mini-lra`); full-scale ListOps:
 not yet measured.
 """
 

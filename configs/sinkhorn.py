@@ -7,7 +7,7 @@ Full scale: blocks of 50 tokens (the LRA code's block_size), 5 Sinkhorn iteratio
 Mini: blocks of 16 tokens (9 blocks at length 129).
 
 Expected: mini ListOps test accuracy 0.400 (majority class 0.167; 2-core CPU, seed 0; from
-`python -m lra_jax.sweep --variants=sinkhorn --tasks=listops --root=experiments/mini-lra`).
+`python -m lra_jax.tools.sweep --variants=sinkhorn --tasks=listops --root=experiments/mini-lra`).
 """
 
 from lra_jax import task_defaults

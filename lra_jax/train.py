@@ -57,10 +57,10 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
 
 
-def run() -> None:
+def cli() -> None:
     """The command (`python -m lra_jax.train`, `lra-train`)."""
     app.run(main, flags_parser=config_errors.parse_flags)
 
 
 if __name__ == "__main__":
-    run()
+    cli()

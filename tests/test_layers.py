@@ -95,8 +95,9 @@ def test_console_scripts_name_the_commands():
         path = os.path.join(config_paths.REPO_ROOT, *module.split(".")) + ".py"
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
-        functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-        assert function in functions, f"{script}: {module} has no function {function}"
+        defined = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == function]
+        assert len(defined) == 1, f"{script}: {module} should define {function} once, not {len(defined)} times"
+        assert not defined[0].args.args, f"{script}: {module}.{function} must take no arguments"
         main_block = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
         assert main_block and re.search(rf"\b{function}\(\)", ast.unparse(main_block[0])), \
             f"{script}: `python -m {module}` should run {function}() too"
@@ -104,7 +105,7 @@ def test_console_scripts_name_the_commands():
 
 def test_a_console_script_entry_runs_the_command(tmp_path):
     code = ("import sys; sys.argv = ['lra-sweep', '--variants=nonesuch', '--dry_run'];"
-            "from lra_jax.tools.sweep import run; run()")
+            "from lra_jax.tools.sweep import cli; cli()")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [config_paths.REPO_ROOT, os.environ.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)

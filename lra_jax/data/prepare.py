@@ -150,10 +150,10 @@ def main(argv) -> None:
         sys.exit(f"error: {e}")
 
 
-def run() -> None:
+def cli() -> None:
     """The command (`python -m lra_jax.data.prepare`, `lra-prepare`)."""
     app.run(main)
 
 
 if __name__ == "__main__":
-    run()
+    cli()

@@ -483,7 +483,7 @@ def run_kernels(argv: list[str]) -> None:
     module.main(argv)
 
 
-def run() -> None:
+def cli() -> None:
     """The command (`python -m lra_jax.tools.bench`, `lra-bench`)."""
     if any(a in ("--kernels", "--kernels=true", "--kernels=True") for a in sys.argv[1:]):
         run_kernels([a for a in sys.argv if not a.startswith("--kernels")])
@@ -493,4 +493,4 @@ def run() -> None:
 
 
 if __name__ == "__main__":
-    run()
+    cli()

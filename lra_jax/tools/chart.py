@@ -332,11 +332,11 @@ def main(argv: list[str]) -> None:
         print(f"wrote {path}")
 
 
-def run() -> None:
+def cli() -> None:
     """The command (`python -m lra_jax.tools.chart`, `lra-chart`)."""
     define_flags()
     app.run(main)
 
 
 if __name__ == "__main__":
-    run()
+    cli()

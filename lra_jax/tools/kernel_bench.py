@@ -146,10 +146,10 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
-def run() -> None:
+def cli() -> None:
     """The command (`python -m lra_jax.tools.kernel_bench`, `lra-kernel-bench`)."""
     main(sys.argv[1:])
 
 
 if __name__ == "__main__":
-    run()
+    cli()

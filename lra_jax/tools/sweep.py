@@ -368,11 +368,11 @@ def main(argv: list[str]) -> None:
         sys.exit(1)
 
 
-def run() -> None:
+def cli() -> None:
     """The command (`python -m lra_jax.tools.sweep`, `lra-sweep`)."""
     define_flags()
     app.run(main)
 
 
 if __name__ == "__main__":
-    run()
+    cli()

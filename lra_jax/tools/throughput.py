@@ -86,10 +86,10 @@ def main(argv: list[str]) -> None:
     print(f"  pipeline / step {fed / trained:12.1f}x")
 
 
-def run() -> None:
+def cli() -> None:
     """The command (`python -m lra_jax.tools.throughput`, `lra-throughput`)."""
     app.run(main, flags_parser=config_errors.parse_flags)
 
 
 if __name__ == "__main__":
-    run()
+    cli()
