@@ -15,8 +15,8 @@ it the slowest variant on CPU. The LRA paper has no additive-attention entry.
 
 from ml_collections import config_dict
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    return base.get_config(arg, attention=dict(name="additive", query_chunk=config_dict.placeholder(int)))
+    return task_defaults.get_config(arg, attention=dict(name="additive", query_chunk=config_dict.placeholder(int)))

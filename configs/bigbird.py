@@ -8,12 +8,12 @@ Expected: mini ListOps test accuracy 0.372 (majority class 0.167; 2-core CPU, se
 Table 1 (BigBird): 36.05 on ListOps.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
+    _, scale = task_defaults.parse(arg)
     block = 16 if scale == "mini" else 64
-    return base.get_config(
+    return task_defaults.get_config(
         arg, attention=dict(name="bigbird", block=block, num_global_blocks=1, num_random_blocks=3)
     )

@@ -9,8 +9,8 @@ Expected: mini ListOps test accuracy 0.345 (majority class 0.167; 2-core CPU, se
 the LRA paper has no gMLP entry.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    return base.get_config(arg, attention=dict(name="gmlp", expansion=2))
+    return task_defaults.get_config(arg, attention=dict(name="gmlp", expansion=2))

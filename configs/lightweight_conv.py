@@ -7,12 +7,12 @@
 head (config.model.num_heads); GLU input projection; weight dropout = config.model.attention_dropout_rate.
 
 Expected: mini ListOps test accuracy 0.366 (majority class 0.167; 2-core CPU, seed 0; from
-`python -m lra_jax.sweep --variants=lightweight_conv --tasks=listops --root=experiments/mini-lra`); the LRA paper has no
+`python -m lra_jax.tools.sweep --variants=lightweight_conv --tasks=listops --root=experiments/mini-lra`); the LRA paper has no
 convolution entry.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    return base.get_config(arg, attention=dict(name="lightweight_conv", kernel_size=31, glu=True))
+    return task_defaults.get_config(arg, attention=dict(name="lightweight_conv", kernel_size=31, glu=True))

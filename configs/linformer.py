@@ -7,9 +7,9 @@ Expected: mini ListOps test accuracy 0.358 (majority class 0.167; 2-core CPU, se
 ListOps, LRA paper Table 1: 35.70 test accuracy.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(arg, attention=dict(name="linformer", k=32 if scale == "mini" else 256))
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(arg, attention=dict(name="linformer", k=32 if scale == "mini" else 256))

@@ -8,9 +8,9 @@ of it. Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core 
 paper Table 1 (its blocked variant): 15.82 on ListOps.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(arg, attention=dict(name="local", window=16 if scale == "mini" else 128))
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(arg, attention=dict(name="local", window=16 if scale == "mini" else 128))

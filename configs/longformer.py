@@ -8,11 +8,11 @@ the LRA code had no global token. Expected: mini ListOps test accuracy 0.389 (ma
 2-core CPU, seed 0); LRA paper Table 1 (Longformer): 35.63 on ListOps.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(
         arg, attention=dict(name="longformer", window=16 if scale == "mini" else 128, num_global=1)
     )

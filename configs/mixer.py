@@ -9,9 +9,9 @@ Expected: mini ListOps test accuracy 0.383 (majority class 0.167; 2-core CPU, se
 the LRA paper has no MLP-Mixer entry.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(arg, attention=dict(name="mixer", hidden=64 if scale == "mini" else 256))
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(arg, attention=dict(name="mixer", hidden=64 if scale == "mini" else 256))

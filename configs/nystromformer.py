@@ -8,14 +8,14 @@
 `pinv_iterations`: 6, the paper's.
 
 Expected: mini ListOps test accuracy 0.353 (majority class 0.167; 2-core CPU, seed 0; from
-`python -m lra_jax.sweep --variants=nystromformer --tasks=listops --root=experiments/mini-lra`); full-scale ListOps:
+`python -m lra_jax.tools.sweep --variants=nystromformer --tasks=listops --root=experiments/mini-lra`); full-scale ListOps:
 not yet measured.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(arg, attention=dict(name="nystromformer", num_landmarks=16 if scale == "mini" else 64,
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(arg, attention=dict(name="nystromformer", num_landmarks=16 if scale == "mini" else 64,
                                                pinv_iterations=6, conv_kernel=35))

@@ -7,15 +7,15 @@ Chunks of 128 tokens (32 at mini scale), num_buckets derived from max_len so tha
 about one chunk, 2 hash rounds (see lra_jax/attention/hashing.py for the sources).
 
 Expected: mini ListOps test accuracy 0.348 (majority class 0.167; 2-core CPU, seed 0; from
-`python -m lra_jax.sweep --variants=reformer --tasks=listops --root=experiments/mini-lra`).
+`python -m lra_jax.tools.sweep --variants=reformer --tasks=listops --root=experiments/mini-lra`).
 Full-scale ListOps, LRA paper Table 1 (the LRA code's Reformer): 37.27.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
+    _, scale = task_defaults.parse(arg)
     attention = {"name": "reformer", "chunk_size": 32 if scale == "mini" else 128, "num_buckets": None,
                  "num_hashes": 2}
-    return base.get_config(arg, attention=attention)
+    return task_defaults.get_config(arg, attention=attention)

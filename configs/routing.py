@@ -7,13 +7,13 @@ Full scale: 16 clusters of ceil(2001 / 16) = 126 tokens (about the `local` windo
 decay 0.999 (the paper's). Mini: 8 clusters of ceil(129 / 8) = 17 tokens.
 
 Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, seed 0; from
-`python -m lra_jax.sweep --variants=routing --tasks=listops --root=experiments/mini-lra`).
+`python -m lra_jax.tools.sweep --variants=routing --tasks=listops --root=experiments/mini-lra`).
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(arg, attention={"name": "routing", "num_clusters": 8 if scale == "mini" else 16,
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(arg, attention={"name": "routing", "num_clusters": 8 if scale == "mini" else 16,
                                                "decay": 0.999})

@@ -7,13 +7,13 @@ Full scale: blocks of 50 tokens (the LRA code's block_size), 5 Sinkhorn iteratio
 Mini: blocks of 16 tokens (9 blocks at length 129).
 
 Expected: mini ListOps test accuracy 0.400 (majority class 0.167; 2-core CPU, seed 0; from
-`python -m lra_jax.sweep --variants=sinkhorn --tasks=listops --root=experiments/mini-lra`).
+`python -m lra_jax.tools.sweep --variants=sinkhorn --tasks=listops --root=experiments/mini-lra`).
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(arg, attention={"name": "sinkhorn", "block": 16 if scale == "mini" else 50,
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(arg, attention={"name": "sinkhorn", "block": 16 if scale == "mini" else 50,
                                                "sinkhorn_iterations": 5, "temperature": 1.0})

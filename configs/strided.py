@@ -8,9 +8,9 @@ Expected: mini ListOps test accuracy 0.340 (majority class 0.167; 2-core CPU, se
 Table 1 (Sparse Trans.): 17.07 on ListOps.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    _, scale = base.parse(arg)
-    return base.get_config(arg, attention=dict(name="strided", stride=16 if scale == "mini" else 128))
+    _, scale = task_defaults.parse(arg)
+    return task_defaults.get_config(arg, attention=dict(name="strided", stride=16 if scale == "mini" else 128))

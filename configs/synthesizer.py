@@ -11,8 +11,8 @@ Expected: mini ListOps test accuracy 0.379 (majority class 0.167; dense mode, 2-
 seed 0); full-scale ListOps, LRA paper Table 1: 36.99 test accuracy.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    return base.get_config(arg, attention=dict(name="synthesizer", mode="dense", mix=0.0, factor=8))
+    return task_defaults.get_config(arg, attention=dict(name="synthesizer", mode="dense", mix=0.0, factor=8))

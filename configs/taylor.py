@@ -6,12 +6,12 @@
 `scale` is the fixed temperature on q^.k^ (1: the paper's first-order expansion).
 
 Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, seed 0; from
-`python -m lra_jax.sweep --variants=taylor --tasks=listops --root=experiments/mini-lra`); the LRA paper has no
+`python -m lra_jax.tools.sweep --variants=taylor --tasks=listops --root=experiments/mini-lra`); the LRA paper has no
 Taylor entry.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    return base.get_config(arg, attention=dict(name="taylor", scale=1.0))
+    return task_defaults.get_config(arg, attention=dict(name="taylor", scale=1.0))

@@ -7,8 +7,8 @@ Expected: mini ListOps test accuracy 0.362 (majority class 0.167; 2-core CPU, se
 ListOps, LRA paper Table 1: 36.37 test accuracy.
 """
 
-from configs import base
+from lra_jax import task_defaults
 
 
 def get_config(arg: str | None = None):
-    return base.get_config(arg, attention=dict(name="softmax"))
+    return task_defaults.get_config(arg, attention=dict(name="softmax"))

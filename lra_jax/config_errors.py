@@ -7,21 +7,12 @@ config is first read); `check` finds them first and says what is wrong and how t
 from __future__ import annotations
 
 import difflib
-import glob
-import importlib.util
 import os
 import sys
 
 from absl import flags
 
-
-def _load(spec: str):
-    """Runs `get_config` of 'path/to/config.py[:arg]' and returns the config."""
-    path, _, arg = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location("lra_jax_user_config", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(arg) if arg else module.get_config()
+from lra_jax import config_paths
 
 
 def _unknown_key(config, dotted: str) -> str | None:
@@ -47,11 +38,9 @@ def check(argv: list[str]) -> str | None:
         return None
     path = spec.partition(":")[0]
     if not os.path.isfile(path):
-        here = sorted(glob.glob(os.path.join(os.path.dirname(path) or ".", "*.py")))
-        choices = ", ".join(p for p in here if not p.endswith("__init__.py")) or "configs/<variant>.py"
-        return f"config file {path!r} not found (run from the repository root); available: {choices}"
+        return config_paths.missing_file_message(path)
     try:
-        config = _load(spec)
+        config = config_paths.load(spec)
     except Exception as error:  # noqa: BLE001 - reported to the user in one line
         lines = str(error).strip().splitlines() or [type(error).__name__]
         return f"could not load {spec}: {lines[-1]}"

@@ -57,5 +57,10 @@ def main(argv: list[str]) -> None:
         sys.exit(error.exit_code)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.train`, `lra-train`)."""
     app.run(main, flags_parser=config_errors.parse_flags)
+
+
+if __name__ == "__main__":
+    cli()

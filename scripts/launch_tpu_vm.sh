@@ -5,7 +5,7 @@
 #   scripts/launch_tpu_vm.sh lra-v4-32 us-central2-b --variants=all --tasks=all --scales=full --seeds=0,1,2 \
 #       --root=/mnt/shared/runs/sweep
 #
-# The run list comes from `python -m lra_jax.sweep --emit` (runs whose results.json exists are left out).
+# The run list comes from `python -m lra_jax.tools.sweep --emit` (runs whose results.json exists are left out).
 # Each command runs on all workers at once (`gcloud ... tpu-vm ssh --worker=all`): every host runs the
 # same `python -m lra_jax.train ...`, jax.distributed.initialize() joins them into one program, and the
 # batch is split over all chips. Requirements on the workers:
@@ -42,7 +42,7 @@ if [[ -n "${SETUP:-}" ]]; then
 fi
 
 # The plan is made locally (same repository, same --root as the workers see it).
-mapfile -t COMMANDS < <(python -m lra_jax.sweep --emit "$@")
+mapfile -t COMMANDS < <(python -m lra_jax.tools.sweep --emit "$@")
 echo "${#COMMANDS[@]} runs to do"
 failed=0
 for i in "${!COMMANDS[@]}"; do

@@ -5,7 +5,7 @@ import tempfile
 import jax
 import pytest
 
-from configs import base
+from lra_jax import task_defaults as base
 
 # Many tests build the same small programs anew (each run's jitted init, train and eval
 # steps); a persistent compilation cache lets every compilation after the first be a lookup.

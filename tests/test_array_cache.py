@@ -108,3 +108,11 @@ def test_describe_files_has_absolute_path_size_and_mtime(tmp_path, monkeypatch):
     assert array_cache.describe_files(["a.tsv"]) == [
         {"path": str(tmp_path / "a.tsv"), "size": 5, "mtime_ns": 2_000_000_000}
     ]
+
+
+def test_notes_are_stored_with_the_arrays_and_returned_on_every_load(tmp_path):
+    notes = {"train": {"truncated": 3}}
+    first = array_cache.cached_splits_with_notes(str(tmp_path), "task", KEY, lambda: (make_splits(), notes))
+    again = array_cache.cached_splits_with_notes(str(tmp_path), "task", KEY, lambda: pytest.fail("rebuilt"))
+    assert first[1] == again[1] == notes and equal(first[0], again[0])
+    assert array_cache.cached_splits(str(tmp_path), "task", KEY, lambda: pytest.fail("rebuilt")) is not None

@@ -1,4 +1,4 @@
-"""The attention contract (DESIGN.md), checked for every registered variant.
+"""The attention contract (the `lra_jax.attention.core` docstring), checked for every registered variant.
 
 A new variant joins this suite by registering; `SETTINGS` may give it small
 settings so that the checks exercise its approximation (a window smaller than n,

@@ -1,4 +1,4 @@
-"""lra_jax.bench: a tiny real benchmark (one process per cell), the JSON it writes, relative columns and
+"""lra_jax.tools.bench: a tiny real benchmark (one process per cell), the JSON it writes, relative columns and
 failure recording, a crashed or timed-out cell included."""
 
 import json
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lra_jax import bench
+from lra_jax.tools import bench
 from lra_jax.errors import ConfigError
 
 TINY = {"batch_size": 4, "steps": 5, "warmup": 1, "dtype": "float32", "scan_layers": False, "remat": False,
@@ -46,7 +46,7 @@ def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeyp
 
 def test_a_cell_gets_the_settings_whole():
     command = bench.cell_command("performer", 64, TINY)
-    assert command[:3] == [sys.executable, "-m", "lra_jax.bench"]
+    assert command[:3] == [sys.executable, "-m", "lra_jax.tools.bench"]
     cell = json.loads(command[3].removeprefix("--cell="))
     assert cell == {"variant": "performer", "length": 64, "settings": TINY}
 
@@ -96,7 +96,7 @@ def test_kernels_without_the_module_is_a_clear_error(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.run_kernels(["bench"])
     assert exit_info.value.code == 2
-    assert "lra_jax/kernels/bench.py is missing" in capsys.readouterr().err
+    assert "lra_jax/tools/kernel_bench.py is missing" in capsys.readouterr().err
 
 
 def test_a_killed_benchmark_keeps_what_it_measured(tmp_path):

@@ -1,4 +1,4 @@
-"""lra_jax.chart: LRA score arithmetic, partial variants, and the chart/table files from fake runs."""
+"""lra_jax.tools.chart: LRA score arithmetic, partial variants, and the chart/table files from fake runs."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 from PIL import Image
 
-from lra_jax import chart
+from lra_jax.tools import chart
 from lra_jax.errors import LraError
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
@@ -145,7 +145,7 @@ def test_crowded_labels_do_not_overlap_and_stay_inside_the_axes():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lra_jax.chart_labels import overlapping_pairs, place_labels, text_extent
+    from lra_jax.tools.chart_labels import overlapping_pairs, place_labels, text_extent
 
     fig, ax = plt.subplots(figsize=(6, 4))
     # twelve points packed into a tenth of the axes, as the linear-time variants are on a log x axis

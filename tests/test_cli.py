@@ -36,6 +36,17 @@ def test_bad_input_gets_one_clear_line_and_a_nonzero_exit(flags, expected, tmp_p
     assert len(errors) == 1 and re.search(expected, errors[0]), done.stderr[-2000:]
 
 
+def test_a_config_path_given_from_another_directory_names_the_repository_file(tmp_path):
+    env = dict(os.environ, LRA_JAX_CACHE=str(tmp_path / "cache"), JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "lra_jax.train", "--config=configs/linformer.py:listops,mini"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    expected = f"--config={os.path.join(REPO, 'configs', 'linformer.py')}"
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and expected in errors[0], done.stderr[-2000:]
+
+
 def test_ci_runs_the_readme_install_and_test_commands():
     readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]

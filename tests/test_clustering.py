@@ -7,7 +7,7 @@ import optax
 import pytest
 from flax import nnx
 
-from configs import base
+from lra_jax import task_defaults as base
 from lra_jax.attention import registry
 from lra_jax.attention.clustering import Centroids
 from lra_jax.attention.softmax import softmax_attention

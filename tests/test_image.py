@@ -65,7 +65,7 @@ def test_downsampling_averages_blocks_rounding_half_up():
 
 
 def test_mini_image_is_cifar_at_16x16(tmp_path):
-    from configs import base
+    from lra_jax import task_defaults as base
 
     config = base.get_config("image,mini")
     assert (config.data.downsample, config.max_len) == (2, 256)

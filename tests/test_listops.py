@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from lra_jax.data import listops
+from lra_jax.data import listops, listops_generator
 from lra_jax.errors import DataError
 
 MINI = dict(min_length=10, max_length=100, max_depth=10, max_args=10)
@@ -90,7 +90,7 @@ def read_rows(path) -> tuple[str, list[tuple[str, int]]]:
 @pytest.fixture(scope="module")
 def mini_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("listops") / "mini"
-    listops.generate_splits(str(out), **SIZES, **MINI, seed=0, progress=False)
+    listops_generator.generate_splits(str(out), **SIZES, **MINI, seed=0, progress=False)
     return out
 
 
@@ -136,7 +136,7 @@ def test_lengths_obey_the_strict_bounds_and_split_sizes(mini_dir):
 
 def test_depth_and_arguments_obey_the_limits(tmp_path):
     out = tmp_path / "small"
-    listops.generate_splits(
+    listops_generator.generate_splits(
         str(out),
         num_train=300,
         num_val=50,
@@ -167,10 +167,10 @@ def test_no_duplicates_across_splits(mini_dir):
 def test_dedup_finds_every_tree_of_a_small_space_and_then_reports_exhaustion(tmp_path):
     # max_depth=2, max_args=2, 3 < length < 5: exactly the 4 * 10 * 10 trees [OP d d ].
     small = dict(min_length=3, max_length=5, max_depth=2, max_args=2)
-    samples = listops.generate_samples(400, **small, progress=False)
+    samples = listops_generator.generate_samples(400, **small, progress=False)
     assert len({s for s, _, _ in samples}) == 400
     with pytest.raises(DataError, match="only 400 distinct ListOps trees"):
-        listops.generate_samples(401, **small, progress=False)
+        listops_generator.generate_samples(401, **small, progress=False)
 
 
 def test_label_distribution_of_mini_samples(mini_dir):
@@ -188,9 +188,9 @@ def test_label_distribution_of_mini_samples(mini_dir):
 
 def test_generation_is_deterministic_and_seeded(tmp_path):
     args = dict(num_train=200, num_val=20, num_test=20, **MINI, progress=False)
-    listops.generate_splits(str(tmp_path / "a"), seed=3, **args)
-    listops.generate_splits(str(tmp_path / "b"), seed=3, **args)
-    listops.generate_splits(str(tmp_path / "c"), seed=4, **args)
+    listops_generator.generate_splits(str(tmp_path / "a"), seed=3, **args)
+    listops_generator.generate_splits(str(tmp_path / "b"), seed=3, **args)
+    listops_generator.generate_splits(str(tmp_path / "c"), seed=4, **args)
     for split in listops.SPLITS:
         name = listops.file_name(split)
         a, b, c = ((tmp_path / d / name).read_bytes() for d in "abc")
@@ -200,30 +200,32 @@ def test_generation_is_deterministic_and_seeded(tmp_path):
 
 def test_result_does_not_depend_on_the_number_of_workers():
     args = dict(**MINI, seed=1, progress=False)
-    n = 3 * listops._CHUNK + 17  # several chunks, the last one partly used
-    in_process = listops.generate_samples(n, num_workers=1, **args)
-    assert listops.generate_samples(n, num_workers=2, **args) == in_process
+    n = 3 * listops_generator._CHUNK + 17  # several chunks, the last one partly used
+    in_process = listops_generator.generate_samples(n, num_workers=1, **args)
+    assert listops_generator.generate_samples(n, num_workers=2, **args) == in_process
 
 
 def test_a_failed_generation_leaves_nothing_behind(tmp_path, monkeypatch):
-    def killed(tmp, out_dir, *, overwrite):
-        raise KeyboardInterrupt
+    real_open = open
 
-    monkeypatch.setattr(listops, "_move_into_place", killed)
+    def killed(path, *args, **kwargs):
+        if "basic_test" in str(path):  # the last split's file, inside the temporary folder
+            raise KeyboardInterrupt
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", killed)
     with pytest.raises(KeyboardInterrupt):
-        listops.load_splits(
-            "", cache_dir=str(tmp_path), max_len=100, num_train=50, num_val=5, num_test=5, **MINI
-        )
+        listops_generator.generate(str(tmp_path), num_train=50, num_val=5, num_test=5, **MINI)
     assert os.listdir(tmp_path / "listops") == []  # neither the final directory nor the temporary one
 
 
 def test_existing_output_needs_overwrite(tmp_path):
     args = dict(num_train=20, num_val=5, num_test=5, **MINI, progress=False)
     out = tmp_path / "out"
-    listops.generate_splits(str(out), **args)
+    listops_generator.generate_splits(str(out), **args)
     with pytest.raises(DataError, match="already exists.*overwrite=True"):
-        listops.generate_splits(str(out), **args)
-    listops.generate_splits(str(out), seed=1, overwrite=True, **args)
+        listops_generator.generate_splits(str(out), **args)
+    listops_generator.generate_splits(str(out), seed=1, overwrite=True, **args)
     assert sorted(os.listdir(tmp_path)) == ["out"]
     assert sorted(os.listdir(out)) == ["basic_test.tsv", "basic_train.tsv", "basic_val.tsv", "generator.json"]
 
@@ -240,30 +242,35 @@ def test_existing_output_needs_overwrite(tmp_path):
 def test_impossible_generator_arguments_are_refused(tmp_path, bad, match):
     args = dict(num_train=10, num_val=1, num_test=1, progress=False) | bad
     with pytest.raises(DataError, match=match):
-        listops.generate_splits(str(tmp_path / "x"), **args)
+        listops_generator.generate_splits(str(tmp_path / "x"), **args)
 
 
 # ----------------------------------------------------------------------------- loading and caching
 
 
-def test_load_splits_generates_once_then_reuses(tmp_path, monkeypatch):
+def load(cache_dir, max_len, **generator_args):
+    """What `tasks` does for ListOps without data_dir: generate once, then read through the cache."""
+    folder = listops_generator.generate(cache_dir, **generator_args)
+    return folder, listops.read_splits(folder, cache_dir=cache_dir, max_len=max_len)
+
+
+def test_generated_splits_are_made_once_then_read_from_the_array_cache(tmp_path, monkeypatch):
     calls = []
-    generate = listops.generate_splits
-    monkeypatch.setattr(listops, "generate_splits", lambda *a, **k: calls.append(a) or generate(*a, **k))
-    args = dict(cache_dir=str(tmp_path), max_len=100, num_train=100, num_val=10, num_test=10, **MINI, seed=2)
-    first = listops.load_splits("", **args)
-    assert len(calls) == 1
-    (out_dir,) = calls[0]
-    assert os.path.dirname(out_dir) == str(tmp_path / "listops")
+    generate = listops_generator.generate_splits
+    monkeypatch.setattr(listops_generator, "generate_splits", lambda *a, **k: calls.append(a) or generate(*a, **k))
+    args = dict(num_train=100, num_val=10, num_test=10, **MINI, seed=2)
+    out_dir, first = load(str(tmp_path), 100, **args)
+    assert calls == [(out_dir,)] and os.path.dirname(out_dir) == str(tmp_path / "listops")
     mtimes = {name: os.stat(os.path.join(out_dir, name)).st_mtime_ns for name in os.listdir(out_dir)}
 
-    again = listops.load_splits("", **args)
+    with monkeypatch.context() as patch:
+        patch.setattr(listops, "_read", lambda *a: pytest.fail("read the files again instead of the cache"))
+        again = load(str(tmp_path), 100, **args)[1]
     assert len(calls) == 1  # reused, not regenerated
     assert {name: os.stat(os.path.join(out_dir, name)).st_mtime_ns for name in mtimes} == mtimes
-    assert any(name.endswith("len100.npz") for name in os.listdir(out_dir))
     for split in listops.SPLITS:
         tokens, labels = first[split]
-        assert tokens.shape == (args[f"num_{split}"], 100) and tokens.dtype == np.int32
+        assert tokens.shape == (args[f"num_{split}"], 100) and tokens.dtype == listops.TOKEN_DTYPE
         assert labels.shape == (args[f"num_{split}"],) and labels.dtype == np.int32
         np.testing.assert_array_equal(tokens, again[split][0])
         np.testing.assert_array_equal(labels, again[split][1])
@@ -271,20 +278,22 @@ def test_load_splits_generates_once_then_reuses(tmp_path, monkeypatch):
             tokens, listops.read_split(os.path.join(out_dir, listops.file_name(split)), 100)[0]
         )
 
-    for _ in range(2):  # another max_len: same files, read once, then from its own .npz
-        with pytest.warns(UserWarning, match="ListOps sequences are longer than max_len=64") as record:
-            listops.load_splits("", **(args | dict(max_len=64)))
-        assert any(re.search(r"basic_train.tsv: \d+ of 100 ListOps", str(w.message)) for w in record)
-    assert len(calls) == 1
-    assert any(name.endswith("len64.npz") for name in os.listdir(out_dir))
-    listops.load_splits("", **(args | dict(seed=3)))  # another generator argument: another directory
-    assert len(calls) == 2 and calls[1][0] != out_dir
+    for reload in (False, True):  # another max_len: same files; decoded once, then from its own cache
+        with monkeypatch.context() as patch, \
+                pytest.warns(UserWarning, match="ListOps sequences are longer than max_len=64") as record:
+            if reload:  # warns again from what the cache stored
+                patch.setattr(listops, "_read", lambda *a: pytest.fail("read the files again instead of the cache"))
+            load(str(tmp_path), 64, **args)
+        assert any(re.search(r"basic_train.tsv: \d+ of 100 ListOps.*\(longest \d+\)", str(w.message))
+                   for w in record)
+    assert len(os.listdir(tmp_path / "listops")) == 3  # the generated files, arrays for 100 and for 64
+    assert load(str(tmp_path), 100, **(args | dict(seed=3)))[0] != out_dir  # another argument: another folder
 
 
 def test_missing_official_files_are_named(tmp_path):
     (tmp_path / "basic_train.tsv").write_text("Source\tTarget\n( ( ( [MAX 2 ) 9 ) ] )\t9\n")
     with pytest.raises(DataError) as err:
-        listops.load_splits(str(tmp_path), cache_dir=str(tmp_path / "cache"), max_len=16)
+        listops.read_splits(str(tmp_path), cache_dir=str(tmp_path / "cache"), max_len=16)
     message = str(err.value)
     assert str(tmp_path / "basic_val.tsv") in message and str(tmp_path / "basic_test.tsv") in message
     assert "basic_train.tsv" not in message
@@ -295,9 +304,9 @@ def test_official_files_are_read_from_data_dir(tmp_path):
     for split, target in zip(listops.SPLITS, (9, 2, 5)):
         text = f"Source\tTarget\n( ( ( [MAX 2 ) 9 ) ] )\t{target}\n"
         (tmp_path / listops.file_name(split)).write_text(text)
-    splits = listops.load_splits(str(tmp_path), cache_dir=str(tmp_path / "cache"), max_len=6)
+    splits = listops.read_splits(str(tmp_path), cache_dir=str(tmp_path / "cache"), max_len=6)
     assert [int(splits[s][1][0]) for s in listops.SPLITS] == [9, 2, 5]
-    assert not (tmp_path / "cache").exists()  # nothing generated
+    assert os.listdir(tmp_path / "cache" / "listops")[0].startswith("arrays-")  # decoded arrays, nothing generated
 
 
 # ----------------------------------------------------------------------------- tokens and the reader

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import base
+from lra_jax import task_defaults as base
 from lra_jax.attention import registry
 from lra_jax.errors import ConfigError
 from lra_jax.models.classifier import build_model

@@ -1,4 +1,4 @@
-"""lra_jax.sweep: the plan, skip/resume, failure reporting, --emit and signal forwarding (no training)."""
+"""lra_jax.tools.sweep: the plan, skip/resume, failure reporting, --emit and signal forwarding (no training)."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from lra_jax import sweep
+from lra_jax.tools import sweep
 from lra_jax.errors import ConfigError
 
 FILES = {"softmax": "configs/transformer.py", "linformer": "configs/linformer.py"}
@@ -162,7 +162,7 @@ def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
     diverged = tmp_path / "listops-mini" / "softmax" / "seed2"
     diverged.mkdir(parents=True)
     (diverged / "results.json").write_text('{"status": "diverged", "diverged_at_step": 3, "loss": "nan"}')
-    out = subprocess.run([sys.executable, "-m", "lra_jax.sweep", "--variants=softmax,linformer",
+    out = subprocess.run([sys.executable, "-m", "lra_jax.tools.sweep", "--variants=softmax,linformer",
                           "--tasks=listops", "--seeds=0,1,2", f"--root={tmp_path}", "--emit"],
                          cwd=sweep.REPO, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr

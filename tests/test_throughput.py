@@ -4,7 +4,8 @@ import math
 
 from conftest import tiny_config
 from lra_jax import trainer
-from lra_jax.data import tasks, throughput
+from lra_jax.data import tasks
+from lra_jax.tools import throughput
 
 
 def test_pipeline_and_train_step_rates_are_measured(data_cache):

@@ -1,12 +1,28 @@
 """The attention contract and what every variant shares.
 
-Contract (DESIGN.md): a variant is an `nnx.Module` built by `registry.build` with
+The contract, which every registered variant meets and `tests/test_attention_contract.py`
+checks for each of them (this docstring is where the code points to it):
 
-    __call__(x: f[b n d], mask: bool[b n], *, deterministic: bool, rngs=None) -> f[b n d]
+  * A variant is an `nnx.Module` built by
+    `registry.build(name, dim=..., num_heads=..., rngs=..., **settings)` with
 
-where `mask` is True on real tokens. Outputs at real positions do not depend on
-the content of padded positions nor on how much padding follows; nothing is NaN
-or Inf, even on a row that is all padding; outputs at padded positions are zero.
+        __call__(x: f[b n d], mask: bool[b n], *, deterministic: bool, rngs=None) -> f[b n d]
+
+    where `mask` is True on real tokens.
+  * Padding: outputs at real positions do not depend on the content of padded positions nor on
+    how much padding follows; outputs at padded positions are zero. A variant tied to a fixed
+    length (Linformer's projections, MLP-Mixer's and gMLP's token weights) meets the content
+    part only, and its docstring says why the length part cannot hold.
+  * Nothing is NaN or Inf, even on a row that is all padding.
+  * Exact limits are proven by tests where a variant has one: a local window covering the
+    sequence, Longformer/BigBird with every token global, Reformer with one bucket, Routing with
+    one cluster, Linformer with k = n and identity projections all equal full softmax attention;
+    Performer and Taylor approach it as features grow or logits shrink.
+  * jit, grad, vmap and bfloat16 work. Random features, hashes and centroids come from explicit
+    keys or non-trainable state, never from a fixed PRNGKey(0).
+  * The defects of the original LRA code that this rules out: strided "local" attention,
+    Reformer multiplying by sqrt(d) instead of dividing, Performer/Linformer/Linear ignoring
+    padding, Longformer without a global token (and, in `models/heads.py`, mean pooling over padding).
 
 `TokenMixer` checks the settings every variant accepts. `Attention` adds the
 shared pieces: query/key/value/output projections (Vaswani et al. 2017, eq. 2:

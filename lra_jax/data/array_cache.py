@@ -1,9 +1,10 @@
 """Decoded dataset splits kept on disk as .npy files, so a source is parsed once.
 
 Layout: `<cache_dir>/<task>/arrays-<hash of key>/` holds `{split}_tokens.npy`,
-`{split}_labels.npy` for train, val and test, and `info.json` (the key, and
+`{split}_labels.npy` for train, val and test, and `info.json` (the key,
 which splits are the same arrays as another, e.g. Text's val = test, stored
-once). The key is a JSON-able description of everything the arrays depend on:
+once, and the reader's notes: small JSON facts about the arrays that it needs
+again on every load, e.g. how many ListOps sequences max_len cut). The key is a JSON-able description of everything the arrays depend on:
 the source files (`describe_files`: absolute path, size, modification time),
 max_len, the reader's format version, ... A changed source or setting gives a
 new key, hence a new folder; the old one is left for the user to delete.
@@ -74,7 +75,7 @@ def write_atomically(out_dir: str, write: Callable[[str], None]) -> None:
         raise
 
 
-def _write_splits(tmp: str, splits: dict[str, Split], key: dict) -> None:
+def _write_splits(tmp: str, splits: dict[str, Split], key: dict, notes: dict) -> None:
     aliases: dict[str, str] = {}
     written: dict[str, Split] = {}
     for split in SPLITS:
@@ -87,13 +88,14 @@ def _write_splits(tmp: str, splits: dict[str, Split], key: dict) -> None:
         np.save(os.path.join(tmp, f"{split}_labels.npy"), np.asarray(labels))
         written[split] = (tokens, labels)
     with open(os.path.join(tmp, _INFO), "w", encoding="utf-8") as f:
-        json.dump({"key": key, "aliases": aliases}, f, indent=1)
+        json.dump({"key": key, "aliases": aliases, "notes": notes}, f, indent=1)
 
 
-def _read_splits(folder: str) -> dict[str, Split]:
+def _read_splits(folder: str) -> tuple[dict[str, Split], dict]:
     try:
         with open(os.path.join(folder, _INFO), encoding="utf-8") as f:
-            aliases = json.load(f).get("aliases", {})
+            info = json.load(f)
+        aliases = info.get("aliases", {})
         out = {}
         for split in SPLITS:
             if split not in aliases:
@@ -103,7 +105,7 @@ def _read_splits(folder: str) -> dict[str, Split]:
             out[split] = out[same]
     except (OSError, ValueError, KeyError) as e:
         raise DataError(f"the array cache {folder} is damaged ({e}); delete {folder} to rebuild it") from None
-    return out
+    return out, info.get("notes", {})
 
 
 def cached_splits(
@@ -121,20 +123,31 @@ def cached_splits(
     Returns:
       The splits; when cached, tokens are read-only memory maps.
     """
+    return cached_splits_with_notes(cache_dir, task, key, lambda: (build(), {}))[0]
+
+
+def cached_splits_with_notes(
+    cache_dir: str | None, task: str, key: dict | None, build: Callable[[], tuple[dict[str, Split], dict]]
+) -> tuple[dict[str, Split], dict]:
+    """`cached_splits` for a reader that keeps notes beside the arrays.
+
+    build: () -> (splits, notes), notes a JSON-able dict stored with the arrays and
+    returned with them on every later load. Returns (splits, notes).
+    """
     if not cache_dir or key is None:
         return build()
     folder = folder_for(cache_dir, task, key)
     if os.path.isdir(folder):
         logging.info("%s: reusing the arrays cached in %s", task, folder)
         return _read_splits(folder)
-    splits = build()
+    splits, notes = build()
     if sorted(splits) != sorted(SPLITS):
         raise ValueError(f"{task}: build() returned splits {sorted(splits)}, expected {list(SPLITS)}")
     try:
-        write_atomically(folder, lambda tmp: _write_splits(tmp, splits, key))
+        write_atomically(folder, lambda tmp: _write_splits(tmp, splits, key, notes))
     except OSError as e:  # a read-only or full cache still loads, just not faster next time
         logging.warning("%s: could not cache the arrays in %s (%s); set config.data.cache_dir elsewhere", task,
                         folder, e)
-        return splits
+        return splits, notes
     logging.info("%s: cached the arrays in %s", task, folder)
     return _read_splits(folder)

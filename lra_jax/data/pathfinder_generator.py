@@ -25,7 +25,7 @@ This is our own generator with the same ingredients (not a port of Linsley's cod
   * Rendering: NOT anti-aliased. Each paddle is sampled at paddle_length + 1
     evenly spaced points, rounded to pixels: an 8-connected chain (see `_shapes`).
     Pixels are 0 (background), 255 (snakes) and `marker_value` (markers; 255 by default,
-    as in the official images; a distinct grey makes the task easier, see configs/base.py).
+    as in the official images; a distinct grey makes the task easier, see lra_jax/task_defaults.py).
   * Labels alternate: example i has label i % 2 (exactly balanced).
   * Deterministic: example i draws only from `np.random.default_rng([_RNG_TAG, seed, i])`,
     so the output does not depend on the number of worker processes.
@@ -44,12 +44,15 @@ b * BATCH_SIZE ... (b + 1) * BATCH_SIZE - 1.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
-import subprocess
 import sys
 
 import numpy as np
+from absl import logging
 
+from lra_jax.data import array_cache, worker_pool
 from lra_jax.errors import DataError
 
 VERSION = 1  # bump when the images change for the same arguments
@@ -234,9 +237,8 @@ def write_dataset(out_dir: str, num_examples: int, num_workers: int | None = Non
     """Writes `num_examples` images in the official layout into `out_dir` (which must be new).
 
     Batches are spread over `num_workers` fresh interpreters
-    (`python -m lra_jax.data.pathfinder_generator`); by default one per core
-    beyond 4 batches of work, else in-process. Nothing is forked, so the caller
-    may hold JAX threads and need no __main__ guard.
+    (`python -m lra_jax.data.pathfinder_generator`, see `worker_pool`); by default
+    one per core beyond 4 batches of work, else in-process.
     """
     num_batches = -(-num_examples // BATCH_SIZE)
     if num_workers is None:
@@ -245,16 +247,28 @@ def write_dataset(out_dir: str, num_examples: int, num_workers: int | None = Non
         for b in range(num_batches):
             write_batch(out_dir, b, num_examples, **args)
         return
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    argv = [out_dir, str(num_examples), repr(sorted(args.items()))]
-    workers = [
-        subprocess.Popen([sys.executable, "-m", __name__, str(j), str(num_workers), *argv], env=env)
-        for j in range(num_workers)
-    ]
-    codes = [w.wait() for w in workers]
-    if any(codes):
-        raise DataError(f"Pathfinder generator workers exited with status {codes}; see their errors above")
+    argv = [out_dir, num_examples, repr(sorted(args.items()))]
+    worker_pool.run_all(__name__, [[j, num_workers, *argv] for j in range(num_workers)], "Pathfinder generator")
+
+
+def generate(cache_dir: str, task: str, *, image_size: int, contour_length: int, num_examples: int,
+             seed: int = 0, num_workers: int | None = None, **knobs) -> str:
+    """Generates images in the official layout under cache_dir/task/ (once); returns that folder,
+    for `pathfinder.read_splits`."""
+    args = {**default_knobs(image_size), **knobs}
+    unknown = set(args) - set(default_knobs(image_size))
+    if unknown:
+        raise DataError(f"unknown {task} generator settings {sorted(unknown)}; known: "
+                        f"image_size, contour_length, num_examples, seed, {', '.join(default_knobs(0))}")
+    args.update(image_size=image_size, contour_length=contour_length, seed=seed)
+    check_args(num_examples=num_examples, **args)
+    blob = json.dumps({"v": VERSION, "num_examples": num_examples, **args}, sort_keys=True)
+    out_dir = os.path.join(cache_dir, task, f"generated-{hashlib.sha256(blob.encode()).hexdigest()[:16]}")
+    if os.path.isdir(out_dir):
+        return out_dir
+    logging.info("%s: generating %d images %s into %s", task, num_examples, args, out_dir)
+    array_cache.write_atomically(out_dir, lambda tmp: write_dataset(tmp, num_examples, num_workers, **args))
+    return out_dir
 
 
 if __name__ == "__main__":  # worker: python -m lra_jax.data.pathfinder_generator J W OUT_DIR N ARGS

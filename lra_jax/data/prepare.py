@@ -150,5 +150,10 @@ def main(argv) -> None:
         sys.exit(f"error: {e}")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.data.prepare`, `lra-prepare`)."""
     app.run(main)
+
+
+if __name__ == "__main__":
+    cli()

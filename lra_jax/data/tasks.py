@@ -12,7 +12,7 @@ from collections.abc import Callable
 import ml_collections
 import numpy as np
 
-from lra_jax.errors import ConfigError
+from lra_jax.errors import ConfigError, DataError
 
 Split = tuple[np.ndarray, np.ndarray]  # tokens int [N, max_len] (dual: [N, 2, max_len]), labels int32 [N]
 
@@ -42,15 +42,12 @@ def default_cache_dir() -> str:
 
 
 def _load_listops(config: ml_collections.ConfigDict) -> dict[str, Split]:
-    from lra_jax.data import listops
+    """The official files of config.data.data_dir, or (data_dir "") those generated from config.data.generator."""
+    from lra_jax.data import listops, listops_generator
 
-    generator = config.data.generator
-    return listops.load_splits(
-        config.data.data_dir,
-        cache_dir=config.data.cache_dir or default_cache_dir(),
-        max_len=config.max_len,
-        **generator.to_dict(),
-    )
+    cache_dir = config.data.cache_dir or default_cache_dir()
+    data_dir = config.data.data_dir or listops_generator.generate(cache_dir, **config.data.generator.to_dict())
+    return listops.read_splits(data_dir, cache_dir=cache_dir, max_len=config.max_len)
 
 
 def _listops_spec() -> TaskSpec:
@@ -83,17 +80,19 @@ def _load_image(config: ml_collections.ConfigDict) -> dict[str, Split]:
 
 def _pathfinder_loader(task: str) -> Callable[[ml_collections.ConfigDict], dict[str, Split]]:
     def load(config: ml_collections.ConfigDict) -> dict[str, Split]:
-        from lra_jax.data import pathfinder
+        """An official difficulty folder (config.data.data_dir), or (data_dir "") images generated
+        from config.data.generator."""
+        from lra_jax.data import pathfinder, pathfinder_generator
 
-        generator = config.data.get("generator")
-        return pathfinder.load_splits(
-            config.data.data_dir,
-            cache_dir=config.data.cache_dir or default_cache_dir(),
-            max_len=config.max_len,
-            split_seed=config.data.get("split_seed", 0),
-            task=task,
-            generator=generator.to_dict() if generator is not None else None,
-        )
+        cache_dir = config.data.cache_dir or default_cache_dir()
+        data_dir, generator = config.data.data_dir, config.data.get("generator")
+        if not data_dir:
+            if not generator:
+                raise DataError(f"{task}: config.data.data_dir is empty and config.data.generator is not set; "
+                                "set one of them")
+            data_dir = pathfinder_generator.generate(cache_dir, task, **generator.to_dict())
+        return pathfinder.read_splits(data_dir, cache_dir=cache_dir, max_len=config.max_len,
+                                      split_seed=config.data.get("split_seed", 0), task=task)
 
     return load
 

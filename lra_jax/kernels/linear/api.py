@@ -4,7 +4,7 @@ impl="pallas" runs the fused kernel of `pallas_gpu` (feature map, the two
 reductions and the normalisation in one pass per (batch, head)); impl="xla" the
 two-einsum reference; "auto" the kernel on GPU. Whether the kernel beats XLA's
 two einsums has not been measured yet (no GPU where it was written): see
-`python -m lra_jax.kernels.bench`. Shapes: q, k [b, n, h, m], v [b, n, h, d]
+`python -m lra_jax.tools.kernel_bench`. Shapes: q, k [b, n, h, m], v [b, n, h, d]
 -> [b, n, h, d] in v's dtype.
 """
 

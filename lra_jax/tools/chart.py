@@ -1,6 +1,6 @@
 r"""Speed-vs-score bubble chart and results table, regenerated from runs and a bench JSON.
 
-    python -m lra_jax.chart --runs=runs/ --bench=experiments/results/bench-<device>-<date>.json \
+    python -m lra_jax.tools.chart --runs=runs/ --bench=experiments/results/bench-<device>-<date>.json \
         --out=experiments/charts/ --scale=full --length=4096
 
 Reads every results.json under --runs, averages seeds, and scores each variant the LRA way:
@@ -28,7 +28,7 @@ LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 PATH_X = ("path_x", "pathx", "path-x")
 TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
                "pathfinder": "Pathfinder"}
-REFERENCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+REFERENCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "experiments", "reference", "lra_paper.json")
 
 FLAGS = flags.FLAGS
@@ -37,7 +37,7 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """The command-line flags (defined only when run as a command, so modules import side by side)."""
     flags.DEFINE_string("runs", "runs", "Directory searched recursively for results.json files.")
-    flags.DEFINE_string("bench", None, "Bench JSON from `python -m lra_jax.bench` (speed and memory); "
+    flags.DEFINE_string("bench", None, "Bench JSON from `python -m lra_jax.tools.bench` (speed and memory); "
                         "without it the chart has no speed axis and only the table is written.")
     flags.DEFINE_string("out", "experiments/charts", "Output directory for PNG, SVG and Markdown.")
     flags.DEFINE_enum("scale", None, ["full", "mini"], "Only runs of this scale (default: all scales).")
@@ -163,7 +163,7 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from lra_jax.chart_labels import place_labels
+    from lra_jax.tools.chart_labels import place_labels
 
     fig, axes = plt.subplots(1, 2, figsize=(18, 7), constrained_layout=True,
                              gridspec_kw={"width_ratios": [1.3, 1]})
@@ -354,6 +354,11 @@ def main(argv: list[str]) -> None:
         print(f"wrote {path}")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.chart`, `lra-chart`)."""
     define_flags()
     app.run(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,10 +1,10 @@
 r"""A grid of training runs (variants x tasks x scales x seeds): local, resumable, or emitted for a cluster.
 
-    python -m lra_jax.sweep --variants=all --tasks=all --scales=mini --seeds=0,1,2 --root=runs/sweep
-    python -m lra_jax.sweep --variants=softmax,linformer --tasks=listops --dry_run   # show the plan
-    python -m lra_jax.sweep --variants=all --tasks=all --scales=mini --estimate      # how long it will take
-    python -m lra_jax.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
-    python -m lra_jax.sweep --variants=softmax --tasks=listops -- --config.num_train_steps=100
+    python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=mini --seeds=0,1,2 --root=runs/sweep
+    python -m lra_jax.tools.sweep --variants=softmax,linformer --tasks=listops --dry_run   # show the plan
+    python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=mini --estimate      # how long it will take
+    python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
+    python -m lra_jax.tools.sweep --variants=softmax --tasks=listops -- --config.num_train_steps=100
 
 Each run is
 
@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
-import importlib
 import itertools
 import json
 import os
@@ -48,9 +46,11 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
+from lra_jax import config_paths
 from lra_jax.errors import ConfigError, LraError
+from lra_jax.tools.progress import print_now
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = config_paths.REPO_ROOT  # where the runs' relative config paths start
 
 FLAGS = flags.FLAGS
 
@@ -72,20 +72,13 @@ def define_flags() -> None:
 # ----------------------------------------------------------------------------- variants -> config files
 
 def config_files(configs_dir: str | None = None) -> dict[str, str]:
-    """attention name -> config file, read from each configs/*.py's default config."""
-    configs_dir = configs_dir or os.path.join(REPO, "configs")
-    found = {}
-    for path in sorted(glob.glob(os.path.join(configs_dir, "*.py"))):
-        stem = os.path.splitext(os.path.basename(path))[0]
-        if stem in ("__init__", "base"):
-            continue
-        try:
-            name = importlib.import_module(f"configs.{stem}").get_config().attention.name
-        except Exception as error:  # noqa: BLE001 - a broken config must not hide the others
-            print(f"warning: skipping {path}: {error!r}", file=sys.stderr)
-            continue
-        found.setdefault(name, os.path.relpath(path, REPO))
-    return found
+    """Registered variant -> its config file relative to the repository root, for those that have one.
+
+    A path lookup (`config_paths.variant_path`): no config file is imported to find it."""
+    from lra_jax.attention import registry
+
+    found = {name: config_paths.variant_path(name, configs_dir) for name in registry.names()}
+    return {name: os.path.relpath(path, REPO) for name, path in found.items() if path is not None}
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -257,10 +250,6 @@ def subprocess_runner(stop: _Stop) -> Callable[[list[str], str], int]:
     return run
 
 
-def print_now(line: str) -> None:
-    print(line, flush=True)  # before the child's output, also when stdout is a file
-
-
 def run_sweep(runs: list[Run], runner: Callable[[list[str], str], int], stop: _Stop | None = None,
               log: Callable[[str], None] = print_now, cwd: str = REPO) -> list[dict]:
     """Runs the unfinished runs in order; returns one summary row per run."""
@@ -402,6 +391,11 @@ def main(argv: list[str]) -> None:
         sys.exit(1)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.sweep`, `lra-sweep`)."""
     define_flags()
     app.run(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,8 +1,8 @@
 """Kernel benchmark: forward + backward time of each Pallas kernel against its XLA forms.
 
-    python -m lra_jax.kernels.bench                       # n = 1K..16K, head dims 32 and 64
-    python -m lra_jax.kernels.bench --lengths=1024,4096 --head-dims=64 --only=flash
-    python -m lra_jax.bench --kernels                      # the same, from the main bench
+    python -m lra_jax.tools.kernel_bench                # n = 1K..16K, head dims 32 and 64
+    python -m lra_jax.tools.kernel_bench --lengths=1024,4096 --head-dims=64 --only=flash
+    python -m lra_jax.tools.bench --kernels             # the same, from the main bench
 
 For every length n and head dim d it times jit(value_and_grad) of sum(out * r)
 (one forward and one backward) for
@@ -146,5 +146,10 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.kernel_bench`, `lra-kernel-bench`)."""
     main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    cli()

@@ -103,7 +103,7 @@ def text(scale: str) -> ml_collections.ConfigDict:
     c.num_train_steps = 20_000
     if scale == "mini":
         # The first 256 bytes of each review and one layer, so that the mini sweep fits a CPU
-        # (`python -m lra_jax.sweep --tasks=text --estimate` prints each run's projected time).
+        # (`python -m lra_jax.tools.sweep --tasks=text --estimate` prints each run's projected time).
         c.max_len = 256
         _mini_model(c, num_layers=1)
         c.val_examples = 2_000  # of the 25,000 test reviews (val = test); the test score uses all

@@ -1,4 +1,4 @@
-"""Is the input pipeline fast enough? `python -m lra_jax.data.throughput --config=configs/transformer.py:listops,mini`.
+"""Is the input pipeline fast enough? `python -m lra_jax.tools.throughput --config=configs/transformer.py:listops,mini`.
 
 Times the training input path alone: `pipeline.train_batches` (shuffle by (seed, epoch), gather,
 int32 cast) feeding `pipeline.prefetch_to_mesh` (device_put in a background thread), over
@@ -86,5 +86,10 @@ def main(argv: list[str]) -> None:
     print(f"  pipeline / step {fed / trained:12.1f}x")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.throughput`, `lra-throughput`)."""
     app.run(main, flags_parser=config_errors.parse_flags)
+
+
+if __name__ == "__main__":
+    cli()

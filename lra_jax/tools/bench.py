@@ -1,8 +1,8 @@
 """Training speed and memory of every variant, by the LRA paper's Table 2 protocol.
 
-    python -m lra_jax.bench --variants=all --lengths=1024,2048,3072,4096
-    python -m lra_jax.bench --variants=softmax,linformer,performer --lengths=1024,2048 --batch_size=8
-    python -m lra_jax.bench --kernels ...        # the Pallas kernel benchmark (lra_jax.kernels.bench)
+    python -m lra_jax.tools.bench --variants=all --lengths=1024,2048,3072,4096
+    python -m lra_jax.tools.bench --variants=softmax,linformer,performer --lengths=1024,2048 --batch_size=8
+    python -m lra_jax.tools.bench --kernels ...   # the Pallas kernel benchmark (lra_jax.tools.kernel_bench)
 
 Protocol (Tay et al. 2021, Table 2): the Text task model (4 layers, 4 heads, emb 256, MLP 1024,
 byte vocabulary 257, 2 classes, dropout 0.1), batch 32, one jitted train step (forward, backward,
@@ -43,8 +43,10 @@ from typing import Any
 import jax
 from absl import app, flags, logging
 
+from lra_jax import config_paths, task_defaults
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import ConfigError, LraError
+from lra_jax.tools.progress import print_now
 
 PROTOCOL = {"num_layers": 4, "num_heads": 4, "emb_dim": 256, "mlp_dim": 1024}
 VOCAB_SIZE, NUM_CLASSES = 257, 2  # Text: bytes + padding, binary sentiment
@@ -75,7 +77,7 @@ def define_flags() -> None:
                        "compilation included; past it its process is killed and the cell recorded as 'timeout'.")
     flags.DEFINE_string("cell", None, "Internal: one cell as JSON {variant, length, settings}; measures it "
                         "in this process and prints its result as JSON (the bench runs every cell this way).")
-    flags.DEFINE_bool("kernels", False, "Run the kernel benchmark (lra_jax.kernels.bench) instead; "
+    flags.DEFINE_bool("kernels", False, "Run the kernel benchmark (lra_jax.tools.kernel_bench) instead; "
                       "the other arguments go to it.")
 
 
@@ -83,25 +85,20 @@ def define_flags() -> None:
 
 def variant_attention(variant: str) -> dict[str, Any]:
     """config.attention of configs/<file>.py for `variant` at full scale, else {"name": variant}."""
-    from lra_jax import sweep
-
-    path = sweep.config_files().get(variant)
+    path = config_paths.variant_path(variant)
     if path is None:
         return {"name": variant}
-    module = importlib.import_module(f"configs.{os.path.splitext(os.path.basename(path))[0]}")
     for arg in ("text,full", None):  # Text where the configs know it; else the default task's settings
         try:
-            return module.get_config(arg).attention.to_dict()
+            return config_paths.load(f"{path}:{arg}" if arg else path).attention.to_dict()
         except ValueError:
             continue
     return {"name": variant}
 
 
 def bench_config(variant: str, length: int, settings: dict[str, Any]):
-    """configs.base with the Table 2 model, `length` tokens and `variant`'s attention settings."""
-    from configs import base
-
-    config = base.get_config(None, attention=variant_attention(variant))
+    """The task defaults with the Table 2 model, `length` tokens and `variant`'s attention settings."""
+    config = task_defaults.get_config(None, attention=variant_attention(variant))
     config.max_len = length
     config.batch_size = settings["batch_size"]
     config.seed = settings["seed"]
@@ -113,11 +110,6 @@ def bench_config(variant: str, length: int, settings: dict[str, Any]):
 
 
 # ----------------------------------------------------------------------------- one measurement
-
-def print_now(line: str) -> None:
-    """Progress goes out at once, also when stdout is a file (a long sweep under nohup or Slurm)."""
-    print(line, flush=True)
-
 
 class OutOfMemory(Exception):
     """The step does not fit: raised by the trainer's memory check or by XLA."""
@@ -185,7 +177,7 @@ def measure_cell(variant: str, length: int, settings: dict[str, Any],
 def cell_command(variant: str, length: int, settings: dict[str, Any]) -> list[str]:
     """The command that measures one cell in a fresh process; the settings travel whole, as JSON."""
     cell = json.dumps({"variant": variant, "length": length, "settings": settings})
-    return [sys.executable, "-m", "lra_jax.bench", f"--cell={cell}"]
+    return [sys.executable, "-m", "lra_jax.tools.bench", f"--cell={cell}"]
 
 
 def run_cell(cell_json: str) -> None:
@@ -240,7 +232,7 @@ def measure_in_subprocess(variant: str, length: int, settings: dict[str, Any],
 
 def probe_device(timeout: float = 600) -> dict[str, Any]:
     """device_info() read in a child process, so that this one never starts a backend (see the docstring)."""
-    code = "import json; from lra_jax import bench; print(json.dumps(bench.device_info()))"
+    code = "import json; from lra_jax.tools import bench; print(json.dumps(bench.device_info()))"
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
                               check=False)
@@ -479,21 +471,26 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
 
 
 def run_kernels(argv: list[str]) -> None:
-    """Hands `argv` (without --kernels) to lra_jax.kernels.bench.main."""
+    """Hands `argv` (without --kernels) to lra_jax.tools.kernel_bench.main."""
     try:
-        module = importlib.import_module("lra_jax.kernels.bench")
+        module = importlib.import_module("lra_jax.tools.kernel_bench")
     except ModuleNotFoundError as error:
-        if error.name not in ("lra_jax.kernels", "lra_jax.kernels.bench"):
+        if error.name not in ("lra_jax.kernels", "lra_jax.tools.kernel_bench"):
             raise
-        print("error: the kernel benchmark is not available: lra_jax/kernels/bench.py is missing "
-              "(python -m lra_jax.bench without --kernels benchmarks the models)", file=sys.stderr)
+        print("error: the kernel benchmark is not available: lra_jax/tools/kernel_bench.py is missing "
+              "(python -m lra_jax.tools.bench without --kernels benchmarks the models)", file=sys.stderr)
         sys.exit(2)
     module.main(argv)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.bench`, `lra-bench`)."""
     if any(a in ("--kernels", "--kernels=true", "--kernels=True") for a in sys.argv[1:]):
         run_kernels([a for a in sys.argv if not a.startswith("--kernels")])
     else:
         define_flags()
         app.run(main)
+
+
+if __name__ == "__main__":
+    cli()
