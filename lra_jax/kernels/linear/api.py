@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import resolve_impl
+from lra_jax.kernels import pallas_backend, resolve_impl
 from lra_jax.kernels.flash.api import (
     kernel_block,
     masks_from,
@@ -38,6 +38,7 @@ def linear_attention(
     impl: str = "auto",
     block: int = 64,
     interpret: bool = False,
+    platform: str | None = None,
 ) -> Float[Array, "b n h d"]:
     """phi(q_i)^T S / (phi(q_i)^T z + eps) over the real keys; padded query rows are 0.
 
@@ -49,13 +50,15 @@ def linear_attention(
         already features, e.g. FAVOR+ positive random features).
       eps: added to the normaliser (a row without real keys gives 0).
       impl: "auto" | "xla" | "pallas". block: rows per loop step. interpret: Pallas interpreter.
+      platform: the kernel target (default `lra_jax.kernels.current_target()`); there is no TPU
+        kernel, so on "tpu" this is the XLA form.
     """
     if feature_map not in FEATURE_MAPS:
         raise ValueError(f"unknown feature_map {feature_map!r}; choose one of {', '.join(FEATURE_MAPS)}")
     b, n, _, m = q.shape
     d = v.shape[-1]
     key_mask, query_mask = masks_from(n, n, b, key_mask, query_mask, lengths)
-    if resolve_impl(impl, interpret) == "xla":
+    if resolve_impl(impl, interpret, platform) == "xla" or pallas_backend(platform) == "mosaic":
         return reference.attention(q, k, v, key_mask, query_mask, feature_map, eps)
     block = kernel_block(n, block)
     n_pad, m_pad, d_pad = -(-n // block) * block, padded_head_dim(m), padded_head_dim(d)
