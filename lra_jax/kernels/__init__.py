@@ -147,7 +147,7 @@ def plan(impl: str, target: Target, kernels: dict[str, str], *, dropout_active: 
     if backend not in kernels:
         return KernelPlan(XLA, target.platform, reason=f"no {backend} kernel for this variant on {target.platform}")
     if dropout_active:
-        return KernelPlan(XLA, target.platform, reason="attention dropout is not in the kernels (training steps)")
+        return KernelPlan(XLA, target.platform, reason="attention dropout is not in the kernels")
     if unsupported:
         return KernelPlan(XLA, target.platform, reason=unsupported)
     return KernelPlan(kernels[backend], target.platform, interpret=target.interpret)
