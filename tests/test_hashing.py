@@ -7,7 +7,8 @@ import pytest
 from flax import nnx
 
 from lra_jax.attention import registry
-from lra_jax.attention.hashing import HashRotations, normalise
+from lra_jax.attention.core import unit_vectors
+from lra_jax.attention.hashing import HashRotations
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
 
@@ -60,7 +61,7 @@ def test_one_bucket_one_round_whole_sequence_chunk_no_self_mask_is_softmax_with_
 
     def loss(q, v, lsh):
         out = (layer.attend(q, q, v, mask, deterministic=True, rngs=None) if lsh
-               else softmax_attention(q, normalise(q), v, mask))
+               else softmax_attention(q, unit_vectors(q), v, mask))
         return jnp.sum(jnp.where(mask[:, :, None, None], out, 0.0) ** 2), out
 
     run = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True), static_argnums=2)
@@ -133,7 +134,7 @@ def test_chunked_lsh_matches_a_dense_reference_of_its_pattern(n, chunk, num_buck
     elif num_hashes > 1:  # without it, pairs found in several rounds count more
         assert np.abs(out - real(union, mask)).max() > 1e-4
     # The pattern restricts: full attention with normalised shared keys differs.
-    full = real(softmax_attention(q, normalise(q), v, mask), mask)
+    full = real(softmax_attention(q, unit_vectors(q), v, mask), mask)
     assert np.abs(out - full).max() > 1e-3
 
 

@@ -53,7 +53,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
-from lra_jax.attention.core import MASK_VALUE, Attention, masked_softmax
+from lra_jax.attention.core import MASK_VALUE, Attention, masked_softmax, unit_vectors
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -62,17 +62,11 @@ class Centroids(nnx.Variable):
     """Non-trainable k-means centroids [h c d]: updated by EMA in training, saved in checkpoints."""
 
 
-def l2_normalize(x: Float[Array, "... d"], eps: float = 1e-6) -> Float[Array, "... d"]:
-    """x / |x| in float32 (0 stays 0)."""
-    x = x.astype(jnp.float32)
-    return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
-
-
 def cluster_scores(
     x_hat: Float[Array, "b n h d"], centroids: Float[Array, "h c d"], mask: Bool[Array, "b n"]
 ) -> Float[Array, "b h c n"]:
     """Cosine similarity of every (normalised) token to every centroid; padded tokens get -1e30."""
-    scores = jnp.einsum("bnhd,hcd->bhcn", x_hat, l2_normalize(centroids))
+    scores = jnp.einsum("bnhd,hcd->bhcn", x_hat, unit_vectors(centroids))
     return jnp.where(mask[:, None, None, :], scores, MASK_VALUE)
 
 
@@ -95,7 +89,7 @@ def ema_update(
     Centroids with nothing assigned are returned unchanged.
     """
     num_clusters = centroids.shape[1]
-    mu_hat = l2_normalize(centroids)
+    mu_hat = unit_vectors(centroids)
     real = mask[:, :, None, None].astype(jnp.float32)
     sums, counts = 0.0, 0.0
     for x_hat in (q_hat, k_hat):
@@ -132,7 +126,7 @@ def routing_attention(
     b, n, h, d = v.shape
     w = max(1, min(window, n))
     c = centroids.shape[1]
-    q_hat, k_hat = (jax.lax.stop_gradient(l2_normalize(x)) for x in (q, k))
+    q_hat, k_hat = (jax.lax.stop_gradient(unit_vectors(x)) for x in (q, k))
     q_idx = top_members(q_hat, centroids, mask, w).reshape(b, h, c * w)
     k_idx = top_members(k_hat, centroids, mask, w).reshape(b, h, c * w)
 
@@ -200,13 +194,13 @@ class RoutingAttention(Attention):
         self.num_clusters, self.window, self.decay = num_clusters, window, decay
         size = num_heads * num_clusters * self.head_dim
         draw = jax.random.normal(rngs.params(), (size,), jnp.float32)  # flat: rank-3 draws compile slowly
-        self.centroids = Centroids(l2_normalize(draw.reshape(num_heads, num_clusters, self.head_dim)))
+        self.centroids = Centroids(unit_vectors(draw.reshape(num_heads, num_clusters, self.head_dim)))
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         centroids = self.centroids[...]
         drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs)
         out = routing_attention(q, k, v, mask, centroids, self.window, drop=drop)
         if not deterministic:
-            q_hat, k_hat = (jax.lax.stop_gradient(l2_normalize(x)) for x in (q, k))
+            q_hat, k_hat = (jax.lax.stop_gradient(unit_vectors(x)) for x in (q, k))
             self.centroids[...] = ema_update(centroids, q_hat, k_hat, mask, self.decay)
         return out

@@ -60,6 +60,30 @@ def masked_softmax(logits: Float[Array, "... k"], key_mask: Bool[Array, "... k"]
     return jax.nn.softmax(logits, axis=-1)
 
 
+def divide_or_zero(numerator: Float[Array, "..."], denominator: Float[Array, "..."]) -> Float[Array, "..."]:
+    """numerator / denominator where denominator != 0, else 0; finite values and gradients.
+
+    For ratios whose denominator is exactly zero only when there is nothing to average
+    (a row without real keys). Unlike `/ (denominator + eps)`, it never biases a
+    small denominator: the result is exact at any scale.
+    """
+    nonzero = denominator != 0
+    return jnp.where(nonzero, numerator / jnp.where(nonzero, denominator, 1), 0)
+
+
+def unit_vectors(x: Float[Array, "... d"]) -> Float[Array, "... d"]:
+    """x / |x| over the last axis in float32, exact at any scale; 0 stays 0 (finite gradient).
+
+    x is first divided by max|x_i| (x / |x| is invariant to that factor), so |x|^2 neither
+    underflows nor overflows and no epsilon is needed.
+    """
+    x = x.astype(jnp.float32)
+    largest = jax.lax.stop_gradient(jnp.max(jnp.abs(x), axis=-1, keepdims=True))
+    x = x / jnp.where(largest > 0, largest, 1.0)
+    squared = jnp.sum(x * x, axis=-1, keepdims=True)  # in [1, d], or 0 for a zero vector
+    return x * jax.lax.rsqrt(jnp.where(squared > 0, squared, 1.0))
+
+
 class TokenMixer(nnx.Module):
     """Base of every variant: the settings all of them accept, checked once.
 

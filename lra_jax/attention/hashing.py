@@ -59,6 +59,7 @@ from lra_jax.attention.core import (
     Attention,
     merge_heads,
     split_heads,
+    unit_vectors,
     zero_padding,
 )
 from lra_jax.attention.registry import register
@@ -67,9 +68,6 @@ from lra_jax.errors import ConfigError
 # Score of a token against itself: finite, far below any real score |q . k / sqrt(d)|
 # and far above MASK_VALUE, so a token attends to itself only when it has no other key.
 SELF_VALUE = -1e5
-
-# Added to |q|^2 before the square root: an all-zero query stays finite, with finite gradients.
-NORM_EPS = 1e-12
 
 
 class HashRotations(nnx.Variable):
@@ -81,12 +79,6 @@ def random_rotations(key: PRNGKeyArray, dim: int, num_hashes: int, num_buckets: 
     width = max(num_buckets // 2, 1)
     # One flat draw, reshaped: XLA:CPU compiles rank-3 random draws far slower than 1-D ones.
     return jax.random.normal(key, (dim * num_hashes * width,), jnp.float32).reshape(dim, num_hashes, width)
-
-
-def normalise(x: Float[Array, "... d"]) -> Float[Array, "... d"]:
-    """x / |x| in float32 (the shared-QK keys)."""
-    x = x.astype(jnp.float32)
-    return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + NORM_EPS)
 
 
 def lsh_buckets(
@@ -159,7 +151,7 @@ def lsh_attention(
     num_chunks = -(-n // chunk)
     padded = num_chunks * chunk
 
-    q_hat = normalise(q)  # hashing h(q) = h(q / |q|): the same buckets for queries and keys
+    q_hat = unit_vectors(q)  # hashing h(q) = h(q / |q|): the same buckets for queries and keys
     buckets = lsh_buckets(q_hat, rotations, mask, num_buckets)  # [b h r n]
     positions = jnp.arange(n, dtype=jnp.int32)
     order = jnp.argsort(buckets * n + positions, axis=-1)  # sorted by (bucket, position); [b h r n]

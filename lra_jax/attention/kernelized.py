@@ -3,7 +3,7 @@
 All three variants here write attention as a kernel phi(q)^T phi(k) and reorder the product
 (Katharopoulos et al. 2020, eq. 4-6) so that no n x n matrix is ever formed:
 
-    out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps)
+    out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / phi(q_i)^T sum_j phi(k_j)
           = [phi(Q) (phi(K)^T V)]_i / [phi(Q) (phi(K)^T 1)]_i,
 
 computed once, by `kernel_attention`, for both. With m features per head (m = d for the
@@ -35,15 +35,24 @@ softmax attention's O(n^2 d) time and O(n^2) memory.
 
 Padding. The original LRA code for Performer and Linear Transformer ignored the padding mask,
 so padded keys entered every sum above and outputs depended on how much padding followed.
-Here phi(k_j) is zeroed at padded keys before the sums, and Performer's key stabiliser (below)
-is a max over real keys only, so padded content can neither enter the sums nor push the real
-keys' features into underflow or overflow. A row with no real key has S = z = 0 and gives
-0 / eps = 0, never NaN.
+Here phi(k_j) is zeroed at padded keys before the sums, and Performer's key stabilisers (below)
+are maxima over real keys only, so padded content can neither enter the sums nor push the real
+keys' features into underflow or overflow. A row with no real key has S = z = 0; its output is
+defined as 0 (`core.divide_or_zero`), never NaN. No epsilon is added to the normaliser: an
+epsilon biases the ratio whenever phi(q_i)^T z is small, which for Performer's rescaled
+features happens at any input scale.
 
-Numerics (Performer). Exponents are stabilised by subtracting, inside the exp, the max over
-features of each query row (a per-query factor that cancels in the ratio) and one max per
-(batch, head) over the real keys' features (a common factor that cancels too); both pass
-through `stop_gradient`. Everything is computed in float32 and cast back to the input dtype.
+Numerics (Performer). With log-features a_ir = log phi_r(q_i) and b_jr = log phi_r(k_j),
+
+    out_i = sum_r e^{a_ir} S_r / sum_r e^{a_ir} z_r,   S_r = sum_j e^{b_jr} v_j,  z_r = sum_j e^{b_jr}.
+
+For any constants c_r and per-query t_i, replacing b_jr by b_jr - c_r and a_ir by
+a_ir + c_r - t_i leaves the ratio unchanged. `favor_attention` takes c_r = max over real keys
+of b_jr (so every z_r >= 1 where a real key exists) and t_i = max_r (a_ir + c_r), so some
+feature of every query weighs exactly 1 against a z_r >= 1: the normaliser is >= 1 and nothing
+under- or overflows, whatever the norms of q and k. Both stabilisers pass through
+`stop_gradient` (the function does not depend on them). Everything is in float32 and cast
+back to the input dtype.
 
 Dropout. These variants never form attention weights, so `dropout_rate` (accepted by the base
 class) is unused: there is nothing to drop.
@@ -58,39 +67,32 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from lra_jax.attention.core import Attention
+from lra_jax.attention.core import Attention, divide_or_zero, unit_vectors
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
-
-# Added to the normaliser phi(q_i)^T z: keeps an all-padding row at 0 / eps = 0
-# (Katharopoulos et al. use the same value).
-EPS = 1e-6
-
 
 def kernel_attention(
     phi_q: Float[Array, "b n h m"],
     phi_k: Float[Array, "b n h m"],
     v: Float[Array, "b n h d"],
-    *,
-    eps: float = EPS,
 ) -> Float[Array, "b n h d"]:
-    """phi(Q) (phi(K)^T V) / (phi(Q) phi(K)^T 1 + eps), never forming the n x n kernel matrix.
+    """phi(Q) (phi(K)^T V) / phi(Q) phi(K)^T 1, never forming the n x n kernel matrix.
 
     Args:
-      phi_q: non-negative query features.
-      phi_k: non-negative key features, zero at padded keys.
+      phi_q: query features, with phi(q_i)^T phi(k_j) >= 0.
+      phi_k: key features, zero at padded keys.
       v: values.
-      eps: added to the normaliser, so a row without real keys gives 0.
 
     Returns:
-      The kernel-weighted average of the values for every query, in float32.
+      The kernel-weighted average of the values for every query, in float32; 0 for a query
+      whose normaliser is 0 (no real key).
     """
     phi_q, phi_k, v = (t.astype(jnp.float32) for t in (phi_q, phi_k, v))
     kv = jnp.einsum("bnhm,bnhd->bhmd", phi_k, v)  # S = sum_j phi(k_j) v_j^T
     z = jnp.sum(phi_k, axis=1)  # z = sum_j phi(k_j), [b h m]
     numerator = jnp.einsum("bnhm,bhmd->bnhd", phi_q, kv)
     normaliser = jnp.einsum("bnhm,bhm->bnh", phi_q, z)
-    return numerator / (normaliser[..., None] + eps)
+    return divide_or_zero(numerator, normaliser[..., None])
 
 
 # ----------------------------------------------------------------------------- Performer
@@ -135,19 +137,18 @@ def favor_attention(
 ) -> Float[Array, "b n h d"]:
     """FAVOR+ estimate of softmax(q k^T / sqrt(d)) v over the real keys, with random features w.
 
-    Padded keys get phi = 0. Stabilisers (subtracted inside the exp, cancelling in the ratio):
-    the max over features per query row, and the max over real keys and features per (b, h).
+    Padded keys get phi = 0. The per-feature key stabilisers c_r and per-query stabilisers t_i
+    of the module docstring cancel exactly in the ratio (the 1/sqrt(m) of phi cancels too), so
+    the result is the FAVOR+ estimator itself, to float32 round-off at any norm of q and k.
     """
-    sqrt_m = math.sqrt(w.shape[0])
-    log_q = favor_log_features(q, w)
-    phi_q = jnp.exp(log_q - jax.lax.stop_gradient(jnp.max(log_q, axis=-1, keepdims=True))) / sqrt_m
-
     key_mask = mask[:, :, None, None]
-    log_k = favor_log_features(k, w)
-    key_max = jnp.max(jnp.where(key_mask, log_k, -jnp.inf), axis=(1, 3), keepdims=True)
+    log_k = jnp.where(key_mask, favor_log_features(k, w), -jnp.inf)  # padded keys: exp(-inf) = 0
+    key_max = jnp.max(log_k, axis=1, keepdims=True)  # c_r per (b, h, r): [b 1 h m]
     key_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(key_max), key_max, 0.0))  # no real key: 0
-    # Padded keys go to exp(-inf) = 0 before the exp, so their content can never overflow.
-    phi_k = jnp.exp(jnp.where(key_mask, log_k - key_max, -jnp.inf)) / sqrt_m
+    phi_k = jnp.exp(log_k - key_max)
+
+    log_q = favor_log_features(q, w) + key_max
+    phi_q = jnp.exp(log_q - jax.lax.stop_gradient(jnp.max(log_q, axis=-1, keepdims=True)))
     return kernel_attention(phi_q, phi_k, v).astype(v.dtype)
 
 
@@ -214,8 +215,13 @@ class PerformerAttention(Attention):
 
 
 def elu_features(x: Float[Array, "b n h d"]) -> Float[Array, "b n h d"]:
-    """phi(x) = elu(x) + 1 > 0 (Katharopoulos et al. 2020, eq. 7), in float32."""
-    return jax.nn.elu(x.astype(jnp.float32)) + 1.0
+    """phi(x) = elu(x) + 1 > 0 (Katharopoulos et al. 2020, eq. 7), in float32.
+
+    Written as x + 1 for x > 0 and e^x otherwise: `elu(x) + 1` rounds expm1(x) + 1 and loses
+    e^x's relative precision for x < 0 (all of it below about -17, where it gives exactly 0).
+    """
+    x = x.astype(jnp.float32)
+    return jnp.where(x > 0, x + 1.0, jnp.exp(jnp.minimum(x, 0.0)))
 
 
 def linear_attention(
@@ -246,11 +252,10 @@ class LinearAttention(Attention):
 def taylor_features(x: Float[Array, "b n h d"], scale: float) -> Float[Array, "b n h m"]:
     """phi(x) = [1, sqrt(scale) x / |x|] (m = d + 1), so phi(q)^T phi(k) = 1 + scale q^.k^; float32.
 
-    A zero vector maps to [1, 0, ..., 0] (its direction is undefined; the 1e-12 keeps it finite).
+    A zero vector maps to [1, 0, ..., 0] (its direction is undefined).
     """
-    x = x.astype(jnp.float32)
-    unit = x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12)
-    return jnp.concatenate([jnp.ones_like(x[..., :1]), jnp.sqrt(jnp.float32(scale)) * unit], axis=-1)
+    unit = unit_vectors(x)
+    return jnp.concatenate([jnp.ones_like(unit[..., :1]), jnp.sqrt(jnp.float32(scale)) * unit], axis=-1)
 
 
 def taylor_attention(
