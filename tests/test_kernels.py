@@ -186,6 +186,8 @@ VARIANTS = {
     "strided": {"stride": 8},
     "longformer": {"window": 4, "num_global": 2},
     "bigbird": {"block": 16, "num_random_blocks": 1, "max_len": 64},
+    "performer": {"num_features": 24},
+    "linear": {},
 }
 
 
@@ -201,3 +203,15 @@ def test_variant_pallas_matches_xla(name):
         run = jax.jit(lambda state, x, mask, graph=graph: nnx.merge(graph, state)(x, mask, deterministic=True))
         outs.append(np.asarray(run(state, x, mask)))
     np.testing.assert_allclose(outs[1], outs[0], atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e12])
+def test_linear_kernel_normaliser_has_no_epsilon_bias(scale):
+    """Features scaled by s cancel in the ratio: the output is the same at any s (an epsilon added
+    to a normaliser of size s^2 would pull small-s outputs towards 0)."""
+    q, k, v, mask = inputs(1, 40, 1, 16, [30])
+    q, k = np.abs(q) + 0.1, np.abs(k) + 0.1  # positive features, as FAVOR+ gives
+    call = lambda s: np.asarray(linear_attention(q * s, k * s, v, key_mask=mask, feature_map="identity", block=16,  # noqa: E731
+                                                 impl="pallas", interpret=True))
+    # float32 rounding of sums of 40 positive terms: a relative 1e-5 is well above it.
+    np.testing.assert_allclose(call(scale), call(1.0), rtol=1e-5, atol=1e-6)

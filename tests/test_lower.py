@@ -75,7 +75,7 @@ def test_attention_dropout_trains_with_xla_and_says_why():
     config.model.attention_dropout_rate = 0.1
     described, result = lower.lower_one(config, "tpu")
     assert result == "ok"
-    assert described == ("encoder/blocks/attention=xla (attention dropout is not in the kernels), "
+    assert described == ("encoder/blocks/0/attention=xla (attention dropout is not in the kernels), "
                          "eval pallas-mosaic-splash")
 
 

@@ -115,6 +115,7 @@ class TokenMixer(nnx.Module):
 
     length_invariant = True
     kernel_names: dict[str, str] = {}
+    uses_attention_dropout = True  # False where no attention weights are formed (nothing to drop)
 
     def __init__(
         self,
@@ -154,7 +155,8 @@ class TokenMixer(nnx.Module):
         if not self.kernel_names:
             return kernels.KernelPlan(kernels.XLA, self.target.platform)
         return kernels.plan(self.impl, self.target, self.kernel_names,
-                            dropout_active=self.dropout_rate > 0 and not deterministic,
+                            dropout_active=self.uses_attention_dropout and self.dropout_rate > 0
+                            and not deterministic,
                             unsupported=self.kernel_limits(self.target.platform))
 
 
