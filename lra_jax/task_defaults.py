@@ -246,7 +246,8 @@ def get_config(arg: str | None = None, attention: dict | None = None) -> ml_coll
     """
     task, scale = parse(arg)
     config = _TASK_CONFIGS[task](scale)
-    config.attention = dict(name="softmax", impl="xla")
+    # impl "auto": the variant's Pallas kernel on GPU (Triton) and TPU (splash), XLA on CPU.
+    config.attention = dict(name="softmax", impl="auto")
     config.attention.update(attention or {})
     config.lock()
     return config

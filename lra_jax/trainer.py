@@ -42,7 +42,8 @@ from lra_jax.models.classifier import build_model
 # Settings that may change between a run and its resumption; any other change is refused.
 # attention.query_chunk (additive) trades speed for memory and leaves the function unchanged.
 RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_every", "data.data_dir",
-                     "data.cache_dir", "val_examples", "attention.query_chunk"}
+                     "data.cache_dir", "val_examples", "attention.query_chunk",
+                     "attention.impl"}  # a kernel computes the same function: a run may resume on another
 
 # Settings added after runs were recorded, with the value that behaves as those runs did: a saved
 # config without the key is read as having that value.
@@ -310,8 +311,10 @@ def create_train_state(config: ml_collections.ConfigDict, task: tasks.TaskSpec, 
 
 def attention_settings(graphdef: nnx.GraphDef, state: dict[str, Any]) -> dict[str, Any]:
     """The settings the model's attention layers were built with, defaults and derived values
-    included (`registry.layer_settings`): what ran, where the config may say None."""
-    return registry.layer_settings(nnx.merge(graphdef, state["params"], state["rest"]))
+    included (`registry.layer_settings`): what ran, where the config may say None; under
+    "kernels", the kernel each attention layer runs (`registry.layer_kernels`)."""
+    model = nnx.merge(graphdef, state["params"], state["rest"])
+    return {**registry.layer_settings(model), "kernels": registry.layer_kernels(model)}
 
 
 def dropout_key(config: ml_collections.ConfigDict) -> jax.Array:
@@ -335,6 +338,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     graphdef, tx, state = create_train_state(config, task, mesh)
     num_parameters = sum(x.size for x in jax.tree.leaves(state["params"]))
     attention = attention_settings(graphdef, state)
+    for line in registry.describe_kernels(attention["kernels"]):
+        print(line)
     os.makedirs(workdir, exist_ok=True)
     results_path = os.path.join(workdir, "results.json")
 

@@ -10,7 +10,7 @@
 # same `python -m lra_jax.train ...`, jax.distributed.initialize() joins them into one program, and the
 # batch is split over all chips. Requirements on the workers:
 #   - the repository checked out at $REPO_DIR with its virtual environment (.venv) installed
-#     (set SETUP=1 to run `git pull && pip install -e .` there first);
+#     (set SETUP=1 to run `git pull && pip install -e ".[tpu]"` there first: jax's TPU build, libtpu);
 #   - --root on storage every host sees (Filestore / NFS / gcsfuse mount): checkpoints and results.json
 #     are written there, and a rerun of this script resumes interrupted runs and skips finished ones.
 # Environment: REPO_DIR (default ~/lra_jax), PROJECT (default: gcloud's), SETUP=1, DRY_RUN=1 (print only).
@@ -38,7 +38,7 @@ ssh_all() {
 }
 
 if [[ -n "${SETUP:-}" ]]; then
-  ssh_all "git pull --ff-only && pip install -q -e ."
+  ssh_all "git pull --ff-only && pip install -q -e '.[tpu]'"
 fi
 
 # The plan is made locally (same repository, same --root as the workers see it).

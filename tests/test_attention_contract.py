@@ -1,8 +1,11 @@
-"""The attention contract (the `lra_jax.attention.core` docstring), checked for every registered variant.
+"""The attention contract (the `lra_jax.attention.core` docstring), checked for every registered variant
+and every TPU kernel.
 
 A new variant joins this suite by registering; `SETTINGS` may give it small
 settings so that the checks exercise its approximation (a window smaller than n,
-fewer features than n) rather than a degenerate limit.
+fewer features than n) rather than a degenerate limit. A variant with a TPU
+kernel also runs every check as "<name>@tpu": built for a TPU target with
+impl="pallas", its kernel (jax's splash attention) runs in the Pallas interpreter.
 """
 
 import jax
@@ -11,6 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from lra_jax import kernels
 from lra_jax.attention import registry
 
 DIM, HEADS, N, EXTRA = 32, 4, 24, 8
@@ -33,7 +37,17 @@ SETTINGS = {
 }
 
 
+def variant(name):
+    """"local@tpu" -> "local"."""
+    return name.split("@")[0]
+
+
 def build(name, *, dtype=jnp.float32, dropout_rate=0.0, seed=0):
+    if "@" in name:  # the variant's kernel for that platform, interpreted
+        with kernels.target_platform(name.split("@")[1], interpret=True):
+            return registry.build(variant(name), dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), max_len=N + EXTRA,
+                                  dropout_rate=dropout_rate, dtype=dtype, impl="pallas",
+                                  **SETTINGS.get(variant(name), {}))
     return registry.build(
         name,
         dim=DIM,
@@ -69,7 +83,10 @@ def real(out, mask):
     return np.asarray(jnp.where(mask[..., None], out, 0.0))
 
 
-@pytest.fixture(params=registry.names())
+TPU_KERNELS = [f"{name}@tpu" for name in registry.names() if "mosaic" in registry.get(name).kernel_names]
+
+
+@pytest.fixture(params=registry.names() + TPU_KERNELS)
 def name(request):
     return request.param
 
@@ -92,7 +109,7 @@ def test_padding_content_does_not_leak(name):
 
 
 def test_appended_padding_does_not_change_real_outputs(name):
-    if not registry.get(name).length_invariant:
+    if not registry.get(variant(name)).length_invariant:
         pytest.skip(f"{name} depends on the padded length by construction (see its docstring)")
     x, mask = inputs()
     model = build(name)
@@ -152,6 +169,8 @@ def test_bfloat16_runs_and_stays_close_to_float32(name):
 
 
 def test_training_mode_uses_the_given_key_and_respects_padding(name):
+    if "@" in name:
+        pytest.skip("attention dropout is not in the kernels: training mode runs the XLA form, checked above")
     x, mask = inputs()
     model = build(name, dropout_rate=0.3)
     out_a = model(x, mask, deterministic=False, rngs=nnx.Rngs(1))
@@ -164,10 +183,10 @@ def test_training_mode_uses_the_given_key_and_respects_padding(name):
 
 def test_every_setting_is_read_back_from_the_built_layer(name):
     """Run records (results.json, bench JSON) read each setting back from the layer: none may be lost."""
-    given = SETTINGS.get(name, {})
+    given = SETTINGS.get(variant(name), {})
     settings = registry.layer_settings(build(name, dtype=jnp.bfloat16))
-    assert settings.keys() == {"name", *registry.settings_of(name)}
-    assert settings["name"] == name and settings["dtype"] == "bfloat16" and settings["max_len"] == N + EXTRA
+    assert settings.keys() == {"name", *registry.settings_of(variant(name))}
+    assert settings["name"] == variant(name) and settings["dtype"] == "bfloat16" and settings["max_len"] == N + EXTRA
     for key, value in given.items():
         assert settings[key] == value, key
     assert all(value is not None for value in settings.values()), settings

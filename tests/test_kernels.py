@@ -1,11 +1,13 @@
 """Every kernel implementation against its pure-jnp reference, forward and gradient.
 
 One parametrisation (`CASES`) names each kernel call; `test_matches_reference`
-runs it with impl="pallas" (interpret=True on CPU; compiled on a GPU in
-`test_compiled_matches_reference`) and impl="xla" (the reference) and compares
-outputs and the gradients of a random projection of them with respect to q, k, v.
-Shapes stay small (n <= 128, blocks of 16/32) so the file runs in about a minute
-on two CPU cores in interpret mode.
+runs it with impl="pallas" for each platform's kernel (the Triton kernels for
+"gpu", jax's splash attention for "tpu"; interpret=True on CPU, compiled on the
+matching accelerator in `test_compiled_matches_reference`) and impl="xla" (the
+reference) and compares outputs and the gradients of a random projection of them
+with respect to q, k, v. Shapes stay small (n <= 128, blocks of 16/32; splash
+pads to its 128 block, so none of these lengths is a multiple of its block) so
+the file runs in about two minutes on two CPU cores in interpret mode.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from flax import nnx
 
 from lra_jax.attention import registry
-from lra_jax.kernels import pallas_available
+from lra_jax.kernels import pallas_available, tpu_available
 from lra_jax.kernels.block_sparse import block_sparse_attention
 from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.flash import flash_attention
@@ -25,6 +27,7 @@ from lra_jax.kernels.flash.reference import masked_attention
 from lra_jax.kernels.linear import linear_attention
 
 needs_gpu = pytest.mark.skipif(not pallas_available(), reason="compiled Pallas kernels need a GPU")
+needs_tpu = pytest.mark.skipif(not tpu_available(), reason="compiled Mosaic kernels need a TPU")
 
 
 def inputs(b, n, h, d, lengths, dtype=np.float32, seed=0):
@@ -62,19 +65,23 @@ CASES = {
 }
 
 
-def _run(case, impl, interpret, dtype=np.float32):
+# The TPU path has no linear kernel (linear attention on TPU is the XLA form).
+TPU_CASES = [case for case in CASES if case != "linear"]
+
+
+def _run(case, impl, interpret, dtype=np.float32, platform="gpu"):
     """(output, grads of <out, r> w.r.t. q, k, v) of one case, jitted."""
     fn, b, n, h, d, lengths = CASES[case]
     q, k, v, mask = inputs(b, n, h, d, lengths, dtype)
     r = np.random.default_rng(1).standard_normal((b, n, h, d)).astype(np.float32)
-    call = lambda q, k, v: fn(q, k, v, mask, impl=impl, interpret=interpret)
+    call = lambda q, k, v: fn(q, k, v, mask, impl=impl, interpret=interpret, platform=platform)
     loss = lambda q, k, v: jnp.sum(call(q, k, v).astype(jnp.float32) * r)
     out, grads = jax.jit(lambda q, k, v: (call(q, k, v), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)))(q, k, v)
     return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads], mask
 
 
-def _compare(case, interpret):
-    out, grads, mask = _run(case, "pallas", interpret)
+def _compare(case, interpret, platform="gpu"):
+    out, grads, mask = _run(case, "pallas", interpret, platform=platform)
     ref_out, ref_grads, _ = _run(case, "xla", False)
     assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
     np.testing.assert_allclose(out, ref_out, atol=2e-5, rtol=2e-5)
@@ -88,10 +95,21 @@ def test_matches_reference(case):
     _compare(case, interpret=True)
 
 
+@pytest.mark.parametrize("case", TPU_CASES)
+def test_tpu_kernel_matches_reference(case):
+    _compare(case, interpret=True, platform="tpu")
+
+
 @needs_gpu
 @pytest.mark.parametrize("case", list(CASES))
 def test_compiled_matches_reference(case):
     _compare(case, interpret=False)
+
+
+@needs_tpu
+@pytest.mark.parametrize("case", TPU_CASES)
+def test_compiled_tpu_kernel_matches_reference(case):
+    _compare(case, interpret=False, platform="tpu")
 
 
 def test_flash_reference_is_softmax_attention():
@@ -113,15 +131,20 @@ def test_block_sparse_reference_is_a_masked_softmax():
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=1e-6)
 
 
-def test_bf16_flash_within_bf16_tolerance():
-    out, grads, _ = _run("flash", "pallas", True, dtype=jnp.bfloat16)
-    ref_out, ref_grads, _ = _run("flash", "xla", False, dtype=np.float32)
+@pytest.mark.parametrize("case,platform", [("flash", "gpu"), ("flash", "tpu"), ("local-globals", "tpu"),
+                                           ("block-mask", "tpu")])
+def test_bf16_kernel_within_bf16_tolerance(case, platform):
+    # bf16 keeps 8 bits of mantissa (relative rounding 2^-8 ~ 4e-3 per operand); outputs and grads
+    # here are O(1) sums of a few dozen such terms, so a few 1e-2 is the bf16 error, not a bug.
+    out, grads, _ = _run(case, "pallas", True, dtype=jnp.bfloat16, platform=platform)
+    ref_out, ref_grads, _ = _run(case, "xla", False, dtype=np.float32)
     np.testing.assert_allclose(out, ref_out, atol=3e-2, rtol=3e-2)
     for g, ref in zip(grads, ref_grads):
         np.testing.assert_allclose(g, ref, atol=6e-2, rtol=6e-2)
 
 
-def test_all_padding_rows_are_zero_and_finite():
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_all_padding_rows_are_zero_and_finite(platform):
     """A sequence of length 0 and a real query with no real key: zero output, finite gradients."""
     q, k, v, mask = inputs(2, 32, 1, 16, [0, 12])
     query_mask = np.ones_like(mask)  # every query real, even where no key is
@@ -129,9 +152,9 @@ def test_all_padding_rows_are_zero_and_finite():
         return lambda q, k, v: jnp.sum(fn(q, k, v) ** 2)
     for fn in (
         lambda q, k, v: flash_attention(q, k, v, key_mask=mask, query_mask=query_mask, block_q=16, block_k=16,
-                                        impl="pallas", interpret=True),
+                                        impl="pallas", interpret=True, platform=platform),
         lambda q, k, v: block_sparse_attention(q, k, v, key_mask=mask, query_mask=query_mask, window=3, block=16,
-                                               impl="pallas", interpret=True),
+                                               impl="pallas", interpret=True, platform=platform),
     ):
         out, grads = jax.jit(lambda q, k, v, fn=fn: (fn(q, k, v), jax.grad(loss(fn), (0, 1, 2))(q, k, v)))(q, k, v)
         out = np.asarray(out)
@@ -163,6 +186,8 @@ VARIANTS = {
     "strided": {"stride": 8},
     "longformer": {"window": 4, "num_global": 2},
     "bigbird": {"block": 16, "num_random_blocks": 1, "max_len": 64},
+    "performer": {"num_features": 24},
+    "linear": {},
 }
 
 
@@ -178,3 +203,15 @@ def test_variant_pallas_matches_xla(name):
         run = jax.jit(lambda state, x, mask, graph=graph: nnx.merge(graph, state)(x, mask, deterministic=True))
         outs.append(np.asarray(run(state, x, mask)))
     np.testing.assert_allclose(outs[1], outs[0], atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e12])
+def test_linear_kernel_normaliser_has_no_epsilon_bias(scale):
+    """Features scaled by s cancel in the ratio: the output is the same at any s (an epsilon added
+    to a normaliser of size s^2 would pull small-s outputs towards 0)."""
+    q, k, v, mask = inputs(1, 40, 1, 16, [30])
+    q, k = np.abs(q) + 0.1, np.abs(k) + 0.1  # positive features, as FAVOR+ gives
+    call = lambda s: np.asarray(linear_attention(q * s, k * s, v, key_mask=mask, feature_map="identity", block=16,  # noqa: E731
+                                                 impl="pallas", interpret=True))
+    # float32 rounding of sums of 40 positive terms: a relative 1e-5 is well above it.
+    np.testing.assert_allclose(call(scale), call(1.0), rtol=1e-5, atol=1e-6)

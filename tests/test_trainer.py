@@ -80,6 +80,9 @@ def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, dat
         assert results[key] is not None, key
     assert results["task"] == "listops" and results["variant"] == "linformer"
     assert results["attention"]["k"] == 8 and results["attention"]["share_kv"] is False  # given, and default
+    # the kernel each attention layer ran: impl "auto" on this CPU is XLA, with no fallback to explain
+    kernels_ran = {(e["platform"], e["train"], e["eval"], e["reason"]) for e in results["attention"]["kernels"]}
+    assert kernels_ran == {("cpu", "xla", "xla", None)}
     assert 0.0 <= results["test_accuracy"] <= 1.0 and results["num_parameters"] > 1000
     assert results["examples_per_second"] == pytest.approx(results["steps_per_second"] * 16)
     lines = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]

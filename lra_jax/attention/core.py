@@ -41,7 +41,7 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float
 
 from lra_jax.errors import ConfigError
-from lra_jax.kernels import kernel_choice
+from lra_jax import kernels
 
 # Logit given to masked keys. Finite, so a row with every key masked gives a uniform
 # (not NaN) softmax; far below any real logit, so it gets zero weight otherwise.
@@ -119,12 +119,19 @@ class TokenMixer(nnx.Module):
       length_invariant: False for a variant whose real outputs change when padding
         is appended (e.g. an FFT over the padded length); its docstring must say why.
         The contract suite skips only that one check for it.
-      has_kernel: True for a variant with a Pallas kernel (lra_jax/kernels); the
-        others refuse impl="pallas" and treat "auto" as "xla".
+      kernel_names: the variant's Pallas kernel per backend ("triton": GPU, "mosaic": TPU),
+        named as runs record them (lra_jax/kernels); a variant without any refuses
+        impl="pallas" and treats "auto" as "xla".
+
+    The layer is built for the kernel target current at build time
+    (`lra_jax.kernels.current_target()`: the platform jax runs on, or the one set by
+    `kernels.target_platform`, e.g. by the lowering tool); `kernel_plan` says which
+    kernel a call runs there, and why not a kernel where one was asked for.
     """
 
     length_invariant = True
-    has_kernel = False
+    kernel_names: dict[str, str] = {}
+    uses_attention_dropout = True  # False where no attention weights are formed (nothing to drop)
 
     def __init__(
         self,
@@ -141,7 +148,7 @@ class TokenMixer(nnx.Module):
             raise ConfigError(f"model width {dim} is not divisible by num_heads={num_heads}")
         if impl not in IMPLS:
             raise ConfigError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
-        if impl == "pallas" and not self.has_kernel:
+        if impl == "pallas" and not self.kernel_names:
             raise ConfigError(
                 f"attention variant {type(self).__name__} has no Pallas kernel; "
                 "set config.attention.impl='xla' (or 'auto')"
@@ -153,12 +160,20 @@ class TokenMixer(nnx.Module):
         self.dtype = dtype
         self.dropout_rate = dropout_rate
         self.impl = impl
+        self.target = kernels.current_target()
 
-    def kernel(self, deterministic: bool) -> tuple[bool, bool]:
-        """(run the Pallas kernel?, in the interpreter?) for this call; see `kernels.kernel_choice`."""
-        if not self.has_kernel:
-            return False, False
-        return kernel_choice(self.impl, dropout_active=self.dropout_rate > 0 and not deterministic)
+    def kernel_limits(self, platform: str) -> str | None:
+        """Why this layer's settings keep its kernel from running on `platform`, or None."""
+        return None
+
+    def kernel_plan(self, deterministic: bool) -> kernels.KernelPlan:
+        """The kernel a call runs (training: deterministic=False) on the layer's target."""
+        if not self.kernel_names:
+            return kernels.KernelPlan(kernels.XLA, self.target.platform)
+        return kernels.plan(self.impl, self.target, self.kernel_names,
+                            dropout_active=self.uses_attention_dropout and self.dropout_rate > 0
+                            and not deterministic,
+                            unsupported=self.kernel_limits(self.target.platform))
 
 
 class Attention(TokenMixer):

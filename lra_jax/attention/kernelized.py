@@ -69,7 +69,9 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from lra_jax.attention.core import Attention, divide_or_zero, unit_vectors
 from lra_jax.attention.registry import register
+from lra_jax import kernels
 from lra_jax.errors import ConfigError
+from lra_jax.kernels.linear import linear_attention as fused_linear_attention
 
 def kernel_attention(
     phi_q: Float[Array, "b n h m"],
@@ -134,12 +136,15 @@ def favor_attention(
     v: Float[Array, "b n h d"],
     mask: Bool[Array, "b n"],
     w: Float[Array, "m d"],
+    plan: kernels.KernelPlan | None = None,
 ) -> Float[Array, "b n h d"]:
     """FAVOR+ estimate of softmax(q k^T / sqrt(d)) v over the real keys, with random features w.
 
     Padded keys get phi = 0. The per-feature key stabilisers c_r and per-query stabilisers t_i
     of the module docstring cancel exactly in the ratio (the 1/sqrt(m) of phi cancels too), so
     the result is the FAVOR+ estimator itself, to float32 round-off at any norm of q and k.
+    With a `plan` that uses a Pallas kernel, the two reductions and the read-out run in the
+    fused linear kernel (`lra_jax.kernels.linear`, features given, no epsilon either).
     """
     key_mask = mask[:, :, None, None]
     log_k = jnp.where(key_mask, favor_log_features(k, w), -jnp.inf)  # padded keys: exp(-inf) = 0
@@ -149,6 +154,9 @@ def favor_attention(
 
     log_q = favor_log_features(q, w) + key_max
     phi_q = jnp.exp(log_q - jax.lax.stop_gradient(jnp.max(log_q, axis=-1, keepdims=True)))
+    if plan is not None and plan.uses_pallas:
+        return fused_linear_attention(phi_q, phi_k, v, key_mask=mask, feature_map="identity", impl="pallas",
+                                      interpret=plan.interpret, platform=plan.platform).astype(v.dtype)
     return kernel_attention(phi_q, phi_k, v).astype(v.dtype)
 
 
@@ -166,6 +174,7 @@ def _key_for_features(rngs: nnx.Rngs, fallback: str) -> PRNGKeyArray:
 
 @register("performer")
 class PerformerAttention(Attention):
+
     """Performer attention with FAVOR+ positive orthogonal random features (see module docstring).
 
     The feature matrix W [num_features, head_dim] is shared by all heads, drawn at init from
@@ -181,6 +190,9 @@ class PerformerAttention(Attention):
         dropout stream), so the model does not overfit one draw; the stored W is left as is
         and used whenever deterministic=True (evaluation is reproducible).
     """
+
+    kernel_names = {"triton": kernels.TRITON}  # lra_jax.kernels.linear (identity features); none for TPU
+    uses_attention_dropout = False
 
     def __init__(
         self,
@@ -208,7 +220,7 @@ class PerformerAttention(Attention):
                 raise ValueError("performer with redraw=True needs `rngs` when deterministic=False")
             key = _key_for_features(rngs, "dropout")
             w = orthogonal_random_features(key, self.num_features, self.head_dim)
-        return favor_attention(q, k, v, mask, w)
+        return favor_attention(q, k, v, mask, w, self.kernel_plan(deterministic))
 
 
 # ----------------------------------------------------------------------- Linear Transformer
@@ -229,8 +241,16 @@ def linear_attention(
     k: Float[Array, "b n h d"],
     v: Float[Array, "b n h d"],
     mask: Bool[Array, "b n"],
+    plan: kernels.KernelPlan | None = None,
 ) -> Float[Array, "b n h d"]:
-    """Non-causal linear attention (eq. 6) over the real keys; padded keys get phi = 0."""
+    """Non-causal linear attention (eq. 6) over the real keys; padded keys get phi = 0.
+
+    With a `plan` that uses a Pallas kernel, the fused linear kernel computes the same
+    (elu + 1 features applied inside it, `lra_jax.kernels.linear`).
+    """
+    if plan is not None and plan.uses_pallas:
+        return fused_linear_attention(q, k, v, key_mask=mask, feature_map="elu", impl="pallas",
+                                      interpret=plan.interpret, platform=plan.platform)
     phi_k = jnp.where(mask[:, :, None, None], elu_features(k), 0.0)
     return kernel_attention(elu_features(q), phi_k, v).astype(v.dtype)
 
@@ -242,8 +262,11 @@ class LinearAttention(Attention):
     Args: as `Attention`; dropout_rate is unused (no attention weights are formed).
     """
 
+    kernel_names = {"triton": kernels.TRITON}  # lra_jax.kernels.linear; none for TPU
+    uses_attention_dropout = False
+
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
-        return linear_attention(q, k, v, mask)
+        return linear_attention(q, k, v, mask, self.kernel_plan(deterministic))
 
 
 # ----------------------------------------------------------------------------------- Taylor

@@ -84,6 +84,45 @@ def layer_settings(model: nnx.Module) -> dict[str, Any]:
     return settings
 
 
+def layer_kernels(model: nnx.Module) -> list[dict[str, Any]]:
+    """The kernel each attention layer of `model` runs, as built (for its kernel target).
+
+    One entry per layer: its path in the model ("encoder/blocks/attention"; a scanned
+    stack of layers is one entry), the platform, the kernel of a training call and of an
+    evaluation call ("xla", "pallas-triton", "pallas-mosaic-splash"), whether the kernel
+    runs in the Pallas interpreter, and why a layer runs XLA where its impl asked for a
+    kernel (attention dropout, a setting the kernel lacks, no kernel for the platform).
+    """
+    entries = []
+    for path, node in nnx.iter_graph(model):
+        if not hasattr(type(node), "variant_name"):
+            continue
+        train, evaluate = node.kernel_plan(deterministic=False), node.kernel_plan(deterministic=True)
+        entries.append({
+            "layer": "/".join(str(part) for part in path) or node.variant_name,
+            "platform": evaluate.platform,
+            "train": train.kernel,
+            "eval": evaluate.kernel,
+            "interpreted": evaluate.uses_pallas and evaluate.interpret,
+            "reason": evaluate.reason or train.reason,
+        })
+    return entries
+
+
+def describe_kernels(entries: list[dict[str, Any]]) -> list[str]:
+    """One line per distinct kernel choice of `layer_kernels`, for the console (said once per run)."""
+    lines = []
+    for entry in entries:
+        kernel = entry["eval"] if entry["train"] == entry["eval"] else (
+            f"{entry['train']} in training, {entry['eval']} in evaluation")
+        line = f"attention kernel on {entry['platform']}: {kernel}" + (" (interpreted)" if entry["interpreted"] else "")
+        if entry["reason"]:
+            line += f"; XLA where {entry['reason']}"
+        if line not in lines:
+            lines.append(line)
+    return lines
+
+
 def build(name: str, *, dim: int, num_heads: int, rngs: nnx.Rngs, **settings: Any) -> nnx.Module:
     """Builds variant `name` with model width `dim`, `num_heads` heads and its `settings`."""
     cls = get(name)

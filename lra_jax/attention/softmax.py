@@ -3,9 +3,10 @@
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d)) V,  padded keys masked out.
 
 O(n^2) time and memory in the sequence length n with impl="xla". With
-impl="pallas" (or "auto" on a GPU) `attend` runs the FlashAttention kernel of
-`lra_jax.kernels.flash` (Dao et al. 2022): the same function in O(n) memory;
-attention dropout is not in the kernel, so training with dropout > 0 uses XLA.
+impl="pallas" (or "auto" on a GPU or TPU) `attend` runs a FlashAttention kernel
+of `lra_jax.kernels.flash` (Dao et al. 2022; Triton on GPU, jax's splash
+attention on TPU): the same function in O(n) memory; attention dropout is not in
+the kernels, so training with dropout > 0 uses XLA.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from jaxtyping import Array, Bool, Float
 
 from lra_jax.attention.core import Attention, masked_softmax
 from lra_jax.attention.registry import register
+from lra_jax.kernels import SPLASH, TRITON
 from lra_jax.kernels.flash import flash_attention
 
 
@@ -41,11 +43,12 @@ def softmax_attention(
 class SoftmaxAttention(Attention):
     """Full scaled dot-product attention over all real tokens; impl="pallas" runs the flash kernel."""
 
-    has_kernel = True
+    kernel_names = {"triton": TRITON, "mosaic": SPLASH}
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
-        use_kernel, interpret = self.kernel(deterministic)
-        if use_kernel:
-            return flash_attention(q, k, v, key_mask=mask, impl="pallas", interpret=interpret)
+        plan = self.kernel_plan(deterministic)
+        if plan.uses_pallas:
+            return flash_attention(q, k, v, key_mask=mask, impl="pallas", interpret=plan.interpret,
+                                   platform=plan.platform)
         probs = self.drop(attention_weights(q, k, mask), deterministic=deterministic, rngs=rngs)
         return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)

@@ -27,19 +27,21 @@ the same symmetric window, wherever it sits.
 
 `strided`, `longformer` and `bigbird` are described in their class docstrings.
 
-Kernels: with impl="pallas" (or "auto" on a GPU) the four variants run the
-block-sparse Pallas kernel of `lra_jax.kernels.block_sparse` (the FlashAttention
-online softmax over a block layout; see its api docstring for how each pattern
-maps onto it): the same function, never materialising even the blocked scores.
-Attention dropout is not in the kernel, so training with dropout > 0 uses XLA,
-as do the merged single-head strided pattern and BigBird with a block size that
-is not a power of two >= 16.
+Kernels: with impl="pallas" (or "auto" on a GPU or TPU) the four variants run
+the block-sparse kernel of `lra_jax.kernels.block_sparse`: on GPU our Triton
+kernel (the FlashAttention online softmax over a block layout), on TPU jax's
+splash attention with the pattern as its mask (see the api docstring for how
+each pattern maps onto them): the same function, never materialising even the
+blocked scores. Attention dropout is not in the kernels, so training with
+dropout > 0 uses XLA, as do the merged single-head strided pattern and, on GPU,
+BigBird with a block size that is not a power of two >= 16.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from jaxtyping import Array, Bool, Float
 
@@ -52,6 +54,7 @@ from lra_jax.attention.core import (
 )
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
+from lra_jax.kernels import SPLASH, TRITON
 from lra_jax.kernels.block_sparse import block_sparse_attention
 from lra_jax.kernels.flash import flash_attention
 
@@ -141,7 +144,7 @@ class LocalAttention(Attention):
       **common: shared settings of `Attention` (max_len, dropout_rate, dtype, impl).
     """
 
-    has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+    kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
 
     def __init__(self, dim: int, num_heads: int, *, window: int = 128, rngs: nnx.Rngs, **common):
         if window < 0:
@@ -150,10 +153,10 @@ class LocalAttention(Attention):
         self.window = window
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
-        use_kernel, interpret = self.kernel(deterministic)
-        if use_kernel:
+        plan = self.kernel_plan(deterministic)
+        if plan.uses_pallas:
             return block_sparse_attention(q, k, v, key_mask=mask, window=self.window, impl="pallas",
-                                          interpret=interpret)
+                                          interpret=plan.interpret, platform=plan.platform)
         b, n, h, d = v.shape
         probs, block, padded = local_weights(q, k, mask, self.window)
         probs = self.drop(probs, deterministic=deterministic, rngs=rngs)
@@ -198,7 +201,7 @@ class StridedAttention(Attention):
       **common: shared settings of `Attention` (max_len, dropout_rate, dtype, impl).
     """
 
-    has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+    kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
 
     def __init__(self, dim: int, num_heads: int, *, stride: int = 128, rngs: nnx.Rngs, **common):
         if stride < 1:
@@ -211,9 +214,9 @@ class StridedAttention(Attention):
         stride = max(1, min(self.stride, n))
         num_blocks = -(-n // stride)
         padded = num_blocks * stride
-        use_kernel, interpret = self.kernel(deterministic)
-        if use_kernel and h > 1:
-            return self._attend_kernel(q, k, v, mask, stride, num_blocks, interpret)
+        plan = self.kernel_plan(deterministic)
+        if plan.uses_pallas:
+            return self._attend_kernel(q, k, v, mask, stride, num_blocks, plan)
         grid = lambda x: _blocks(_pad_to(x, padded), num_blocks, stride)  # noqa: E731  [b c l ...]
         q, k, v, key_mask = grid(q), grid(k), grid(v), grid(mask)
         scale = jnp.sqrt(d).astype(q.dtype)
@@ -250,12 +253,18 @@ class StridedAttention(Attention):
             out = jnp.concatenate([local_out, strided_out], axis=3)
         return out.reshape(b, padded, h, d)[:, :n]
 
-    def _attend_kernel(self, q, k, v, mask, stride: int, num_blocks: int, interpret: bool):
+    def kernel_limits(self, platform: str) -> str | None:
+        if self.num_heads == 1:
+            return "the merged single-head strided pattern (num_heads=1) is not in the kernels"
+        return None
+
+    def _attend_kernel(self, q, k, v, mask, stride: int, num_blocks: int, plan):
         """Both head groups as segment attention: blocks i // l, and i mod l in a permuted order."""
         n, h = q.shape[1], q.shape[2]
         def attend(q, k, v, mask, segments):
             return block_sparse_attention(q, k, v, key_mask=mask, query_segments=segments,
-                                          key_segments=segments, impl="pallas", interpret=interpret)
+                                          key_segments=segments, impl="pallas", interpret=plan.interpret,
+                                          platform=plan.platform)
 
         local_heads, strided_heads = slice(0, h // 2), slice(h // 2, h)
         local_out = attend(q[..., local_heads, :], k[..., local_heads, :], v[..., local_heads, :], mask,
@@ -303,7 +312,7 @@ class LongformerAttention(Attention):
       **common: shared settings of `Attention` (max_len, dropout_rate, dtype, impl).
     """
 
-    has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+    kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
 
     def __init__(
         self, dim: int, num_heads: int, *, window: int = 128, num_global: int = 1, rngs: nnx.Rngs, **common
@@ -342,15 +351,16 @@ class LongformerAttention(Attention):
         q_global, k_global, v_global = global_qkv if global_qkv is not None else (q[:, :num_global], k, v)
         drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
         scale = jnp.sqrt(d).astype(q.dtype)
-        use_kernel, interpret = self.kernel(deterministic)
-        if use_kernel:
+        plan = self.kernel_plan(deterministic)
+        if plan.uses_pallas:
             out = block_sparse_attention(q, k, v, key_mask=mask, window=self.window,
-                                         global_keys=jnp.arange(n) < num_global, impl="pallas",
-                                         interpret=interpret)
+                                         global_keys=np.arange(n) < num_global, impl="pallas",
+                                         interpret=plan.interpret, platform=plan.platform)
             if not num_global:
                 return out
             global_out = flash_attention(q_global, k_global, v_global.astype(v.dtype), key_mask=mask,
-                                         query_mask=mask[:, :num_global], impl="pallas", interpret=interpret)
+                                         query_mask=mask[:, :num_global], impl="pallas",
+                                         interpret=plan.interpret, platform=plan.platform)
             return jnp.concatenate([global_out.astype(out.dtype), out[:, num_global:]], axis=1)
 
         # Every row: its window and the global keys, in one softmax.
@@ -445,7 +455,7 @@ class BigBirdAttention(Attention):
       **common: shared settings of `Attention`; max_len is required.
     """
 
-    has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+    kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
 
     def __init__(
         self,
@@ -479,6 +489,11 @@ class BigBirdAttention(Attention):
             random_layout(rngs.params(), num_blocks, num_global_blocks, num_random_blocks)
         )
 
+    def kernel_limits(self, platform: str) -> str | None:
+        if platform != "tpu" and (self.block < 16 or self.block & (self.block - 1)):
+            return f"the Triton kernel needs a power-of-two block >= 16, got block={self.block}"
+        return None
+
     def block_mask(self, num_blocks: int) -> Bool[Array, "c c"]:
         """[C, C] key blocks of each query block: all for global rows, else window, global and random."""
         block_ids = jnp.arange(num_blocks)
@@ -500,10 +515,11 @@ class BigBirdAttention(Attention):
             )
         padded = num_blocks * block
         num_global = min(self.num_global_blocks, num_blocks)
-        use_kernel, interpret = self.kernel(deterministic)
-        if use_kernel and block >= 16 and block & (block - 1) == 0:
+        plan = self.kernel_plan(deterministic)
+        if plan.uses_pallas:
             return block_sparse_attention(q, k, v, key_mask=mask, block_mask=self.block_mask(num_blocks),
-                                          block=block, impl="pallas", interpret=interpret)
+                                          block=block, impl="pallas", interpret=plan.interpret,
+                                          platform=plan.platform)
         q, k, v, mask = (_pad_to(x, padded) for x in (q, k, v, mask))
         drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
         scale = jnp.sqrt(d).astype(q.dtype)

@@ -20,9 +20,13 @@ How the sparse variants map onto it (`lra_jax.attention.sparse`):
   bigbird     block_mask with the window, global and random blocks at the model's
               block size B (so B must be a power of two >= 16 for the kernel).
 
-impl="pallas" derives the block layout (the block pairs that may hold an allowed
-pair, intersected with block_mask) and runs the kernel; impl="xla" is the dense
-n x n reference; "auto" is the kernel on GPU. Shapes: q [b, nq, h, d],
+impl="pallas" runs the kernel of the target platform (`platform`, default
+`lra_jax.kernels.current_target()`): on GPU it derives the block layout (the
+block pairs that may hold an allowed pair, intersected with block_mask) and runs
+the Triton kernel; on TPU it maps the pattern onto jax's splash attention
+(`pallas_tpu`: band, global rows and columns and block matrix as its mask,
+segments and key padding as its segment ids). impl="xla" is the dense n x n
+reference; "auto" is the kernel on GPU/TPU and XLA on CPU. Shapes: q [b, nq, h, d],
 k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
 """
 
@@ -33,9 +37,9 @@ import math
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import resolve_impl
+from lra_jax.kernels import pallas_backend, resolve_impl
 from lra_jax.kernels.block_sparse import layout as layouts
-from lra_jax.kernels.block_sparse import pallas_gpu, reference
+from lra_jax.kernels.block_sparse import pallas_gpu, pallas_tpu, reference
 from lra_jax.kernels.flash.api import (
     kernel_block,
     masks_from,
@@ -62,6 +66,7 @@ def block_sparse_attention(
     scale: float | None = None,
     impl: str = "auto",
     interpret: bool = False,
+    platform: str | None = None,
 ) -> Float[Array, "b q h d"]:
     """Softmax attention restricted to the pattern (module docstring); padded query rows are 0.
 
@@ -73,11 +78,19 @@ def block_sparse_attention(
         be a power of two >= 16.
       scale: softmax scale, default 1 / sqrt(d).
       impl: "auto" | "xla" | "pallas". interpret: Pallas interpreter (CPU tests).
+      platform: "gpu" (Triton) or "tpu" (splash); default: the current kernel target.
     """
     b, nq, _, d = q.shape
     nk = k.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     key_mask, query_mask = masks_from(nq, nk, b, key_mask, query_mask, lengths)
+    resolved = resolve_impl(impl, interpret, platform)
+    if resolved == "pallas" and pallas_backend(platform) == "mosaic":
+        out = pallas_tpu.attention(
+            q, k, v, key_mask, query_mask, window=window, query_segments=query_segments,
+            key_segments=key_segments, global_queries=global_queries, global_keys=global_keys,
+            block_mask=block_mask, block=block, scale=scale, interpret=interpret)
+        return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
     if block_mask is None:
         block = kernel_block(max(nq, nk), block)
     elif block != kernel_block(block, block):
@@ -100,7 +113,7 @@ def block_sparse_attention(
     if block_mask is not None:
         block_mask = jnp.asarray(block_mask, bool)[: nq_pad // block, : nk_pad // block]
 
-    if resolve_impl(impl, interpret) == "xla":
+    if resolved == "xla":
         return reference.attention(q, k, v, key_code[:, :nk], query_code[:nq], q_seg[:nq], k_seg[:nk],
                                    query_mask, rule, block_mask, block, scale)
 

@@ -1,8 +1,10 @@
 """Dense softmax attention with key padding, choosing the kernel: `flash_attention(..., impl=)`.
 
-impl="pallas" runs the FlashAttention kernel of `pallas_gpu` (Dao et al. 2022,
-Alg. 1/2; O(n) memory), impl="xla" the jnp reference (an explicit n x n matrix),
-impl="auto" the kernel on GPU and XLA elsewhere. Shapes: q [b, nq, h, d],
+impl="pallas" runs a FlashAttention kernel (Dao et al. 2022, Alg. 1/2; O(n)
+memory): `pallas_gpu` (Triton) for a GPU target, jax's splash attention
+(`pallas_tpu`, Mosaic) for a TPU target; impl="xla" the jnp reference (an
+explicit n x n matrix); impl="auto" the kernel on GPU/TPU and XLA on CPU. The
+target is `platform`, by default `lra_jax.kernels.current_target()`. Shapes: q [b, nq, h, d],
 k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
 """
 
@@ -14,8 +16,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import resolve_impl
-from lra_jax.kernels.flash import pallas_gpu, reference
+from lra_jax.kernels import pallas_backend, resolve_impl
+from lra_jax.kernels.flash import pallas_gpu, pallas_tpu, reference
 
 
 def masks_from(
@@ -69,6 +71,7 @@ def flash_attention(
     block_q: int = 64,
     block_k: int = 64,
     interpret: bool = False,
+    platform: str | None = None,
 ) -> Float[Array, "b q h d"]:
     """softmax(scale q k^T) v over the real keys; padded query rows and rows without keys are 0.
 
@@ -79,13 +82,23 @@ def flash_attention(
       impl: "auto" | "xla" | "pallas".
       block_q, block_k: kernel block sizes (rounded to powers of two >= 16).
       interpret: run the Pallas kernel in the interpreter (CPU tests).
+      platform: "gpu" (Triton) or "tpu" (splash); default: the current kernel target.
     """
     b, nq, _, d = q.shape
     nk = k.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     key_mask, query_mask = masks_from(nq, nk, b, key_mask, query_mask, lengths)
-    if resolve_impl(impl, interpret) == "xla":
+    if resolve_impl(impl, interpret, platform) == "xla":
         return reference.attention(q, k, v, key_mask, query_mask, scale)
+    if pallas_backend(platform) == "mosaic":
+        nq_pad, nk_pad = (-(-x // pallas_tpu.BLOCK) * pallas_tpu.BLOCK for x in (nq, nk))
+        out = pallas_tpu.attention(
+            pad_axis(q, 1, nq_pad), pad_axis(k, 1, nk_pad), pad_axis(v, 1, nk_pad),
+            pallas_tpu.segment_ids(pad_axis(query_mask, 1, nq_pad, False)),
+            pallas_tpu.segment_ids(pad_axis(key_mask, 1, nk_pad, False)),
+            pallas_tpu.full_mask(nq_pad, nk_pad), scale, interpret)[:, :nq]
+        keep = query_mask & key_mask.any(1, keepdims=True)  # a row with no real key is 0, as in the reference
+        return jnp.where(keep[:, :, None, None], out, jnp.zeros((), out.dtype))
 
     block_q, block_k = kernel_block(nq, block_q), kernel_block(nk, block_k)
     nq_pad, nk_pad, d_pad = -(-nq // block_q) * block_q, -(-nk // block_k) * block_k, padded_head_dim(d)

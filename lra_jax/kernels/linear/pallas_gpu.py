@@ -4,13 +4,14 @@ Linear Transformer / Performer attention (Katharopoulos et al. 2020, eq. 6;
 Choromanski et al. 2021): one program per (batch, head) streams the key blocks
 once to accumulate S = sum_j m_j phi(k_j) v_j^T [m, d] and z = sum_j m_j phi(k_j)
 [m] in float32 on chip, then streams the query blocks to write
-out_i = phi(q_i)^T S / (phi(q_i)^T z + eps). The feature map (elu + 1, or the
+out_i = phi(q_i)^T S / phi(q_i)^T z (0 where that normaliser is 0: no real key; no
+epsilon, which would bias small normalisers). The feature map (elu + 1, or the
 identity for features computed outside, e.g. FAVOR+) is applied in the kernel,
 so phi(q), phi(k) never reach memory; the XLA form writes them and S, then
 reads them back (two einsums).
 
 Backward (custom_vjp, recomputing S and z): with g_i = dL/dout_i,
-    a_i = g_i / den_i,  c_i = -(g_i . out_i) / den_i,
+    a_i = g_i / den_i,  c_i = -(g_i . out_i) / den_i  (both 0 where den_i = 0),
     dphi(q_i) = S a_i + c_i z,  dS = sum_i phi(q_i) a_i^T,  dz = sum_i c_i phi(q_i),
     dphi(k_j) = m_j (dS v_j + dz),  dv_j = m_j dS^T phi(k_j),
 chained through the feature map; one program per (batch, head), three passes.
@@ -63,21 +64,22 @@ def _sums(k_ref, v_ref, mask_ref, block, num_blocks, feature_map, num_features):
     return lax.fori_loop(0, num_blocks, body, (jnp.zeros((m, d), jnp.float32), jnp.zeros((1, m), jnp.float32)))
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, mask_ref, o_ref, *, block, num_blocks, feature_map, num_features, eps):
+def _fwd_kernel(q_ref, k_ref, v_ref, mask_ref, o_ref, *, block, num_blocks, feature_map, num_features):
     s, z = _sums(k_ref, v_ref, mask_ref, block, num_blocks, feature_map, num_features)
 
     def body(t, _):
         rows = pl.ds(t * block, block)
         phi_q, _ = _phi(q_ref[rows, :], feature_map, num_features)
-        den = jnp.sum(phi_q * z, axis=1) + eps
-        o_ref[rows, :] = (_dot(phi_q, s) / den[:, None]).astype(o_ref.dtype)
+        den = jnp.sum(phi_q * z, axis=1)
+        inv = jnp.where(den != 0, 1.0 / jnp.where(den != 0, den, 1.0), 0.0)
+        o_ref[rows, :] = (_dot(phi_q, s) * inv[:, None]).astype(o_ref.dtype)
         return 0
 
     lax.fori_loop(0, num_blocks, body, 0)
 
 
 def _bwd_kernel(q_ref, k_ref, v_ref, mask_ref, g_ref, dq_ref, dk_ref, dv_ref, *, block, num_blocks, feature_map,
-                num_features, eps):
+                num_features):
     s, z = _sums(k_ref, v_ref, mask_ref, block, num_blocks, feature_map, num_features)
     m, d = s.shape
 
@@ -86,10 +88,11 @@ def _bwd_kernel(q_ref, k_ref, v_ref, mask_ref, g_ref, dq_ref, dk_ref, dv_ref, *,
         rows = pl.ds(t * block, block)
         phi_q, dphi_q = _phi(q_ref[rows, :], feature_map, num_features)
         g = g_ref[rows, :].astype(jnp.float32)
-        den = jnp.sum(phi_q * z, axis=1) + eps
-        out = _dot(phi_q, s) / den[:, None]
-        a = g / den[:, None]
-        c = -jnp.sum(g * out, axis=1) / den
+        den = jnp.sum(phi_q * z, axis=1)
+        inv = jnp.where(den != 0, 1.0 / jnp.where(den != 0, den, 1.0), 0.0)
+        out = _dot(phi_q, s) * inv[:, None]
+        a = g * inv[:, None]
+        c = -jnp.sum(g * out, axis=1) * inv
         dphi = _dot(a, s, trans_b=True) + c[:, None] * z
         dq_ref[rows, :] = (dphi * dphi_q).astype(dq_ref.dtype)
         return ds + _dot(phi_q, a, trans_a=True), dz + jnp.sum(c[:, None] * phi_q, axis=0)[None, :]
@@ -115,13 +118,13 @@ def _specs(b, n, h, m, d):
     return full(m), full(d), pl.BlockSpec((None, n), lambda bb, hh: (bb, 0))
 
 
-def _forward(q, k, v, key_code, block, feature_map, num_features, eps, interpret):
+def _forward(q, k, v, key_code, block, feature_map, num_features, interpret):
     b, n, h, m = q.shape
     d = v.shape[-1]
     fm, fd, fmask = _specs(b, n, h, m, d)
     return pl.pallas_call(
         functools.partial(_fwd_kernel, block=block, num_blocks=n // block, feature_map=feature_map,
-                          num_features=num_features, eps=eps),
+                          num_features=num_features),
         grid=(b, h),
         in_specs=[fm, fm, fd, fmask],
         out_specs=fd,
@@ -132,24 +135,24 @@ def _forward(q, k, v, key_code, block, feature_map, num_features, eps, interpret
     )(q, k, v, key_code)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
-def attention(q, k, v, key_code, block, feature_map, num_features, eps, interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def attention(q, k, v, key_code, block, feature_map, num_features, interpret):
     """Fused kernelized attention [b, n, h, d]; key_code int32 [b, n] (> 0 on real keys)."""
-    return _forward(q, k, v, key_code, block, feature_map, num_features, eps, interpret)
+    return _forward(q, k, v, key_code, block, feature_map, num_features, interpret)
 
 
-def _attention_fwd(q, k, v, key_code, block, feature_map, num_features, eps, interpret):
-    return _forward(q, k, v, key_code, block, feature_map, num_features, eps, interpret), (q, k, v, key_code)
+def _attention_fwd(q, k, v, key_code, block, feature_map, num_features, interpret):
+    return _forward(q, k, v, key_code, block, feature_map, num_features, interpret), (q, k, v, key_code)
 
 
-def _attention_bwd(block, feature_map, num_features, eps, interpret, residuals, g):
+def _attention_bwd(block, feature_map, num_features, interpret, residuals, g):
     q, k, v, key_code = residuals
     b, n, h, m = q.shape
     d = v.shape[-1]
     fm, fd, fmask = _specs(b, n, h, m, d)
     dq, dk, dv = pl.pallas_call(
         functools.partial(_bwd_kernel, block=block, num_blocks=n // block, feature_map=feature_map,
-                          num_features=num_features, eps=eps),
+                          num_features=num_features),
         grid=(b, h),
         in_specs=[fm, fm, fd, fmask, fd],
         out_specs=[fm, fm, fd],

@@ -1,0 +1,197 @@
+"""Lowers every train step for the accelerators from any machine: `python -m lra_jax.tools.lower`.
+
+    python -m lra_jax.tools.lower --platforms=cuda,tpu --variants=all --tasks=all --scale=full
+
+For each (variant, task, scale, platform) the whole jitted train step (forward,
+backward, optimizer update) of the config `configs/<variant>.py:<task>,<scale>`,
+and its evaluation step, are lowered with `jax.export` for that platform, with the attention kernels chosen
+for the target platform, not for the machine running the command
+(`lra_jax.kernels.target_platform`): `auto` and `pallas` mean Triton for cuda and
+splash attention (Mosaic) for tpu. The state and batch are abstract
+(`jax.ShapeDtypeStruct`), so nothing full-size is allocated here. Full scale means
+the real LRA shapes in the config's dtype: ListOps 2000, Text 1000 and 4000,
+Retrieval 2 x 4000, Image 1024, Pathfinder 1024, Path-X 16384.
+
+Prints one row per combination: variant, task, platform, the kernel each
+attention layer lowered to in the train step (and in the evaluation step where it
+differs: attention dropout is not in the kernels, so a config with attention
+dropout trains with XLA attention and evaluates with the kernel) (checked against the lowered module: a Pallas kernel
+must appear in it as its custom call) and ok or the error's first line. Exits 1
+if any row fails, 2 on bad input. Export's refusal to serialize the kernels'
+custom calls is disabled: only the lowering matters here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib
+import os
+import sys
+import time
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from lra_jax import kernels
+from lra_jax.errors import LraError
+
+PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
+SCALES = ("full", "mini")
+# The custom-call targets of the Pallas kernels: Triton on GPU, Mosaic on TPU.
+KERNEL_CALLS = {"gpu": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
+TEXT_LONG = 4000  # the LRA paper's second Text length, lowered at full scale besides the config's 1000
+
+
+def config_modules() -> dict[str, str]:
+    """attention name -> config module ("configs.linformer"), from each configs/*.py's default config."""
+    import configs
+
+    found = {}
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(configs.__file__), "*.py"))):
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if stem in ("__init__", "base"):
+            continue
+        module = f"configs.{stem}"
+        found.setdefault(importlib.import_module(module).get_config().attention.name, module)
+    return found
+
+
+def _select(spec: str, known: list[str], what: str) -> list[str]:
+    chosen = known if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in known]
+    if unknown or not chosen:
+        raise LraError(f"unknown {what} {', '.join(unknown) or repr(spec)}; choose from all, {', '.join(known)}")
+    return chosen
+
+
+def combinations(variants: list[str], tasks: list[str], scale: str) -> list[tuple[str, str, int | None]]:
+    """(variant, task, max_len override or None): full-scale Text twice, at 1000 and 4000."""
+    rows = []
+    for variant in variants:
+        for task in tasks:
+            rows.append((variant, task, None))
+            if task == "text" and scale == "full":
+                rows.append((variant, task, TEXT_LONG))
+    return rows
+
+
+def abstract_steps(config, platform: str) -> tuple[list[tuple[Any, tuple]], list[dict[str, Any]]]:
+    """([(jitted train step, abstract (state, batch)), (eval step, (state, batch))], the attention
+    layers' kernels) for `platform`."""
+    from lra_jax import trainer
+    from lra_jax.attention import registry
+    from lra_jax.data import tasks
+    from lra_jax.models.classifier import build_model
+
+    task = tasks.get_task(config.task)
+    with kernels.target_platform(platform):
+        model = nnx.eval_shape(lambda: build_model(config, vocab_size=task.vocab_size, num_classes=task.num_classes,
+                                                   rngs=nnx.Rngs(0), dual=task.dual))
+    layer_kernels = registry.layer_kernels(model)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    tx = trainer.make_optimizer(config)
+    state = dict(step=jax.ShapeDtypeStruct((), jnp.int32), params=params, rest=rest,
+                 opt_state=jax.eval_shape(tx.init, params))
+    shape = (config.batch_size, 2, config.max_len) if task.dual else (config.batch_size, config.max_len)
+    batch = {"inputs": jax.ShapeDtypeStruct(shape, jnp.int32),
+             "label": jax.ShapeDtypeStruct((config.batch_size,), jnp.int32)}
+    eval_batch = {**batch, "weight": jax.ShapeDtypeStruct((config.batch_size,), jnp.float32)}
+    steps = [(trainer.make_train_step(graphdef, tx, jax.random.key(0)), (state, batch)),
+             (trainer.make_eval_step(graphdef), (state, eval_batch))]
+    return steps, layer_kernels
+
+
+def lower_one(config, platform: str) -> tuple[str, str]:
+    """(the kernels of the attention layers, "ok" or the error's first line) for one lowering."""
+    target = kernels.platform_of(platform)
+    layer_kernels = []
+    try:
+        steps, layer_kernels = abstract_steps(config, platform)
+        checks = [jax.export.DisabledSafetyCheck.custom_call(call) for call in KERNEL_CALLS.values()]
+        for (step, args), mode in zip(steps, ("train", "eval")):
+            text = jax.export.export(step, platforms=[platform], disabled_checks=checks)(*args).mlir_module()
+            planned = [entry[mode] for entry in layer_kernels if entry[mode] != kernels.XLA]
+            if planned and KERNEL_CALLS.get(target, "\0") not in text:
+                return describe(layer_kernels), f"error: {planned[0]} planned but not in the lowered {mode} step"
+        return describe(layer_kernels), "ok"
+    except Exception as error:  # noqa: BLE001 - one row per failure, the others go on
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return describe(layer_kernels), f"error: {type(error).__name__}: {first[:300]}"
+
+
+def describe(layer_kernels: list[dict[str, Any]]) -> str:
+    """"layer=kernel" per attention layer of the train step, with the reason for an XLA fallback."""
+    parts = []
+    for entry in layer_kernels:
+        part = f"{entry['layer']}={entry['train']}"
+        if entry["reason"] and entry["train"] == kernels.XLA:
+            part += f" ({entry['reason']})"
+        if entry["eval"] != entry["train"]:
+            part += f", eval {entry['eval']}"
+        parts.append(part)
+    return "; ".join(parts) or "-"
+
+
+def load_config(module: str, task: str, scale: str, max_len: int | None = None,
+                attention_dropout_rate: float | None = None):
+    """The config `<module>:<task>,<scale>`, with max_len and the attention dropout overridden where given."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        config = importlib.import_module(module).get_config(f"{task},{scale}")
+    if max_len is not None:
+        config.max_len = max_len
+    if attention_dropout_rate is not None:
+        config.model.attention_dropout_rate = attention_dropout_rate
+    return config
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m lra_jax.tools.lower", description=__doc__.splitlines()[0])
+    parser.add_argument("--platforms", default="cuda,tpu", help="comma-separated: cuda, rocm, tpu, cpu")
+    parser.add_argument("--variants", default="all", help="'all' or comma-separated attention names")
+    parser.add_argument("--tasks", default="all", help="'all' or comma-separated LRA tasks")
+    parser.add_argument("--scale", default="full", help="full | mini")
+    parser.add_argument("--attention_dropout_rate", type=float, default=None,
+                        help="override config.model.attention_dropout_rate (0: the kernels in the train step too)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    from configs import base
+
+    try:
+        platforms = _select(args.platforms, list(PLATFORMS), "platform")
+        modules = config_modules()
+        variants = _select(args.variants, sorted(modules), "variant")
+        tasks = _select(args.tasks, list(base.TASKS), "task")
+        if args.scale not in SCALES:
+            raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+    start, failures, count = time.perf_counter(), 0, 0
+    print(f"{'variant':<17}{'task':<15}{'platform':<9}{'result':<7}attention kernels")
+    for variant, task, max_len in combinations(variants, tasks, args.scale):
+        config = load_config(modules[variant], task, args.scale, max_len, args.attention_dropout_rate)
+        label = f"{task}:{config.max_len}" if max_len else task
+        for platform in platforms:
+            kernel_text, result = lower_one(config, platform)
+            count += 1
+            failures += result != "ok"
+            status = "ok" if result == "ok" else "FAIL"
+            print(f"{variant:<17}{label:<15}{platform:<9}{status:<7}{kernel_text}"
+                  + ("" if result == "ok" else f"\n    {result}"), flush=True)
+    seconds = time.perf_counter() - start
+    print(f"{count - failures}/{count} lowered ({args.scale} scale) in {seconds:.0f} s on "
+          f"{jax.devices()[0].device_kind}" + (f"; {failures} failed" if failures else ""))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
