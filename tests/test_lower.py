@@ -59,7 +59,7 @@ def test_kernel_forward_and_backward_lower(name, platform):
 @pytest.mark.parametrize("variant", ["softmax", "local", "bigbird", "performer"])
 def test_full_scale_pathx_train_step_lowers_for_gpu_and_tpu(variant):
     """Path-X at 16,384 tokens, its config's dtype; attention dropout 0 so the train step runs the kernel."""
-    module = lower.config_modules()[variant]
+    module = lower.config_files()[variant]
     config = lower.load_config(module, "pathx", "full", attention_dropout_rate=0.0)
     assert config.max_len == 128 * 128
     for platform, kernel in (("cuda", kernels.TRITON), ("tpu", kernels.SPLASH)):
@@ -71,7 +71,7 @@ def test_full_scale_pathx_train_step_lowers_for_gpu_and_tpu(variant):
 
 
 def test_attention_dropout_trains_with_xla_and_says_why():
-    config = lower.load_config(lower.config_modules()["local"], "pathx", "mini")
+    config = lower.load_config(lower.config_files()["local"], "pathx", "mini")
     config.model.attention_dropout_rate = 0.1
     described, result = lower.lower_one(config, "tpu")
     assert result == "ok"

@@ -60,7 +60,6 @@ class) is unused: there is nothing to drop.
 
 from __future__ import annotations
 
-import math
 
 import jax
 import jax.numpy as jnp

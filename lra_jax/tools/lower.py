@@ -24,19 +24,16 @@ custom calls is disabled: only the lowering matters here.
 from __future__ import annotations
 
 import argparse
-import glob
-import importlib
-import os
 import sys
 import time
-import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_jax import kernels
+from lra_jax import config_paths, kernels, task_defaults
+from lra_jax.attention import registry
 from lra_jax.errors import LraError
 
 PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
@@ -46,18 +43,9 @@ KERNEL_CALLS = {"gpu": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
 TEXT_LONG = 4000  # the LRA paper's second Text length, lowered at full scale besides the config's 1000
 
 
-def config_modules() -> dict[str, str]:
-    """attention name -> config module ("configs.linformer"), from each configs/*.py's default config."""
-    import configs
-
-    found = {}
-    for path in sorted(glob.glob(os.path.join(os.path.dirname(configs.__file__), "*.py"))):
-        stem = os.path.splitext(os.path.basename(path))[0]
-        if stem in ("__init__", "base"):
-            continue
-        module = f"configs.{stem}"
-        found.setdefault(importlib.import_module(module).get_config().attention.name, module)
-    return found
+def config_files() -> dict[str, str]:
+    """attention name -> its config file (`config_paths.variant_path`), for the variants that have one."""
+    return {name: path for name in registry.names() if (path := config_paths.variant_path(name))}
 
 
 def _select(spec: str, known: list[str], what: str) -> list[str]:
@@ -136,12 +124,10 @@ def describe(layer_kernels: list[dict[str, Any]]) -> str:
     return "; ".join(parts) or "-"
 
 
-def load_config(module: str, task: str, scale: str, max_len: int | None = None,
+def load_config(path: str, task: str, scale: str, max_len: int | None = None,
                 attention_dropout_rate: float | None = None):
-    """The config `<module>:<task>,<scale>`, with max_len and the attention dropout overridden where given."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        config = importlib.import_module(module).get_config(f"{task},{scale}")
+    """The config `<path>:<task>,<scale>`, with max_len and the attention dropout overridden where given."""
+    config = config_paths.load(f"{path}:{task},{scale}")
     if max_len is not None:
         config.max_len = max_len
     if attention_dropout_rate is not None:
@@ -162,13 +148,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    from configs import base
-
     try:
         platforms = _select(args.platforms, list(PLATFORMS), "platform")
-        modules = config_modules()
-        variants = _select(args.variants, sorted(modules), "variant")
-        tasks = _select(args.tasks, list(base.TASKS), "task")
+        files = config_files()
+        variants = _select(args.variants, sorted(files), "variant")
+        tasks = _select(args.tasks, list(task_defaults.TASKS), "task")
         if args.scale not in SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
     except LraError as error:
@@ -178,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     start, failures, count = time.perf_counter(), 0, 0
     print(f"{'variant':<17}{'task':<15}{'platform':<9}{'result':<7}attention kernels")
     for variant, task, max_len in combinations(variants, tasks, args.scale):
-        config = load_config(modules[variant], task, args.scale, max_len, args.attention_dropout_rate)
+        config = load_config(files[variant], task, args.scale, max_len, args.attention_dropout_rate)
         label = f"{task}:{config.max_len}" if max_len else task
         for platform in platforms:
             kernel_text, result = lower_one(config, platform)
