@@ -133,12 +133,27 @@ def make_eval_step(graphdef: nnx.GraphDef):
 
 
 def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) -> dict[str, float]:
-    """Accuracy and mean loss over a whole split."""
+    """Accuracy and mean loss over a whole split.
+
+    At most two eval steps are in flight, as in the train loop. Queuing a whole split deadlocks
+    a mesh of several CPU devices: XLA's CPU client admits at most 32 computations per device,
+    and past that a step's all-reduce can wait forever for a device whose share of the same step
+    was never admitted ("Expected 2 threads to join the rendezvous").
+    """
     totals = {"loss": 0.0, "correct": 0.0, "count": 0.0}
-    batches = pipeline.prefetch_to_mesh(pipeline.eval_batches(*split, batch_size=batch_size), mesh)
-    sums = [eval_step(state, batch) for batch in batches]
-    for key in totals:
-        totals[key] = float(sum(s[key] for s in sums))
+
+    def add(sums):  # waits for that step
+        for key in totals:
+            totals[key] += float(sums[key])
+
+    previous = None
+    for batch in pipeline.prefetch_to_mesh(pipeline.eval_batches(*split, batch_size=batch_size), mesh):
+        sums = eval_step(state, batch)
+        if previous is not None:
+            add(previous)
+        previous = sums
+    if previous is not None:
+        add(previous)
     return {"accuracy": totals["correct"] / totals["count"], "loss": totals["loss"] / totals["count"]}
 
 
