@@ -12,10 +12,14 @@ class MetricsWriter:
     """`write(step, {"train/loss": 0.7, ...})` appends one JSON line and one scalar per key.
 
     A run resumed at step s first drops the JSON lines of steps after s, written
-    before the interruption and about to be written again.
+    before the interruption and about to be written again. With `enabled=False` (every process
+    of a multi-process run but the first) it writes nothing.
     """
 
-    def __init__(self, workdir: str | os.PathLike, start_step: int = 0):
+    def __init__(self, workdir: str | os.PathLike, start_step: int = 0, enabled: bool = True):
+        self.enabled = enabled
+        if not enabled:
+            return
         path = os.path.join(workdir, "metrics.jsonl")
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:
@@ -27,6 +31,8 @@ class MetricsWriter:
         self.tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
+        if not self.enabled:
+            return
         scalars = {key: float(value) for key, value in scalars.items()}
         self.jsonl.write(json.dumps({"step": step, **scalars}) + "\n")
         self.jsonl.flush()
@@ -35,5 +41,7 @@ class MetricsWriter:
         self.tensorboard.flush()
 
     def close(self) -> None:
+        if not self.enabled:
+            return
         self.jsonl.close()
         self.tensorboard.close()
