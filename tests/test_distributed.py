@@ -14,6 +14,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from lra_jax import distributed
+from lra_jax.errors import LraError
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The multi-device command, shortened: 400 val and 400 test examples in batches of 8 are
@@ -146,3 +149,40 @@ def test_two_processes_match_one_process_on_two_devices_and_resume_after_sigterm
     assert worst < 1e-4
     with open(workdir / "results.json", encoding="utf-8") as f:
         assert json.load(f)["devices"]["count"] == 2
+
+
+@pytest.mark.parametrize("flags,env,expected", [
+    ((None, 2, 0), {}, "missing --coordinator_address \\(or JAX_COORDINATOR_ADDRESS\\)"),
+    ((None, None, None), {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "2"},
+     "missing --process_id \\(or JAX_PROCESS_ID\\)"),
+    (("localhost", 2, 0), {}, "'localhost' is not HOST:PORT"),
+    (("127.0.0.1:1234", 2, 2), {}, "process id 2 is not in 0..1"),
+    ((None, None, None), {"JAX_COORDINATOR_ADDRESS": "h:1", "JAX_NUM_PROCESSES": "two", "JAX_PROCESS_ID": "0"},
+     "must be integers"),
+])
+def test_partial_or_malformed_multi_process_settings_are_named(flags, env, expected, monkeypatch):
+    for name in distributed.ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(LraError, match=expected):
+        distributed.explicit_settings(*flags)
+
+
+def test_settings_from_flags_win_over_the_environment(monkeypatch):
+    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:9999")
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "4")
+    monkeypatch.setenv("JAX_PROCESS_ID", "3")
+    assert distributed.explicit_settings(None, None, 1) == {
+        "coordinator_address": "10.0.0.1:9999", "num_processes": 4, "process_id": 1}
+    for name in distributed.ENV.values():
+        monkeypatch.delenv(name)
+    assert distributed.explicit_settings(None, None, None) is None  # detect the cluster
+
+
+def test_a_partial_setting_on_the_command_line_is_one_line(tmp_path):
+    done = run_train(["--config=configs/linformer.py:listops,mini", "--distributed"], tmp_path / "run",
+                     tmp_path / "cache", timeout=120, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID="0")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("error: a multi-process run needs all of"), done.stderr
+    assert "Traceback" not in done.stderr
