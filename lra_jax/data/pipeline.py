@@ -45,7 +45,8 @@ def train_batches(tokens: np.ndarray, labels: np.ndarray, *, batch_size: int, se
         step = (epoch + 1) * steps_per_epoch
 
 
-def eval_batches(tokens: np.ndarray, labels: np.ndarray, *, batch_size: int, rows: slice = slice(None)) -> Iterator[Batch]:
+def eval_batches(tokens: np.ndarray, labels: np.ndarray, *, batch_size: int,
+                 rows: slice = slice(None)) -> Iterator[Batch]:
     """Every example once, in order; the last batch is filled with padding of weight 0.
 
     `rows` picks this process's part of every global batch (`process_rows`); every process
