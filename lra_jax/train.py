@@ -15,7 +15,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lra_jax import config_errors, step_timing, trainer
+from lra_jax import config_errors, distributed, step_timing, trainer
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import LraError
 
@@ -23,8 +23,13 @@ config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/linfo
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, results.json); "
                     "default runs/<variant>-<task>-<scale>.")
-flags.DEFINE_bool("distributed", False, "Multi-host run (TPU pod, Slurm): call jax.distributed.initialize() "
-                  "first; JAX finds the coordinator from the cluster environment.")
+flags.DEFINE_bool("distributed", False, "Multi-process run (TPU pod, Slurm, several processes on one machine): "
+                  "join it first. The cluster is detected, or give the three flags below (or JAX_COORDINATOR_ADDRESS, "
+                  "JAX_NUM_PROCESSES, JAX_PROCESS_ID).")
+flags.DEFINE_string("coordinator_address", None, "HOST:PORT of process 0, the same for every process; implies "
+                    "--distributed.")
+flags.DEFINE_integer("num_processes", None, "How many processes the run has; implies --distributed.")
+flags.DEFINE_integer("process_id", None, "This process's id, 0 to num_processes - 1; implies --distributed.")
 flags.DEFINE_bool("estimate", False, "Train nothing: time a few train steps on random tokens of the config's "
                   "shape (no data needed) and print the projected training time as one JSON line.")
 FLAGS = flags.FLAGS
@@ -40,8 +45,13 @@ def main(argv: list[str]) -> None:
     if FLAGS.config is None:
         raise app.UsageError("--config is required, e.g. --config=configs/linformer.py:listops,mini")
     logging.set_verbosity(logging.WARNING)
-    if FLAGS.distributed:
-        jax.distributed.initialize()
+    try:
+        explicit = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+        if FLAGS.distributed or any(value is not None for value in explicit):
+            distributed.initialize(*explicit)
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     jax.config.update("jax_compilation_cache_dir", os.path.join(default_cache_dir(), "jax"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)

@@ -30,6 +30,7 @@ import ml_collections
 import numpy as np
 import optax
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
@@ -120,9 +121,10 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, ke
     update was not skipped (`tx` wrapped in optax.apply_if_finite with `skipped_updates` > 0 skips
     up to that many in a row; a skipped step also keeps the non-Param state it had).
     """
+    key_data, key_impl = np.asarray(jax.random.key_data(key)), jax.random.key_impl(key)  # host constant
 
     def train_step(state, batch):
-        step_key = jax.random.fold_in(key, state["step"])
+        step_key = jax.random.fold_in(jax.random.wrap_key_data(key_data, impl=key_impl), state["step"])
 
         def loss_fn(params):
             # copy=True: a fresh model whose non-Param state (e.g. Routing's centroids) may be updated here
@@ -163,12 +165,28 @@ def make_eval_step(graphdef: nnx.GraphDef):
 
 
 def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) -> dict[str, float]:
-    """Accuracy and mean loss over a whole split."""
+    """Accuracy and mean loss over a whole split, once (each process feeds its rows of each batch).
+
+    At most two eval steps are in flight, as in the train loop. Queuing a whole split deadlocks
+    a mesh of several CPU devices: XLA's CPU client admits at most 32 computations per device,
+    and past that a step's all-reduce can wait forever for a device whose share of the same step
+    was never admitted ("Expected 2 threads to join the rendezvous").
+    """
     totals = {"loss": 0.0, "correct": 0.0, "count": 0.0}
-    batches = pipeline.prefetch_to_mesh(pipeline.eval_batches(*split, batch_size=batch_size), mesh)
-    sums = [eval_step(state, batch) for batch in batches]
-    for key in totals:
-        totals[key] = float(sum(s[key] for s in sums))
+
+    def add(sums):  # waits for that step
+        for key in totals:
+            totals[key] += float(sums[key])
+
+    previous = None
+    rows = pipeline.process_rows(mesh, batch_size)
+    for batch in pipeline.prefetch_to_mesh(pipeline.eval_batches(*split, batch_size=batch_size, rows=rows), mesh):
+        sums = eval_step(state, batch)
+        if previous is not None:
+            add(previous)
+        previous = sums
+    if previous is not None:
+        add(previous)
     return {"accuracy": totals["correct"] / totals["count"], "loss": totals["loss"] / totals["count"]}
 
 
@@ -184,7 +202,7 @@ def library_versions() -> dict[str, str]:
 
 def peak_memory(compiled) -> dict[str, Any]:
     """Device peak bytes where the backend reports them, else XLA's compiled estimate of the step."""
-    stats = jax.devices()[0].memory_stats() or {}
+    stats = jax.local_devices()[0].memory_stats() or {}
     analysis = compiled.memory_analysis()
     estimate = None
     if analysis is not None:
@@ -201,7 +219,7 @@ def peak_memory(compiled) -> dict[str, Any]:
 
 def available_memory() -> tuple[int | None, str]:
     """Bytes the step may use: the accelerator's limit, or the host's available memory on CPU."""
-    device = jax.devices()[0]
+    device = jax.local_devices()[0]
     limit = (device.memory_stats() or {}).get("bytes_limit")
     if limit:
         return limit, f"the {device.device_kind}"
@@ -228,7 +246,7 @@ def check_fits(memory: dict[str, Any], config: ml_collections.ConfigDict) -> Non
 
 
 def check_workdir_config(config: ml_collections.ConfigDict, workdir: str, resuming: bool) -> None:
-    """Writes config.json; refuses to resume a checkpointed run that was made with another config."""
+    """Writes config.json (process 0 only); refuses to resume a checkpointed run made with another config."""
     path = os.path.join(workdir, "config.json")
     current = json.loads(config.to_json())
     if resuming and os.path.exists(path):
@@ -239,7 +257,8 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str, resumi
                 f"workdir {workdir} holds a run made with a different config ({', '.join(changed)} differ); "
                 "pass a new --workdir, or delete that one to start over"
             )
-    write_json(path, current)
+    if jax.process_index() == 0:
+        write_json(path, current)
 
 
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -280,6 +299,14 @@ class _StopSignal:
     def _handle(self, signum, frame):
         self.requested = True
 
+    def agreed(self) -> bool:
+        """Whether any process was asked to stop (then `requested` is set on all), so that all stop
+        after the same step and save it together. A pod's SIGTERM reaches hosts at different times;
+        with several processes this costs one small all-gather per step."""
+        if jax.process_count() > 1:
+            self.requested = bool(multihost_utils.process_allgather(np.int32(self.requested)).max())
+        return self.requested
+
     def __exit__(self, *exc):
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
@@ -302,11 +329,15 @@ def create_train_state(config: ml_collections.ConfigDict, task: tasks.TaskSpec, 
     init_key = jax.random.fold_in(jax.random.key(config.seed), 0)
     build = lambda key: build_model(config, vocab_size=task.vocab_size,  # noqa: E731
                                     num_classes=task.num_classes, rngs=nnx.Rngs(key), dual=task.dual)
-    nnx.eval_shape(build, init_key)  # configuration errors surface here, before any compilation
-    graphdef, params, rest = nnx.split(nnx.jit(build)(init_key), nnx.Param, ...)
+    # configuration errors surface here, before any compilation
+    graphdef = nnx.split(nnx.eval_shape(build, init_key), nnx.Param, ...)[0]
     tx = make_optimizer(config)
-    state = dict(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
-    return graphdef, tx, jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
+
+    def init():  # the key is made inside: a process-local array cannot enter a multi-process program
+        _, params, rest = nnx.split(build(jax.random.fold_in(jax.random.key(config.seed), 0)), nnx.Param, ...)
+        return dict(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
+
+    return graphdef, tx, jax.jit(init, out_shardings=NamedSharding(mesh, PartitionSpec()))()
 
 
 def attention_settings(graphdef: nnx.GraphDef, state: dict[str, Any]) -> dict[str, Any]:
@@ -332,7 +363,12 @@ def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
-    """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM."""
+    """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM.
+
+    With several processes (`jax.distributed`), all run this together on a shared `workdir`;
+    process 0 alone prints and writes metrics, config.json and results.json.
+    """
+    primary = jax.process_index() == 0
     task = tasks.get_task(config.task)
     mesh = make_mesh()
     graphdef, tx, state = create_train_state(config, task, mesh)
@@ -349,9 +385,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     start = int(state["step"])
     if start >= config.num_train_steps and os.path.exists(results_path):
         with open(results_path, encoding="utf-8") as f:
-            print(f"{workdir}: finished at step {start}; results in {results_path}")
+            if primary:
+                print(f"{workdir}: finished at step {start}; results in {results_path}")
             return json.load(f)
-    if start:
+    if start and primary:
         print(f"{workdir}: resuming from step {start}")
 
     splits = task.load(config)
@@ -359,25 +396,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     eval_step = make_eval_step(graphdef)
     batches = pipeline.prefetch_to_mesh(
         pipeline.train_batches(*splits["train"], batch_size=config.batch_size, seed=config.seed,
-                               start_step=start), mesh)
+                               start_step=start, rows=pipeline.process_rows(mesh, config.batch_size)), mesh)
     first = next(batches)
     train_step = make_train_step(graphdef, tx, dropout_key(config), skipped_updates_allowed(config))
     train_step = train_step.lower(state, first).compile()
     memory = peak_memory(train_step)
     check_fits(memory, config)
 
-    writer = metrics.MetricsWriter(workdir, start_step=start)
+    writer = metrics.MetricsWriter(workdir, start_step=start, enabled=primary)
     schedule = make_schedule(config)
     best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
     window, train_seconds, timed_steps, steps_since_tick = [], 0.0, 0, 0
     progress = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
-                    desc=f"{config.attention.name} {config.task}", mininterval=1.0)
+                    desc=f"{config.attention.name} {config.task}", mininterval=1.0, disable=not primary)
     step = start
     try:
         with _StopSignal() as stop:
             tick = time.perf_counter()
             for batch in itertools.chain([first], batches):
-                if step >= config.num_train_steps or stop.requested:
+                if step >= config.num_train_steps or stop.agreed():
                     break
                 state, step_metrics = train_step(state, batch)
                 if window:  # at most two steps in flight: a stop or a save never waits for a long queue
@@ -416,7 +453,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             if stop.requested and step < config.num_train_steps:
                 checkpoints.save_last(step, state)
     except TrainingDiverged as diverged:
-        write_json(results_path, diverged_record(config, diverged))
+        if primary:
+            write_json(results_path, diverged_record(config, diverged))
         writer.close()
         checkpoints.close()
         raise
@@ -424,7 +462,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         batches.close()
         progress.close()
     if step < config.num_train_steps:
-        print(f"stopped at step {step}; checkpoint saved in {workdir}. Run the same command to resume.")
+        if primary:
+            print(f"stopped at step {step}; checkpoint saved in {workdir}. Run the same command to resume.")
         writer.close()
         checkpoints.close()
         return None
@@ -437,9 +476,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     steps_per_second = timed_steps / train_seconds if timed_steps else None  # None: no step ran here
     results = summarize(config, test, best, splits["test"][1], steps_per_second, memory, num_parameters,
                         attention)
-    write_json(results_path, results)
-    print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
-          f"{best['step']}); results in {results_path}")
+    if primary:
+        write_json(results_path, results)
+        print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
+              f"{best['step']}); results in {results_path}")
     return results
 
 

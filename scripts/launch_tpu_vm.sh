@@ -5,10 +5,11 @@
 #   scripts/launch_tpu_vm.sh lra-v4-32 us-central2-b --variants=all --tasks=all --scales=full --seeds=0,1,2 \
 #       --root=/mnt/shared/runs/sweep
 #
-# The run list comes from `python -m lra_jax.tools.sweep --emit` (runs whose results.json exists are left out).
-# Each command runs on all workers at once (`gcloud ... tpu-vm ssh --worker=all`): every host runs the
-# same `python -m lra_jax.train ...`, jax.distributed.initialize() joins them into one program, and the
-# batch is split over all chips. Requirements on the workers:
+# The run list comes from `python -m lra_jax.tools.sweep --emit --distributed` (runs whose results.json
+# exists are left out). Each command runs on all workers at once (`gcloud ... tpu-vm ssh --worker=all`):
+# every host runs the same `python -m lra_jax.train ... --distributed`, which detects the TPU slice and
+# joins the hosts into one program; each host feeds its own chips' share of every batch, host 0 writes
+# the metrics and results, all hosts save the checkpoints together. Requirements on the workers:
 #   - the repository checked out at $REPO_DIR with its virtual environment (.venv) installed
 #     (set SETUP=1 to run `git pull && pip install -e ".[tpu]"` there first: jax's TPU build, libtpu);
 #   - --root on storage every host sees (Filestore / NFS / gcsfuse mount): checkpoints and results.json
@@ -42,7 +43,7 @@ if [[ -n "${SETUP:-}" ]]; then
 fi
 
 # The plan is made locally (same repository, same --root as the workers see it).
-mapfile -t COMMANDS < <(python -m lra_jax.tools.sweep --emit "$@")
+mapfile -t COMMANDS < <(python -m lra_jax.tools.sweep --emit --distributed "$@")
 echo "${#COMMANDS[@]} runs to do"
 failed=0
 for i in "${!COMMANDS[@]}"; do

@@ -175,6 +175,15 @@ def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
     assert "softmax/seed2 diverged at step 3 (loss nan)" in out.stderr
 
 
+def test_emit_distributed_gives_the_multi_host_form(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "lra_jax.tools.sweep", "--variants=softmax", "--tasks=listops",
+                          f"--root={tmp_path}", "--emit", "--distributed"],
+                         cwd=sweep.REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stdout.strip().splitlines()
+    assert line.startswith("python -m lra_jax.train --config=configs/") and line.endswith(" --distributed")
+
+
 CHILD = """
 import signal, sys, time
 def stop(signum, frame):

@@ -4,6 +4,7 @@ r"""A grid of training runs (variants x tasks x scales x seeds): local, resumabl
     python -m lra_jax.tools.sweep --variants=softmax,linformer --tasks=listops --dry_run   # show the plan
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=mini --estimate      # how long it will take
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
+    python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --emit --distributed   # multi-host form
     python -m lra_jax.tools.sweep --variants=softmax --tasks=listops -- --config.num_train_steps=100
 
 Each run is
@@ -63,6 +64,8 @@ def define_flags() -> None:
     flags.DEFINE_list("seeds", ["0"], "Comma list of seeds.")
     flags.DEFINE_string("root", os.path.join("runs", "sweep"), "Root of the run directories.")
     flags.DEFINE_bool("emit", False, "Print one train command per unfinished run (for a cluster) and exit.")
+    flags.DEFINE_bool("distributed", False, "With --emit: the multi-host form, each command with --distributed, "
+                      "to be run on every host of a TPU VM slice or every node of a Slurm job at once.")
     flags.DEFINE_bool("dry_run", False, "Print the plan (done / resume / new) and exit.")
     flags.DEFINE_bool("estimate", False, "Train nothing: time a few steps of every unfinished run on random "
                       "tokens (`train --estimate`, one process each, no data needed) and print each run's "
@@ -370,7 +373,7 @@ def main(argv: list[str]) -> None:
             elif r.state() == "diverged":
                 print(f"note: {r.name} {r.divergence()}; not emitted", file=sys.stderr)
             elif r.state() != "done":
-                print(shlex.join(["python", *r.command[1:]]))
+                print(shlex.join(["python", *r.command[1:], *(["--distributed"] if FLAGS.distributed else [])]))
         return
     if FLAGS.estimate:
         rows = estimate_runs(runs, capture_output)
