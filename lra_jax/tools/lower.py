@@ -177,5 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failures else 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.lower`, `lra-lower`)."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
