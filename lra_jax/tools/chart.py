@@ -190,10 +190,10 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
             if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
                 ax.scatter([x], [y], s=s, marker="D", facecolor="none" if partial else "0.15",
                            edgecolor="black", linewidth=2.5, alpha=0.6, zorder=3, hatch="xx" if partial else None)
-                continue
-            ax.scatter([x], [y], s=s, facecolor="none" if partial else color, edgecolor=color,
-                       linewidth=2.0, linestyle="--" if partial else "-", alpha=0.75, zorder=3,
-                       hatch="///" if partial else None)
+            else:
+                ax.scatter([x], [y], s=s, facecolor="none" if partial else color, edgecolor=color,
+                           linewidth=2.0, linestyle="--" if partial else "-", alpha=0.75, zorder=3,
+                           hatch="///" if partial else None)
             ax.scatter([x], [y], s=8, color="black", zorder=4)
         labels = [variant + (" (SSM reference)" if variant in REFERENCE_VARIANTS else "")
                   + ("*" if m["missing"] else "") for variant, m, _ in points]
@@ -282,8 +282,8 @@ def _draw_ssm_line(ax, ssm_reference: dict[str, Any] | None) -> None:
         return
     ax.axhline(model["avg5"], color="black", linestyle="--", linewidth=1.5, zorder=2)
     ax.text(0.02, model["avg5"], f"{model['paper_name']} ({model['variant']}; state space, not attention): "
-            f"{model['avg5']:.1f}, {ssm_reference['paper'].split(',')[0]}", transform=ax.get_yaxis_transform(),
-            fontsize=8, va="bottom")
+            f"{model['avg5']:.1f} published (S4D paper; experiments/reference/s4d_paper.json)",
+            transform=ax.get_yaxis_transform(), fontsize=8, va="bottom")
     low, high = ax.get_ylim()
     ax.set_ylim(low, max(high, model["avg5"] + 3))
 
