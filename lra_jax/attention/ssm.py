@@ -2,23 +2,23 @@
 Initialization of Diagonal State Space Models", arXiv:2206.11893), as a token mixer: the
 state-space yardstick next to the attention variants. Not attention: no queries, keys or weights.
 
-Every channel h of the d = H channels is its own single-input single-output SSM (eq. 1)
+Every channel h of the d = H channels is its own single-input single-output SSM
 
     x'(t) = A x(t) + B u(t),    y(t) = C x(t) + D u(t),
 
 with a diagonal complex A = diag(A_0 .. A_{N/2-1}). The state is N-dimensional; its modes come in
 conjugate pairs, so N/2 complex modes are stored and the real kernel is twice the real part.
 
-Parameters, per channel (S4D-Lin, Sec. 4):
+Parameters, per channel (S4D-Lin):
     A_n = -exp(a_n) + i b_n,   a_n = log(1/2), b_n = pi n at initialisation  (A_n = -1/2 + i pi n),
     Delta = exp(log_dt),       log_dt ~ U[log dt_min, log dt_max]  (dt in [1e-3, 1e-1] by default),
     C_n ~ complex normal (unit variance), B_n = 1 (B only ever appears as B * C, so it is folded into
     C, as in the paper's own minimal S4D), D ~ N(0, 1).
 
-Discretisation by zero-order hold (eq. 4):
+Discretisation by zero-order hold:
     A_bar = exp(Delta A),   B_bar = (exp(Delta A) - 1) / A * B.
 
-The convolution kernel (eq. 5-6) is a Vandermonde product, O(n N) per channel for length n:
+The convolution kernel is a Vandermonde product, O(n N) per channel for length n:
     K_l = 2 Re( sum_n C_n B_bar_n A_bar_n^l ),   l = 0 .. n-1,
 and y = K * u + D u, computed by FFT over 2n points, so the linear convolution never wraps around.
 
