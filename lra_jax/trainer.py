@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from lra_jax import checkpointing, metrics
 from lra_jax.attention import registry
+from lra_jax.attention.core import SSMParam
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, TrainingDiverged
 from lra_jax.models.classifier import build_model
@@ -78,26 +79,45 @@ def cosine_schedule(learning_rate: float, warmup_steps: int, total_steps: int) -
     return schedule
 
 
-def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
-    """The learning-rate schedule `config.optimizer.schedule` names."""
+def make_schedule(config: ml_collections.ConfigDict, learning_rate: float | None = None) -> optax.Schedule:
+    """The learning-rate schedule `config.optimizer.schedule` names, at `learning_rate`
+    (default `optimizer.learning_rate`)."""
     opt = config.optimizer
+    rate = opt.learning_rate if learning_rate is None else learning_rate
     if opt.schedule == "rsqrt":
-        return lra_schedule(opt.learning_rate, opt.warmup_steps)
+        return lra_schedule(rate, opt.warmup_steps)
     if opt.schedule == "cosine":
-        return cosine_schedule(opt.learning_rate, opt.warmup_steps, config.num_train_steps)
+        return cosine_schedule(rate, opt.warmup_steps, config.num_train_steps)
     raise ConfigError(f"unknown optimizer.schedule {opt.schedule!r}; choose one of {', '.join(SCHEDULES)}")
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
     """AdamW with the configured schedule, optional global-norm clipping and, with
-    `optimizer.skip_nonfinite_updates` = k > 0, up to k consecutive non-finite updates skipped."""
+    `optimizer.skip_nonfinite_updates` = k > 0, up to k consecutive non-finite updates skipped.
+
+    A config with `optimizer.ssm_learning_rate` (configs/s4d.py) trains state-space parameters
+    (`SSMParam`) with their own AdamW: the same schedule at that rate, no weight decay.
+    """
     opt = config.optimizer
-    tx = optax.adamw(make_schedule(config), b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay)
+
+    def adamw(learning_rate: float, weight_decay: float) -> optax.GradientTransformation:
+        return optax.adamw(make_schedule(config, learning_rate), b1=opt.b1, b2=opt.b2, eps=opt.eps,
+                           weight_decay=weight_decay)
+
+    tx = adamw(opt.learning_rate, opt.weight_decay)
+    if "ssm_learning_rate" in opt:
+        tx = optax.multi_transform({"default": tx, "ssm": adamw(opt.ssm_learning_rate, 0.0)}, parameter_groups)
     if opt.grad_clip_norm > 0:
         tx = optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), tx)
     if skipped_updates_allowed(config):
         tx = optax.apply_if_finite(tx, max_consecutive_errors=skipped_updates_allowed(config))
     return tx
+
+
+def parameter_groups(params):
+    """The optimizer group of each parameter: "ssm" for an `SSMParam`, else "default"."""
+    return jax.tree.map(lambda v: "ssm" if isinstance(v, SSMParam) else "default", params,
+                        is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 def skipped_updates_allowed(config: ml_collections.ConfigDict) -> int:

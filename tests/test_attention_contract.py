@@ -34,6 +34,7 @@ SETTINGS = {
     "taylor": dict(scale=1.0),
     "lightweight_conv": dict(kernel_size=5),
     "dynamic_conv": dict(kernel_size=5),
+    "s4d": dict(state_size=8),
 }
 
 

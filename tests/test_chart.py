@@ -99,13 +99,43 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     # GitHub renders a table only when its delimiter row has one cell per header cell
     lines = table.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("|---")]
-    assert len(heads) == 2
+    assert len(heads) == 3  # ours, the LRA paper's, the S4D paper's
     for i in heads:
         assert lines[i].count("---") == len(lines[i - 1].split("|")) - 2
     # the published panel's table comes from experiments/reference with its source
     assert "Transformer | softmax | 36.37" in table and "arXiv:2011.04006" in table
     with open(paths["svg"], encoding="utf-8") as f:
         assert "(hollow)" in f.read()  # partial-variant legend entry
+
+
+def test_state_space_reference_is_drawn_apart(tmp_path):
+    """s4d is not attention: a labelled row and a diamond on our panel, its published score as a line."""
+    root = tmp_path / "runs"
+    for task in FIVE:
+        write_result(root, task, "softmax", 0, 0.5)
+        write_result(root, task, "s4d", 0, 0.8)
+    bench = tmp_path / "bench.json"
+    write_bench(bench, [("softmax", 1024, "ok", 20.0, 2**30), ("s4d", 1024, "ok", 80.0, 2**29)])
+    paths = chart.make_chart(str(root), str(tmp_path / "out"), bench_path=str(bench), length=1024)
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    assert "| s4d (state-space model, not attention (the reference)) | 80.00" in table
+    assert "S4D-Lin | s4d | 60.52" in table and "| FAIL | 84.07 | 78.39 |" in table and "2206.11893" in table
+    with open(paths["svg"], encoding="utf-8") as f:
+        svg = f.read()
+    assert "s4d: state-space model, not attention" in svg and "S4D-Lin (s4d; state space, not attention)" in svg
+
+
+def test_ssm_reference_file_is_consistent():
+    with open(chart.SSM_REFERENCE, encoding="utf-8") as f:
+        reference = json.load(f)
+    assert "source" in reference and "2206.11893" in reference["paper"]
+    for model in reference["models"]:
+        accuracy = model["accuracy"]
+        assert sum(accuracy[t] for t in FIVE) / 5 == pytest.approx(model["avg5"], abs=0.006), model["paper_name"]
+        path_x = 50.0 if accuracy["path_x"] == "FAIL" else accuracy["path_x"]  # the paper's convention
+        assert (sum(accuracy[t] for t in FIVE) + path_x) / 6 == pytest.approx(model["avg6"], abs=0.006)
+    assert [m["paper_name"] for m in reference["models"] if m["variant"] == "s4d"] == [reference["implemented"]]
 
 
 def test_slow_speeds_keep_their_digits():

@@ -35,6 +35,7 @@ SUBQUADRATIC = {
     "lightweight_conv": dict(),
     "dynamic_conv": dict(),
     "fnet": dict(),
+    "s4d": dict(),  # O(n N) kernel + O(n log n) FFT convolution
 }
 
 

@@ -12,5 +12,6 @@ from lra_jax.attention import (  # noqa: F401
     sinkhorn,
     softmax,
     sparse,
+    ssm,
     synthesizer,
 )

@@ -100,6 +100,11 @@ def unit_vectors(x: Float[Array, "... d"]) -> Float[Array, "... d"]:
     return x * jax.lax.rsqrt(jnp.where(squared > 0, squared, 1.0))
 
 
+class SSMParam(nnx.Param):
+    """A state-space parameter (S4D's A and log step size): the trainer gives these
+    `config.optimizer.ssm_learning_rate` and no weight decay (Gu et al. 2022), the rest as configured."""
+
+
 class TokenMixer(nnx.Module):
     """Base of every variant: the settings all of them accept, checked once.
 

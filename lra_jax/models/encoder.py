@@ -1,7 +1,8 @@
 """The shared Transformer encoder: every attention variant plugs into the same blocks.
 
     x_0 = Embed(tokens) + P            (P learned or sinusoidal, Vaswani et al. 2017 §3.5)
-    x_l = x_{l-1} + Attn(LN(x_{l-1}))  then  x_l = x_l + MLP(LN(x_l))   (pre-LN blocks)
+    x_l = x_{l-1} + Attn(LN(x_{l-1}))  then  x_l = x_l + MLP(LN(x_l))   (pre-LN blocks;
+                                        mlp_dim = 0 leaves the MLP sublayer out)
     out = LN(x_L)
 
 An optional learned CLS token is prepended (and counted as a real token).
@@ -64,13 +65,18 @@ class Block(nnx.Module):
             attention["name"], dim=dim, num_heads=num_heads, rngs=rngs, max_len=max_len,
             dropout_rate=attention_dropout_rate, dtype=dtype, **settings,
         )
-        self.mlp_norm = nnx.LayerNorm(dim, dtype=dtype, rngs=rngs)
-        self.mlp = MlpBlock(dim, mlp_dim, dropout_rate=dropout_rate, dtype=dtype, rngs=rngs)
+        if mlp_dim:
+            self.mlp_norm = nnx.LayerNorm(dim, dtype=dtype, rngs=rngs)
+            self.mlp = MlpBlock(dim, mlp_dim, dropout_rate=dropout_rate, dtype=dtype, rngs=rngs)
+        else:  # mlp_dim 0: no feed-forward sublayer (S4D's blocks, whose layer ends in its own GLU)
+            self.mlp_norm = self.mlp = None
         self.dropout = nnx.Dropout(dropout_rate)
 
     def __call__(self, x, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         drop = lambda y: self.dropout(y, deterministic=deterministic, rngs=rngs)  # noqa: E731
         x = x + drop(self.attention(self.attention_norm(x), mask, deterministic=deterministic, rngs=rngs))
+        if self.mlp is None:
+            return x
         return x + drop(self.mlp(self.mlp_norm(x), deterministic=deterministic, rngs=rngs))
 
 

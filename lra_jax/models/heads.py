@@ -31,14 +31,15 @@ def pool(x: Float[Array, "b n d"], mask: Bool[Array, "b n"], mode: str) -> Float
 
 
 class ClassifierHead(nnx.Module):
-    """Dense(mlp_dim) -> ReLU -> Dense(num_classes), as in the LRA code."""
+    """Dense(mlp_dim) -> ReLU -> Dense(num_classes), as in the LRA code; mlp_dim 0: one
+    Dense(num_classes), the linear decoder of the S4/S4D code."""
 
     def __init__(self, dim: int, mlp_dim: int, num_classes: int, *, dtype, rngs: nnx.Rngs):
-        self.hidden = nnx.Linear(dim, mlp_dim, dtype=dtype, rngs=rngs)
-        self.logits = nnx.Linear(mlp_dim, num_classes, dtype=dtype, rngs=rngs)
+        self.hidden = nnx.Linear(dim, mlp_dim, dtype=dtype, rngs=rngs) if mlp_dim else None
+        self.logits = nnx.Linear(mlp_dim or dim, num_classes, dtype=dtype, rngs=rngs)
 
     def __call__(self, pooled: Float[Array, "b d"]) -> Float[Array, "b c"]:
-        return self.logits(jax.nn.relu(self.hidden(pooled)))
+        return self.logits(pooled if self.hidden is None else jax.nn.relu(self.hidden(pooled)))
 
 
 def pair_features(u: Float[Array, "b d"], v: Float[Array, "b d"]) -> Float[Array, "b 4d"]:

@@ -9,7 +9,10 @@ reported on its own). Left panel: x = examples/s at --length from the bench JSON
 score, bubble area proportional to peak memory; variants missing a task are drawn hollow and
 scored over the tasks they have. Right panel: the LRA paper's published Table 1 score against
 its Table 2 speed and memory at 4K (relative to Transformer, as the paper's Figure 3), from
-experiments/reference/lra_paper.json. Writes lra_chart.png, lra_chart.svg and lra_results.md.
+experiments/reference/lra_paper.json. Variants that are not attention and serve as the yardstick
+(`REFERENCE_VARIANTS`: s4d, the diagonal state-space model) are drawn as diamonds in the left panel;
+the right panel marks the S4D paper's published score (experiments/reference/s4d_paper.json) as a
+line, and the table gives both papers' figures. Writes lra_chart.png, lra_chart.svg and lra_results.md.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "
                "pathfinder": "Pathfinder"}
 REFERENCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "experiments", "reference", "lra_paper.json")
+SSM_REFERENCE = os.path.join(os.path.dirname(REFERENCE), "s4d_paper.json")
+# Not attention: the yardstick the attention variants are measured against, drawn apart.
+REFERENCE_VARIANTS = {"s4d": "state-space model, not attention (the reference)"}
 
 FLAGS = flags.FLAGS
 
@@ -155,7 +161,7 @@ def diverged_note(rows: list[dict[str, Any]]) -> str:
 
 def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
          length: int | None, reference: dict[str, Any] | None, out_dir: str,
-         device: str = "", note: str = "") -> dict[str, str]:
+         device: str = "", note: str = "", ssm_reference: dict[str, Any] | None = None) -> dict[str, str]:
     """Writes lra_chart.png and lra_chart.svg (`note` under the left panel); returns their paths."""
     import matplotlib
 
@@ -181,12 +187,18 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
         for i, ((variant, m, _), x, y, s) in enumerate(zip(points, xs, ys, sizes)):
             color = colors[i % len(colors)]
             partial = bool(m["missing"])
-            ax.scatter([x], [y], s=s, facecolor="none" if partial else color, edgecolor=color,
-                       linewidth=2.0, linestyle="--" if partial else "-", alpha=0.75, zorder=3,
-                       hatch="///" if partial else None)
+            if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
+                ax.scatter([x], [y], s=s, marker="D", facecolor="none" if partial else "0.15",
+                           edgecolor="black", linewidth=2.5, alpha=0.6, zorder=3, hatch="xx" if partial else None)
+            else:
+                ax.scatter([x], [y], s=s, facecolor="none" if partial else color, edgecolor=color,
+                           linewidth=2.0, linestyle="--" if partial else "-", alpha=0.75, zorder=3,
+                           hatch="///" if partial else None)
             ax.scatter([x], [y], s=8, color="black", zorder=4)
-        labels = [variant + ("*" if m["missing"] else "") for variant, m, _ in points]
-        point_colors = [colors[i % len(colors)] for i in range(len(points))]
+        labels = [variant + (" (SSM reference)" if variant in REFERENCE_VARIANTS else "")
+                  + ("*" if m["missing"] else "") for variant, m, _ in points]
+        point_colors = ["black" if v in REFERENCE_VARIANTS else colors[i % len(colors)]
+                        for i, (v, _, _) in enumerate(points)]
         label_jobs.append((ax, list(zip(xs, ys)), labels, sizes, 9, point_colors))
         if max(xs) / max(min(xs), 1e-12) > 10:
             ax.set_xscale("log")
@@ -194,6 +206,10 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
         handles = _memory_legend(ax, largest, "GiB", 2**30)
         handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
                               markeredgecolor="0.3", markersize=10, label="* missing tasks (hollow)"))
+        for variant, what in REFERENCE_VARIANTS.items():
+            if any(v == variant for v, _, _ in points):
+                handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none",
+                                      markeredgecolor="black", markersize=10, label=f"{variant}: {what}"))
         _legend(ax, handles, "peak memory / step")
     else:
         ax.text(0.5, 0.5, "no variant has both results and a bench entry", ha="center",
@@ -207,6 +223,7 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
         ax.text(0.0, -0.12, note, transform=ax.transAxes, fontsize=7, va="top", wrap=True)
 
     reference_labels = _draw_reference(axes[1], reference)
+    _draw_ssm_line(axes[1], ssm_reference)
     if reference_labels:
         label_jobs.append(reference_labels)
     fig.canvas.draw()
@@ -251,6 +268,26 @@ def _draw_reference(ax, reference: dict[str, Any] | None):
     return ax, anchors, [f"{m['paper_name']} ({m['variant']})" for m in models], sizes, 8, None
 
 
+def implemented_ssm(ssm_reference: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The published row of the state-space model this framework implements (its `variant` is set)."""
+    if not ssm_reference:
+        return None
+    return next((m for m in ssm_reference["models"] if m.get("variant")), None)
+
+
+def _draw_ssm_line(ax, ssm_reference: dict[str, Any] | None) -> None:
+    """The S4D paper's published score as a horizontal line: it has no Table 2 speed to place it by."""
+    model = implemented_ssm(ssm_reference)
+    if model is None:
+        return
+    ax.axhline(model["avg5"], color="black", linestyle="--", linewidth=1.5, zorder=2)
+    ax.text(0.02, model["avg5"], f"{model['paper_name']} ({model['variant']}; state space, not attention): "
+            f"{model['avg5']:.1f} published (S4D paper; experiments/reference/s4d_paper.json)",
+            transform=ax.get_yaxis_transform(), fontsize=8, va="bottom")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, max(high, model["avg5"] + 3))
+
+
 # ----------------------------------------------------------------------------- table
 
 def _fmt(value, digits: int = 1, suffix: str = "") -> str:
@@ -273,7 +310,7 @@ def _header(cells) -> list[str]:
 
 def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
                    length: int | None, scale: str | None, reference: dict[str, Any] | None,
-                   note: str = "") -> str:
+                   note: str = "", ssm_reference: dict[str, Any] | None = None) -> str:
     """Per-task accuracy, score, Path-X, speed and memory of every variant, best score first."""
     lines = [f"# LRA results ({'scale ' + scale if scale else 'all scales'})", "",
              ("Test accuracy (%) averaged over seeds; score = mean over ListOps, Text, Retrieval, Image, "
@@ -289,7 +326,8 @@ def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[st
         b = (bench or {}).get(variant, {})
         mem = memory_bytes(b) if b else None
         seeds = sorted(set(m["seeds"].values()))
-        cells = [variant, *(_fmt(m["accuracy"].get(t), 2) for t in LRA_TASKS),
+        name = f"{variant} ({REFERENCE_VARIANTS[variant]})" if variant in REFERENCE_VARIANTS else variant
+        cells = [name, *(_fmt(m["accuracy"].get(t), 2) for t in LRA_TASKS),
                  _fmt(m["score"], 2, "*" if m["missing"] else ""), _fmt(m["path_x"], 2),
                  "/".join(map(str, seeds)), _significant(b.get("examples_per_second")),
                  _fmt(mem / 2**30 if mem else None, 2), ", ".join(m["missing"]) or "—"]
@@ -309,13 +347,26 @@ def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[st
                                _fmt(r["avg"], 2), _fmt(r.get("relative_speed_4k"), 1),
                                _fmt(r.get("memory_4k_gb"), 2)]))
         lines += ["", "Sources: " + " ".join(reference.get("source", {}).values())]
+    if ssm_reference:
+        lines += ["", "## Published (S4D paper): the state-space yardstick, not attention", "",
+                  ssm_reference["paper"] + ". Avg (5) is the LRA score above (Path-X apart); Avg (6) is the "
+                  "paper's own, with a failed Path-X counted as 50.", "",
+                  *_header(["Model", "Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Path-X", "Avg (5)",
+                            "Avg (6)"])]
+        for r in ssm_reference["models"]:
+            acc = r["accuracy"]
+            path_x = acc["path_x"] if isinstance(acc["path_x"], str) else _fmt(acc["path_x"], 2)
+            lines.append(_row([r["paper_name"], r["variant"] or "—", *(_fmt(acc[t], 2) for t in LRA_TASKS),
+                               path_x, _fmt(r["avg5"], 2), _fmt(r["avg6"], 2)]))
+        lines += ["", "Sources: " + " ".join(ssm_reference.get("source", {}).values())]
     return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------- entry point
 
 def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | None = None,
-               length: int | None = None, reference_path: str | None = REFERENCE) -> dict[str, str]:
+               length: int | None = None, reference_path: str | None = REFERENCE,
+               ssm_reference_path: str | None = SSM_REFERENCE) -> dict[str, str]:
     """Reads runs (+ bench, + reference) and writes the chart and table into `out`; returns the paths."""
     rows = load_results(runs, scale)
     if not any(r["status"] != "diverged" for r in rows):
@@ -330,15 +381,18 @@ def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | 
         length, bench = load_bench(bench_path, length)
         with open(bench_path, encoding="utf-8") as f:
             device = json.load(f).get("device", {}).get("kind", "")
-    reference = None
+    reference, ssm_reference = None, None
     if reference_path and os.path.exists(reference_path):
         with open(reference_path, encoding="utf-8") as f:
             reference = json.load(f)
+    if ssm_reference_path and os.path.exists(ssm_reference_path):
+        with open(ssm_reference_path, encoding="utf-8") as f:
+            ssm_reference = json.load(f)
     os.makedirs(out, exist_ok=True)
-    paths = draw(measured, bench, length, reference, out, device, note)
+    paths = draw(measured, bench, length, reference, out, device, note, ssm_reference)
     paths["md"] = os.path.join(out, "lra_results.md")
     with open(paths["md"], "w", encoding="utf-8") as f:
-        f.write(markdown_table(measured, bench, length, scale, reference, note))
+        f.write(markdown_table(measured, bench, length, scale, reference, note, ssm_reference))
     return paths
 
 

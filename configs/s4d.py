@@ -1,0 +1,75 @@
+"""S4D (Gu, Gupta, Goel, Ré 2022): the diagonal state-space yardstick, not attention, on an LRA task.
+
+    python -m lra_jax.train --config=configs/s4d.py:listops,mini --workdir=runs/s4d-mini
+    python -m lra_jax.train --config=configs/s4d.py:pathx         # full-scale Path-X, the paper's settings
+
+The layer is bidirectional S4D-Lin with state size N = 64, GELU and a GLU output projection
+(lra_jax/attention/ssm.py). Its A and log step sizes train at `optimizer.ssm_learning_rate` with no
+weight decay; every other parameter at `optimizer.learning_rate` with the task's weight decay, both
+under the same schedule (`ssm_learning_rate` is the base rate fed to it, so the SSM peak is
+ssm_learning_rate / learning_rate times the main peak).
+
+Full scale follows the S4D paper's LRA settings, as in the authors' configs
+(github.com/state-spaces/s4, configs/experiment/lra/s4-lra-{listops,imdb,aan,cifar,pathfinder,pathx}.yaml):
+depth, width H, dropout, learning rate, weight decay, batch size and epochs per task below, SSM
+learning rate 0.001 (Path-X 0.0005), Delta in [0.001, 0.1] (Path-X [0.0001, 0.1]), AdamW with
+cosine decay after one epoch of warm-up, mean pooling, a linear decoder, no feed-forward
+sublayer (`model.mlp_dim = 0`: the layer's GLU is the position-wise part). What differs from
+the paper: our shared encoder normalises with pre-LayerNorm (the paper mostly BatchNorm, several
+tasks post-norm) and adds positions (learned or sinusoidal, as the task's other variants); the paper's
+Text length is 4096 bytes. Its published scores are in experiments/reference/s4d_paper.json.
+
+Mini scale keeps each task's mini model and optimiser, as for every variant, with the S4D layer
+in place of attention and an SSM rate whose peak is min(0.001, the main peak), the paper's rule.
+
+Expected: see README "S4D, the state-space yardstick" (mini ListOps and Pathfinder, from
+`python -m lra_jax.tools.sweep --variants=s4d --tasks=listops,pathfinder --scales=mini --root=experiments/mini-lra`).
+"""
+
+import math
+
+from lra_jax import task_defaults
+
+# (layers, width H, dropout, learning rate, weight decay, batch, epochs, training examples)
+PAPER = {
+    "listops": (8, 128, 0.0, 0.01, 0.05, 50, 40, 96_000),
+    "text": (6, 256, 0.0, 0.01, 0.05, 16, 32, 25_000),
+    "retrieval": (6, 256, 0.0, 0.01, 0.05, 64, 20, 147_086),
+    "image": (6, 512, 0.1, 0.01, 0.05, 50, 200, 45_000),
+    "pathfinder": (6, 256, 0.0, 0.004, 0.03, 64, 200, 160_000),
+    "pathx": (6, 256, 0.0, 0.0005, 0.05, 16, 50, 160_000),
+}
+SSM_LEARNING_RATE = 0.001  # the paper's rate for A and Delta (Path-X: 0.0005)
+
+
+def peak_rate(optimizer) -> float:
+    """The largest rate the schedule reaches (rsqrt: lr / sqrt(warm-up); cosine: lr)."""
+    if optimizer.schedule == "rsqrt":
+        return optimizer.learning_rate / math.sqrt(max(optimizer.warmup_steps, 1))
+    return optimizer.learning_rate
+
+
+def get_config(arg: str | None = None):
+    task, scale = task_defaults.parse(arg)
+    attention = dict(name="s4d", state_size=64, dt_min=0.001, dt_max=0.1, bidirectional=True, glu=True)
+    if scale == "full" and task == "pathx":
+        attention["dt_min"] = 0.0001
+    config = task_defaults.get_config(arg, attention=attention)
+    with config.unlocked():
+        if scale == "full":
+            layers, width, dropout, rate, decay, batch, epochs, examples = PAPER[task]
+            config.model.update(num_layers=layers, emb_dim=width, num_heads=1, mlp_dim=0, dropout_rate=dropout,
+                                attention_dropout_rate=dropout, cls_token=False, pooling="mean")
+            if task == "text":
+                config.max_len = 4096
+            config.batch_size = batch
+            epoch = examples // batch
+            config.num_train_steps = epochs * epoch
+            config.eval_every = config.checkpoint_every = epoch
+            config.optimizer.update(schedule="cosine", learning_rate=rate, weight_decay=decay, warmup_steps=epoch,
+                                    b1=0.9, b2=0.999, eps=1e-8)
+            config.optimizer.ssm_learning_rate = SSM_LEARNING_RATE if task != "pathx" else 0.0005
+        else:
+            opt = config.optimizer
+            config.optimizer.ssm_learning_rate = opt.learning_rate * min(1.0, SSM_LEARNING_RATE / peak_rate(opt))
+    return config
