@@ -120,10 +120,11 @@ def test_state_space_reference_is_drawn_apart(tmp_path):
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert "| s4d (state-space model, not attention (the reference)) | 80.00" in table
-    assert "S4D-Lin | s4d | 60.52" in table and "| FAIL | 84.07 | 78.39 |" in table and "2206.11893" in table
+    assert "| S4D-LegS | — | 60.50 | 86.20 | 89.50 | — | 93.10 | 91.90 | — | — |" in table
+    assert "2206.11893" in table and "2303.06349" in table
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
-    assert "s4d: state-space model, not attention" in svg and "S4D-Lin (s4d; state space, not attention)" in svg
+    assert "s4d: state-space model, not attention" in svg
 
 
 def test_ssm_reference_file_is_consistent():
@@ -132,10 +133,15 @@ def test_ssm_reference_file_is_consistent():
     assert "source" in reference and "2206.11893" in reference["paper"]
     for model in reference["models"]:
         accuracy = model["accuracy"]
+        if any(accuracy[t] is None for t in FIVE):  # an average needs every task
+            assert model["avg5"] is None and model["avg6"] is None, model["paper_name"]
+            continue
+        # published figures are rounded to 0.01: their mean agrees to within that rounding
         assert sum(accuracy[t] for t in FIVE) / 5 == pytest.approx(model["avg5"], abs=0.006), model["paper_name"]
         path_x = 50.0 if accuracy["path_x"] == "FAIL" else accuracy["path_x"]  # the paper's convention
         assert (sum(accuracy[t] for t in FIVE) + path_x) / 6 == pytest.approx(model["avg6"], abs=0.006)
-    assert [m["paper_name"] for m in reference["models"] if m["variant"] == "s4d"] == [reference["implemented"]]
+    implemented = [m["paper_name"] for m in reference["models"] if m["variant"] == "s4d"]
+    assert implemented in ([], [reference["implemented"]])
 
 
 def test_slow_speeds_keep_their_digits():
