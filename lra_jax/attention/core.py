@@ -38,14 +38,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from lra_jax.errors import ConfigError
 from lra_jax.kernels import kernel_choice
+from lra_jax.kernels.masking import MASK_VALUE  # one logit for masked pairs, kernels and variants alike
 
-# Logit given to masked keys. Finite, so a row with every key masked gives a uniform
-# (not NaN) softmax; far below any real logit, so it gets zero weight otherwise.
-MASK_VALUE = -1e30
+# MASK_VALUE is finite, so a row with every key masked gives a uniform (not NaN)
+# softmax, and far below any real logit, so it gets zero weight otherwise.
 
 IMPLS = ("auto", "xla", "pallas")
 
@@ -74,6 +74,19 @@ def masked_softmax(logits: Float[Array, "... k"], key_mask: Bool[Array, "... k"]
     """
     logits = jnp.where(key_mask, logits.astype(jnp.float32), MASK_VALUE)
     return jax.nn.softmax(logits, axis=-1)
+
+
+def stream_key(rngs: nnx.Rngs, stream: str, fallback: str, purpose: str) -> PRNGKeyArray:
+    """A key from `rngs`' `stream`, else its "default" stream, else its `fallback` stream.
+
+    Variants that draw randomness (hash rotations, random features, Gumbel noise) give it
+    its own stream name so a caller can seed it apart; `fallback` is "params" at init and
+    "dropout" in training. `purpose` names what the key is for in the error.
+    """
+    for name in (stream, "default", fallback):
+        if name in rngs:
+            return rngs[name]()
+    raise ValueError(f"{purpose} needs an nnx.Rngs with a '{stream}', 'default' or '{fallback}' stream")
 
 
 def divide_or_zero(numerator: Float[Array, "..."], denominator: Float[Array, "..."]) -> Float[Array, "..."]:

@@ -67,7 +67,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from lra_jax.attention.core import Attention, divide_or_zero, unit_vectors
+from lra_jax.attention.core import Attention, divide_or_zero, stream_key, unit_vectors
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -152,18 +152,6 @@ def favor_attention(
     return kernel_attention(phi_q, phi_k, v).astype(v.dtype)
 
 
-def _key_for_features(rngs: nnx.Rngs, fallback: str) -> PRNGKeyArray:
-    """A key from the "features" stream, else "default", else `fallback`."""
-    if "features" in rngs or "default" in rngs:
-        return rngs.features()
-    if fallback in rngs:
-        return getattr(rngs, fallback)()
-    raise ValueError(
-        f"drawing Performer random features needs an nnx.Rngs with a 'features', 'default' "
-        f"or '{fallback}' stream"
-    )
-
-
 @register("performer")
 class PerformerAttention(Attention):
     """Performer attention with FAVOR+ positive orthogonal random features (see module docstring).
@@ -198,7 +186,7 @@ class PerformerAttention(Attention):
         self.num_features = num_features
         self.redraw = redraw
         self.features = RandomFeatures(
-            orthogonal_random_features(_key_for_features(rngs, "params"), num_features, self.head_dim)
+            orthogonal_random_features(stream_key(rngs, "features", "params", "drawing Performer random features"), num_features, self.head_dim)
         )
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
@@ -206,7 +194,7 @@ class PerformerAttention(Attention):
         if self.redraw and not deterministic:
             if rngs is None:
                 raise ValueError("performer with redraw=True needs `rngs` when deterministic=False")
-            key = _key_for_features(rngs, "dropout")
+            key = stream_key(rngs, "features", "dropout", "drawing Performer random features")
             w = orthogonal_random_features(key, self.num_features, self.head_dim)
         return favor_attention(q, k, v, mask, w)
 
