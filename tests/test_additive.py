@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from helpers import x_and_mask
 from lra_jax.attention import registry
 from lra_jax.attention.additive import additive_logits
 
@@ -15,12 +16,6 @@ HEAD_DIM = DIM // HEADS
 
 def build(name, seed=0, **settings):
     return registry.build(name, dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), **settings)
-
-
-def inputs(n, lengths, seed=0):
-    """x [b n d] with noise at padded positions and the mask [b n] of the given lengths."""
-    x = np.random.default_rng(seed).standard_normal((len(lengths), n, DIM)).astype(np.float32)
-    return x, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
 
 
 def apply(model, x, mask):
@@ -57,7 +52,7 @@ def dense_additive(v_vec):
 def test_additive_equals_dense_reference_for_any_chunk(chunk):
     layer = build("additive", query_chunk=chunk)
     n = 13
-    x, mask = inputs(n, [n, 6, 1])
+    x, mask = x_and_mask(n, [n, 6, 1], DIM)
     want = reference(layer, x, mask, dense_additive(np.asarray(layer.score_vector[...], np.float64)))
     np.testing.assert_allclose(apply(layer, x, mask), want, atol=1e-5, rtol=1e-4)
 
@@ -99,7 +94,7 @@ def test_luong_equals_dense_bilinear_reference():
     layer = build("luong")
     w_a = np.random.default_rng(2).standard_normal((HEADS, HEAD_DIM, HEAD_DIM)).astype(np.float32)
     layer.bilinear[...] = w_a
-    x, mask = inputs(11, [11, 4, 1])
+    x, mask = x_and_mask(11, [11, 4, 1], DIM)
 
     def logits(q, k):
         return np.einsum("bnhd,hde,bmhe->bhnm", q, w_a, k) / np.sqrt(HEAD_DIM)
@@ -108,7 +103,7 @@ def test_luong_equals_dense_bilinear_reference():
 
 
 def test_luong_starts_as_softmax_attention():
-    x, mask = inputs(9, [9, 5])
+    x, mask = x_and_mask(9, [9, 5], DIM)
     luong, softmax = build("luong", seed=3), build("softmax", seed=3)
     np.testing.assert_allclose(apply(luong, x, mask), apply(softmax, x, mask), atol=1e-6)
     luong.bilinear[...] = 2.0 * np.asarray(luong.bilinear[...])

@@ -1,4 +1,4 @@
-"""Routing attention: exact limit, a dense cluster reference, the online k-means state, memory."""
+"""Routing attention: exact limit, a dense cluster reference, the online k-means state."""
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +7,7 @@ import optax
 import pytest
 from flax import nnx
 
+from helpers import qkv_and_mask, real
 from lra_jax import task_defaults as base
 from lra_jax.attention import registry
 from lra_jax.attention.clustering import Centroids
@@ -18,13 +19,6 @@ from lra_jax.trainer import make_train_step
 HEADS, HEAD_DIM = 2, 8
 
 
-def qkv_and_mask(n, lengths, seed=0):
-    """Per-head q, k, v [b n h d] and a ragged mask [b n]; numpy, so no compile per shape."""
-    rng = np.random.default_rng(seed)
-    q, k, v = (rng.standard_normal((len(lengths), n, HEADS, HEAD_DIM)).astype(np.float32) for _ in range(3))
-    return q, k, v, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
-
-
 def routing(num_clusters, window, decay=0.999, seed=0, **common):
     return registry.build("routing", dim=HEADS * HEAD_DIM, num_heads=HEADS, rngs=nnx.Rngs(seed),
                           num_clusters=num_clusters, window=window, decay=decay, **common)
@@ -32,10 +26,6 @@ def routing(num_clusters, window, decay=0.999, seed=0, **common):
 
 def jitted_attend(layer, deterministic=True):
     return jax.jit(lambda q, k, v, mask: layer.attend(q, k, v, mask, deterministic=deterministic, rngs=None))
-
-
-def real(x, mask):
-    return np.where(mask[:, :, None, None], np.asarray(x), 0.0)
 
 
 def unit(x):
@@ -66,7 +56,7 @@ def dense_cluster_reference(q, k, v, mask, centroids, window):
 
 
 def test_one_cluster_holding_every_token_is_softmax_forward_and_gradient(n=9):
-    q, k, v, mask = qkv_and_mask(n, [n, n - 4, 1])
+    q, k, v, mask = qkv_and_mask(n, [n, n - 4, 1], HEADS, HEAD_DIM)
     layer = routing(1, n)
     np.testing.assert_allclose(real(jitted_attend(layer)(q, k, v, mask), mask),
                                real(softmax_attention(q, k, v, mask), mask), atol=1e-5, rtol=1e-5)
@@ -82,7 +72,7 @@ def test_one_cluster_holding_every_token_is_softmax_forward_and_gradient(n=9):
 
 @pytest.mark.parametrize("n, clusters, window", [(12, 3, 4), (13, 2, 5), (10, 4, 4)])
 def test_small_clusters_match_a_dense_cluster_reference(n, clusters, window):
-    q, k, v, mask = qkv_and_mask(n, [n, n - 4, 2], seed=n + clusters)
+    q, k, v, mask = qkv_and_mask(n, [n, n - 4, 2], HEADS, HEAD_DIM, seed=n + clusters)
     layer = routing(clusters, window)
     out = real(jitted_attend(layer)(q, k, v, mask), mask)
     want = real(dense_cluster_reference(q, k, v, mask, np.asarray(layer.centroids[...]), window), mask)
@@ -105,7 +95,7 @@ def numpy_ema(centroids, q, k, mask, decay):
 
 
 def test_training_moves_centroids_by_the_ema_of_real_tokens_only():
-    q, k, v, mask = qkv_and_mask(6, [6, 3], seed=4)
+    q, k, v, mask = qkv_and_mask(6, [6, 3], HEADS, HEAD_DIM, seed=4)
     layer = routing(3, 2, decay=0.9)
     before = np.asarray(layer.centroids[...])
     assert isinstance(layer.centroids, Centroids) and not isinstance(layer.centroids, nnx.Param)
@@ -217,24 +207,3 @@ def test_settings_are_checked():
     with pytest.raises(ConfigError, match="max_len"):
         registry.build("routing", dim=16, num_heads=2, rngs=nnx.Rngs(0))
     assert routing(4, None, max_len=30).window == 8  # ceil(30 / 4)
-
-
-def temp_bytes(fn, n):
-    """XLA's temporary buffer bytes for fn(q, k, v, mask) at length n (one sequence, one head)."""
-    q = k = v = jax.ShapeDtypeStruct((1, n, 1, HEAD_DIM), jnp.float32)
-    mask = jax.ShapeDtypeStruct((1, n), jnp.bool_)
-    return jax.jit(fn).lower(q, k, v, mask).compile().memory_analysis().temp_size_in_bytes
-
-
-def test_memory_grows_subquadratically():
-    def attend(n):  # sqrt(n) clusters of sqrt(n) tokens: the paper's O(n^1.5) setting
-        side = int(np.sqrt(n))
-        layer = registry.build("routing", dim=HEAD_DIM, num_heads=1, rngs=nnx.Rngs(0), num_clusters=side, window=side)
-        return lambda q, k, v, mask: layer.attend(q, k, v, mask, deterministic=True, rngs=None)
-
-    short, long = 1024, 4096
-    growth = temp_bytes(attend(long), long) / temp_bytes(attend(short), short)
-    full_growth = temp_bytes(softmax_attention, long) / temp_bytes(softmax_attention, short)
-    assert full_growth > 12, full_growth
-    assert growth < 10, growth  # n^1.5: ~8x
-    assert temp_bytes(attend(long), long) < long * long * 4 / 8

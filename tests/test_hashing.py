@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from helpers import real
 from lra_jax.attention import registry
 from lra_jax.attention.core import unit_vectors
 from lra_jax.attention.hashing import HashRotations
@@ -44,11 +45,6 @@ def attend(layer, deterministic=True):
     if deterministic:
         return lambda q, v, mask: _eval(layer, q, v, mask)
     return lambda q, v, mask, key: _train(layer, q, v, mask, key)
-
-
-def real(x, mask):
-    """Outputs at real query positions (the layer zeroes padded ones after `attend`)."""
-    return np.where(mask[:, :, None, None], np.asarray(x), 0.0)
 
 
 # --- the exact limit ----------------------------------------------------------------------------
@@ -205,22 +201,3 @@ def test_settings_are_checked():
     with pytest.raises(ConfigError, match="max_len"):
         reformer()  # num_buckets derived from max_len
     assert reformer(chunk_size=32, max_len=2000).num_buckets == 64  # average bucket ~ one chunk
-
-
-# --- memory ---------------------------------------------------------------------------------------
-
-
-def temp_bytes(fn, n):
-    """XLA's temporary buffer bytes for fn(q, v, mask) at length n (one sequence, one head)."""
-    q = v = jax.ShapeDtypeStruct((1, n, 1, HEAD_DIM), jnp.float32)
-    mask = jax.ShapeDtypeStruct((1, n), jnp.bool_)
-    return jax.jit(fn).lower(q, v, mask).compile().memory_analysis().temp_size_in_bytes
-
-
-def test_memory_grows_subquadratically():
-    layer = reformer(heads=1, chunk_size=32, num_buckets=32, num_hashes=2)
-    lsh = lambda q, v, mask: layer.attend(q, q, v, mask, deterministic=True, rngs=None)
-    short, long = 1024, 4096
-    growth = temp_bytes(lsh, long) / temp_bytes(lsh, short)
-    assert growth < 6, growth  # linear in n: ~4x; full attention: ~16x
-    assert temp_bytes(lsh, long) < long * long * 4 / 8  # nothing near the n x n score matrix

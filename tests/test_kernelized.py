@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from helpers import qkv_and_mask
 from lra_jax.attention import registry
 from lra_jax.attention.kernelized import (
     RandomFeatures,
@@ -243,47 +244,7 @@ def test_linear_attention_equals_a_dense_reference():
     assert np.abs(np.asarray(out) - np.asarray(softmax_attention(q, k, v, mask))).max() > 1e-2
 
 
-# ----------------------------------------------------------------------- linear cost in n
-
-
-def temp_bytes(fn, n, *extra):
-    x = jax.ShapeDtypeStruct((1, n, H, D), jnp.float32)
-    mask = jax.ShapeDtypeStruct((1, n), jnp.bool_)
-    return jax.jit(fn).lower(x, x, x, mask, *extra).compile().memory_analysis().temp_size_in_bytes
-
-
-def with_grad(fn):
-    def f(q, k, v, mask, *extra):
-        return jax.grad(lambda q, k, v: fn(q, k, v, mask, *extra).sum(), argnums=(0, 1, 2))(q, k, v)
-
-    return f
-
-
-@pytest.mark.parametrize("variant", ["performer", "linear"])
-def test_temp_memory_grows_linearly_with_length(variant):
-    if variant == "performer":
-        fn, extra = favor_attention, (orthogonal_random_features(jax.random.key(0), 64, D),)
-    else:
-        fn, extra = linear_attention, ()
-    # Measured: 4.0x forward and 3.9-4.0x with gradients for a 4x longer sequence.
-    for f in (fn, with_grad(fn)):
-        ratio = temp_bytes(f, 4096, *extra) / temp_bytes(f, 1024, *extra)
-        assert ratio < 6, ratio
-
-
-def test_temp_memory_check_detects_quadratic_attention():
-    ratio = temp_bytes(softmax_attention, 4096) / temp_bytes(softmax_attention, 1024)
-    assert ratio > 12, ratio  # measured 16.0x: the check above can tell n from n^2
-
-
 # ----------------------------------------------------------------------------------- Taylor
-
-
-def np_qkv(seed=0, n=N, lengths=(N - 9, N)):
-    """numpy q, k, v [b n h d] (padded positions hold noise too) and the ragged mask."""
-    rng = np.random.default_rng(seed)
-    q, k, v = (jnp.asarray(rng.standard_normal((len(lengths), n, H, D)), jnp.float32) for _ in range(3))
-    return q, k, v, jnp.asarray(np.arange(n)[None, :] < np.asarray(lengths)[:, None])
 
 
 def dense_taylor(q, k, v, mask, scale):
@@ -296,7 +257,7 @@ def dense_taylor(q, k, v, mask, scale):
 
 @pytest.mark.parametrize("scale", [1.0, 0.3])
 def test_taylor_equals_its_dense_quadratic_form(scale):
-    q, k, v, mask = np_qkv(seed=8)
+    q, k, v, mask = qkv_and_mask(N, [N - 9, N], H, D, seed=8)
     mask = mask.at[1, 5].set(False)  # a hole inside a row too
     out = jax.jit(lambda q, k, v, m: taylor_attention(q, k, v, m, scale=scale))(q, k, v, mask)
     real = np.asarray(mask)
@@ -310,7 +271,7 @@ def test_taylor_equals_its_dense_quadratic_form(scale):
 
 def test_taylor_approaches_softmax_as_logits_shrink_with_error_of_order_eps_squared():
     """softmax(eps q^.k^) vs normalised (1 + eps q^.k^): they differ by O(eps^2)."""
-    q, k, v, mask = np_qkv(seed=9)
+    q, k, v, mask = qkv_and_mask(N, [N - 9, N], H, D, seed=9)
     q_unit, k_unit = (x / jnp.linalg.norm(x, axis=-1, keepdims=True) for x in (q, k))
     d = q.shape[-1]
 
@@ -329,7 +290,7 @@ def test_taylor_approaches_softmax_as_logits_shrink_with_error_of_order_eps_squa
 
 
 def test_taylor_all_padding_row_is_zero_and_bad_scale_is_a_config_error():
-    q, k, v, mask = np_qkv(seed=10)
+    q, k, v, mask = qkv_and_mask(N, [N - 9, N], H, D, seed=10)
     mask = mask.at[0].set(False)
     out = np.asarray(jax.jit(taylor_attention)(q, k, v, mask))
     assert np.isfinite(out).all()
@@ -338,10 +299,3 @@ def test_taylor_all_padding_row_is_zero_and_bad_scale_is_a_config_error():
     for bad in (0.0, 1.5):
         with pytest.raises(ConfigError, match="scale"):
             registry.build("taylor", dim=32, num_heads=4, rngs=nnx.Rngs(0), scale=bad)
-
-
-def test_taylor_temp_memory_grows_linearly_with_length():
-    # Measured: 4.0x forward and 4.0x with gradients for a 4x longer sequence.
-    for f in (taylor_attention, with_grad(taylor_attention)):
-        ratio = temp_bytes(f, 4096) / temp_bytes(f, 1024)
-        assert ratio < 6, ratio

@@ -1,4 +1,4 @@
-"""Sparse Sinkhorn attention: the Sinkhorn operator, a forced permutation, Gumbel keys, memory."""
+"""Sparse Sinkhorn attention: the Sinkhorn operator, a forced permutation, Gumbel keys."""
 
 import jax
 import jax.numpy as jnp
@@ -6,22 +6,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from helpers import qkv_and_mask, real
 from lra_jax.attention import registry
 from lra_jax.attention.sinkhorn import log_sinkhorn, sinkhorn_attention, sort_matrix
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
 
 HEADS, HEAD_DIM = 2, 8
-
-
-def qkv_and_mask(n, lengths, seed=0):
-    rng = np.random.default_rng(seed)
-    q, k, v = (rng.standard_normal((len(lengths), n, HEADS, HEAD_DIM)).astype(np.float32) for _ in range(3))
-    return q, k, v, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
-
-
-def real(x, mask):
-    return np.where(mask[:, :, None, None], np.asarray(x), 0.0)
 
 
 def test_sinkhorn_iterations_give_a_doubly_stochastic_matrix():
@@ -63,7 +54,7 @@ def block_pair_reference(q, k, v, mask, block, partner):
 @pytest.mark.parametrize("partner", [[0, 1, 2, 3], [1, 2, 3, 0], [3, 0, 1, 2]])
 def test_a_forced_permutation_is_attention_over_own_and_partner_block(partner):
     n, block = 16, 4
-    q, k, v, mask = qkv_and_mask(n, [16, 14, 13], seed=sum(partner))
+    q, k, v, mask = qkv_and_mask(n, [16, 14, 13], HEADS, HEAD_DIM, seed=sum(partner))
     # Sorting logits 10 on the wanted permutation, temperature 1e-3: Sinkhorn returns it exactly.
     logits = np.broadcast_to(10.0 * np.eye(4)[partner], (3, HEADS, 4, 4)).astype(np.float32)
 
@@ -128,22 +119,3 @@ def test_settings_are_checked():
     x = jnp.zeros((1, 30, HEADS * HEAD_DIM))
     with pytest.raises(ConfigError, match="max_len"):
         layer()(x, jnp.ones((1, 30), bool), deterministic=True)
-
-
-def temp_bytes(fn, n):
-    q = k = v = jax.ShapeDtypeStruct((1, n, 1, HEAD_DIM), jnp.float32)
-    mask = jax.ShapeDtypeStruct((1, n), jnp.bool_)
-    return jax.jit(fn).lower(q, k, v, mask).compile().memory_analysis().temp_size_in_bytes
-
-
-def test_memory_grows_linearly_not_quadratically():
-    def attend(n):
-        model = registry.build("sinkhorn", dim=HEAD_DIM, num_heads=1, rngs=nnx.Rngs(0), block=64, max_len=n)
-        return lambda q, k, v, mask: model.attend(q, k, v, mask, deterministic=True, rngs=None)
-
-    short, long = 1024, 4096
-    growth = temp_bytes(attend(long), long) / temp_bytes(attend(short), short)
-    full_growth = temp_bytes(softmax_attention, long) / temp_bytes(softmax_attention, short)
-    assert full_growth > 12, full_growth
-    assert growth < 6, growth  # n * 2B scores + (n / B)^2 sorting entries: ~4x
-    assert temp_bytes(attend(long), long) < long * long * 4 / 4

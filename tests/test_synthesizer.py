@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from helpers import x_and_mask
 from lra_jax.attention import registry
 from lra_jax.attention.synthesizer import FixedRandom
 from lra_jax.errors import ConfigError
@@ -16,12 +17,6 @@ MODES = ["dense", "random", "factorized_random"]
 
 def build(seed=0, name="synthesizer", **settings):
     return registry.build(name, dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), max_len=MAX_LEN, **settings)
-
-
-def inputs(n, lengths, seed=0):
-    """x [b n d] with noise at padded positions and the mask [b n] of the given lengths."""
-    x = np.random.default_rng(seed).standard_normal((len(lengths), n, DIM)).astype(np.float32)
-    return x, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
 
 
 def apply(model, x, mask):
@@ -66,14 +61,14 @@ def test_each_mode_equals_reference_with_padding(mode, mix):
     if mode == "dense":  # non-zero b2 exercises its slicing
         layer.dense_bias[...] = np.random.default_rng(5).standard_normal((HEADS, MAX_LEN)).astype(np.float32)
     n = 12
-    x, mask = inputs(n, [n, 7, 1])
+    x, mask = x_and_mask(n, [n, 7, 1], DIM)
     np.testing.assert_allclose(apply(layer, x, mask), reference(layer, x, mask, mode, mix), atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_padded_content_and_appended_padding_change_nothing(mode):
     layer = build(mode=mode)
-    x, mask = inputs(10, [10, 6, 2])
+    x, mask = x_and_mask(10, [10, 6, 2], DIM)
     out = apply(layer, x, mask)
     np.testing.assert_allclose(apply(layer, np.where(mask[..., None], x, 100.0), mask), out, atol=1e-5)
     x_long = np.concatenate([x, np.full((3, 6, DIM), 3.0, np.float32)], axis=1)
@@ -87,7 +82,7 @@ def test_mixed_with_zero_synthetic_logits_is_softmax_attention(mode):
     for p in (layer.dense_out, layer.dense_bias, layer.random, layer.factor_a):
         if p is not None:
             p[...] = np.zeros_like(np.asarray(p[...]))
-    x, mask = inputs(9, [9, 4])
+    x, mask = x_and_mask(9, [9, 4], DIM)
     np.testing.assert_allclose(apply(layer, x, mask), apply(softmax, x, mask), atol=1e-6)
     assert np.abs(apply(build(seed=4, mode=mode), x, mask) - apply(softmax, x, mask)).max() > 1e-3
 
@@ -124,6 +119,6 @@ def test_bad_settings_and_lengths_are_rejected():
         build(mode="dense_random")
     with pytest.raises(ConfigError, match="max_len"):
         registry.build("synthesizer", dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(0))
-    x, mask = inputs(MAX_LEN + 1, [3])
+    x, mask = x_and_mask(MAX_LEN + 1, [3], DIM)
     with pytest.raises(ConfigError, match=f"max_len={MAX_LEN}"):
         build()(x, mask, deterministic=True)

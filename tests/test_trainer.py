@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from lra_jax import task_defaults as base
-from conftest import tiny_config
+from helpers import tiny_config
 from lra_jax import checkpointing, trainer
+from lra_jax import task_defaults as base
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, TrainingDiverged
 
@@ -183,8 +183,7 @@ def test_resuming_with_a_different_model_is_refused(tmp_path, data_cache):
 
 SHARDED_VS_SINGLE = r"""
 import jax, numpy as np
-from lra_jax import task_defaults as base
-from conftest import tiny_config
+from helpers import tiny_config
 from lra_jax import trainer
 from lra_jax.data import pipeline, tasks
 assert jax.device_count() == 4, jax.devices()

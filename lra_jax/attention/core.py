@@ -134,10 +134,25 @@ class TokenMixer(nnx.Module):
         The contract suite skips only that one check for it.
       has_kernel: True for a variant with a Pallas kernel (lra_jax/kernels); the
         others refuse impl="pallas" and treat "auto" as "xla".
+      cost_exponent: e such that the compiled forward and backward passes' FLOPs and
+        temporary memory grow as n^e (log factors aside) when the layer is built for
+        length n with `settings_at_length(n)`. 2, the default, is full attention's; a
+        sub-quadratic variant declares less. `tests/test_cost.py` holds every variant to it.
+      data_dependent_pattern: True where the keys a query sees are chosen from the
+        activations (hash buckets, clusters), so a rounding difference such as
+        bfloat16's can move a token to another bucket and change its output entirely.
     """
 
     length_invariant = True
     has_kernel = False
+    cost_exponent = 2.0
+    data_dependent_pattern = False
+
+    @classmethod
+    def settings_at_length(cls, n: int) -> dict:
+        """Settings that must scale with the length n for `cost_exponent` to hold (none by default)."""
+        del n
+        return {}
 
     def __init__(
         self,

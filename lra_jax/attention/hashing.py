@@ -242,6 +242,9 @@ class ReformerAttention(Attention):
         without it a pair found in several rounds counts several times.
     """
 
+    cost_exponent = 1.0  # chunks of fixed size (n log n to sort)
+    data_dependent_pattern = True  # angular hashes
+
     def __init__(
         self,
         dim: int,

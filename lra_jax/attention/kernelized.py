@@ -60,8 +60,6 @@ class) is unused: there is nothing to drop.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -170,6 +168,8 @@ class PerformerAttention(Attention):
         and used whenever deterministic=True (evaluation is reproducible).
     """
 
+    cost_exponent = 1.0  # n * m * d
+
     def __init__(
         self,
         dim: int,
@@ -230,6 +230,8 @@ class LinearAttention(Attention):
     Args: as `Attention`; dropout_rate is unused (no attention weights are formed).
     """
 
+    cost_exponent = 1.0  # n * d^2
+
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         return linear_attention(q, k, v, mask)
 
@@ -274,6 +276,8 @@ class TaylorAttention(Attention):
     Raises:
       ConfigError: if scale is not in (0, 1].
     """
+
+    cost_exponent = 1.0  # n * d^2
 
     def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, scale: float = 1.0, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)

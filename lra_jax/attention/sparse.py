@@ -38,6 +38,8 @@ is not a power of two >= 16.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -142,6 +144,7 @@ class LocalAttention(Attention):
     """
 
     has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+    cost_exponent = 1.0  # n * (2w + 1) scores
 
     def __init__(self, dim: int, num_heads: int, *, window: int = 128, rngs: nnx.Rngs, **common):
         if window < 0:
@@ -199,6 +202,11 @@ class StridedAttention(Attention):
     """
 
     has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+    cost_exponent = 1.5  # n * (l + n / l) scores: n^1.5 at the paper's l = sqrt(n)
+
+    @classmethod
+    def settings_at_length(cls, n: int) -> dict:
+        return dict(stride=math.isqrt(n))
 
     def __init__(self, dim: int, num_heads: int, *, stride: int = 128, rngs: nnx.Rngs, **common):
         if stride < 1:
@@ -304,6 +312,7 @@ class LongformerAttention(Attention):
     """
 
     has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+    cost_exponent = 1.0  # window band + a fixed number of global tokens
 
     def __init__(
         self, dim: int, num_heads: int, *, window: int = 128, num_global: int = 1, rngs: nnx.Rngs, **common
@@ -446,6 +455,7 @@ class BigBirdAttention(Attention):
     """
 
     has_kernel = True  # impl='pallas': lra_jax.kernels.block_sparse
+    cost_exponent = 1.0  # a fixed number of key blocks per query block
 
     def __init__(
         self,
