@@ -6,10 +6,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from helpers import qkv_and_mask, real
+from helpers import assert_close, qkv_and_mask, real, reassociation_tol
 from lra_jax.attention import registry
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
+
+# float32 against a float64 reference or another float32 order of the same sums (jit, chunks,
+# blocks, padding appended): sums of at most 40 terms (positions, widths) chained through up to 8
+# reductions in one layer: 4e-5 of the compared values' scale. A wrong mask, pattern or scale is O(1).
+TOL = reassociation_tol(40, depth=8)
+# Gradients chain the backward pass's as many reductions again.
+GRAD_TOL = reassociation_tol(40, depth=16)
 
 HEADS, HEAD_DIM = 2, 8
 
@@ -41,7 +48,7 @@ def test_window_covering_the_sequence_is_full_attention(n, window):
     q, k, v, mask = qkv_and_mask(n, [n, max(1, n - 3), 1], HEADS, HEAD_DIM)
     out = windowed(window)(q, k, v, mask)
     full = softmax_attention(q, k, v, mask)
-    np.testing.assert_allclose(real(out, mask), real(full, mask), atol=1e-5, rtol=1e-5)
+    assert_close(real(out, mask), real(full, mask), TOL)
 
 
 def test_window_covering_the_sequence_matches_the_softmax_module():
@@ -50,9 +57,7 @@ def test_window_covering_the_sequence_matches_the_softmax_module():
     mask = np.arange(n)[None, :] < np.array([[n], [5]])
     full = registry.build("softmax", dim=dim, num_heads=HEADS, rngs=nnx.Rngs(3))
     sliding = registry.build("local", dim=dim, num_heads=HEADS, rngs=nnx.Rngs(3), window=n)
-    np.testing.assert_allclose(
-        np.asarray(sliding(x, mask, deterministic=True)), np.asarray(full(x, mask, deterministic=True)), atol=1e-5
-    )
+    assert_close(np.asarray(sliding(x, mask, deterministic=True)), np.asarray(full(x, mask, deterministic=True)), TOL)
 
 
 @pytest.mark.parametrize(
@@ -71,7 +76,7 @@ def test_window_covering_the_sequence_matches_the_softmax_module():
 def test_small_window_matches_a_dense_band_reference(n, window):
     q, k, v, mask = qkv_and_mask(n, [n, n - 4, 2, 1], HEADS, HEAD_DIM, seed=n + window)
     out = real(windowed(window)(q, k, v, mask), mask)
-    np.testing.assert_allclose(out, real(dense_band_reference(q, k, v, mask, window), mask), atol=1e-5, rtol=1e-5)
+    assert_close(out, real(dense_band_reference(q, k, v, mask, window), mask), TOL)
     # The window does restrict: full attention (window n) gives a different result.
     assert np.abs(out - real(dense_band_reference(q, k, v, mask, n), mask)).max() > 1e-3
 
@@ -94,7 +99,7 @@ def test_gradient_matches_dense_masked_attention():
 
     grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)
     for got, want in zip(grad(q, k, v, True), grad(q, k, v, False)):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-4)
+        assert_close(np.asarray(got), np.asarray(want), GRAD_TOL)
 
 
 def test_negative_window_is_a_config_error():
@@ -144,7 +149,7 @@ def test_strided_matches_a_dense_pattern_reference(n, stride, heads):
     q, k, v, mask = qkv_and_mask(n, [n, n - 3, 1], heads, HEAD_DIM, seed=n + stride)
     out = real(jitted_attend(build("strided", heads=heads, stride=stride))(q, k, v, mask), mask)
     want = real(dense_reference(q, k, v, mask, strided_pattern(n, stride, heads)), mask)
-    np.testing.assert_allclose(out, want, atol=1e-5, rtol=1e-5)
+    assert_close(out, want, TOL)
     if stride < n:  # the pattern does restrict
         assert np.abs(out - real(dense_reference(q, k, v, mask, full_pattern(n)), mask)).max() > 1e-3
 
@@ -178,7 +183,7 @@ def test_longformer_matches_a_dense_reference_with_separate_global_projections(n
     attend = jax.jit(lambda *a: layer.attend(*a[:4], deterministic=True, rngs=None, global_qkv=a[4:]))
     out = real(attend(q, k, v, mask, q_g, k_g, v_g), mask)
     want = real(longformer_reference(q, k, v, mask, window, g, q_g, k_g, v_g), mask)
-    np.testing.assert_allclose(out, want, atol=1e-5, rtol=1e-5)
+    assert_close(out, want, TOL)
 
 
 def test_longformer_with_every_token_global_and_tied_projections_is_softmax():
@@ -192,8 +197,7 @@ def test_longformer_with_every_token_global_and_tied_projections_is_softmax():
         getattr(longformer, own).kernel[...] = getattr(longformer, tied).kernel[...]
         getattr(longformer, own).bias[...] = getattr(longformer, tied).bias[...]
     forward = nnx.jit(lambda model, x, mask: model(x, mask, deterministic=True))
-    np.testing.assert_allclose(np.asarray(forward(longformer, x, mask)), np.asarray(forward(full, x, mask)),
-                               atol=1e-5)
+    assert_close(np.asarray(forward(longformer, x, mask)), np.asarray(forward(full, x, mask)), TOL)
 
 
 def test_longformer_global_projections_are_trained_parameters():
@@ -229,7 +233,7 @@ def test_bigbird_matches_a_dense_reference_of_its_layout(n, block, num_global_bl
     layout = np.asarray(layer.random_blocks[...])
     pattern = bigbird_pattern(n, layer.block, num_global_blocks, layout)
     want = real(dense_reference(q, k, v, mask, pattern), mask)
-    np.testing.assert_allclose(out, want, atol=1e-5, rtol=1e-5)
+    assert_close(out, want, TOL)
     if not pattern.all():
         assert np.abs(out - real(dense_reference(q, k, v, mask, full_pattern(n)), mask)).max() > 1e-3
 
@@ -241,7 +245,7 @@ def test_bigbird_with_every_block_global_is_softmax():
     full = build("softmax", seed=3)
     bigbird = build("bigbird", seed=3, block=3, num_global_blocks=4, max_len=n)
     forward = nnx.jit(lambda model, x, mask: model(x, mask, deterministic=True))
-    np.testing.assert_allclose(np.asarray(forward(bigbird, x, mask)), np.asarray(forward(full, x, mask)), atol=1e-5)
+    assert_close(np.asarray(forward(bigbird, x, mask)), np.asarray(forward(full, x, mask)), TOL)
 
 
 def test_bigbird_random_layout_comes_from_the_init_key_and_is_not_trained():
@@ -286,4 +290,4 @@ def test_appended_padding_does_not_change_real_outputs_of_the_sparse_pattern(nam
     attend = jitted_attend(build(name, **settings))
     short = real(attend(q[:, :n], k[:, :n], v[:, :n], mask[:, :n]), mask[:, :n])
     long = real(attend(q, k, v, mask)[:, :n], mask[:, :n])
-    np.testing.assert_allclose(long, short, atol=1e-5, rtol=1e-4)
+    assert_close(long, short, TOL)
