@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from helpers import assert_close, reassociation_tol, x_and_mask
 from lra_jax.attention import registry
 from lra_jax.attention.additive import additive_logits
+
+# float32 against a float64 reference or another float32 order of the same sums (jit, chunks,
+# blocks, padding appended): sums of at most 40 terms (positions, widths) chained through up to 8
+# reductions in one layer: 4e-5 of the compared values' scale. A wrong mask, pattern or scale is O(1).
+TOL = reassociation_tol(40, depth=8)
+# Gradients chain the backward pass's as many reductions again.
+GRAD_TOL = reassociation_tol(40, depth=16)
 
 DIM, HEADS = 16, 2
 HEAD_DIM = DIM // HEADS
@@ -15,12 +23,6 @@ HEAD_DIM = DIM // HEADS
 
 def build(name, seed=0, **settings):
     return registry.build(name, dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), **settings)
-
-
-def inputs(n, lengths, seed=0):
-    """x [b n d] with noise at padded positions and the mask [b n] of the given lengths."""
-    x = np.random.default_rng(seed).standard_normal((len(lengths), n, DIM)).astype(np.float32)
-    return x, np.arange(n)[None, :] < np.asarray(lengths)[:, None]
 
 
 def apply(model, x, mask):
@@ -57,9 +59,9 @@ def dense_additive(v_vec):
 def test_additive_equals_dense_reference_for_any_chunk(chunk):
     layer = build("additive", query_chunk=chunk)
     n = 13
-    x, mask = inputs(n, [n, 6, 1])
+    x, mask = x_and_mask(n, [n, 6, 1], DIM)
     want = reference(layer, x, mask, dense_additive(np.asarray(layer.score_vector[...], np.float64)))
-    np.testing.assert_allclose(apply(layer, x, mask), want, atol=1e-5, rtol=1e-4)
+    assert_close(apply(layer, x, mask), want, TOL)
 
 
 @pytest.mark.parametrize("chunk", [3, 4, 12])  # divides n = 12 and one that does not
@@ -68,10 +70,10 @@ def test_chunked_logits_equal_unchunked(chunk):
     q, k = (rng.standard_normal((2, 12, HEADS, HEAD_DIM)).astype(np.float32) for _ in range(2))
     v = rng.standard_normal((HEADS, HEAD_DIM)).astype(np.float32)
     want = dense_additive(v)(q, k)
-    np.testing.assert_allclose(np.asarray(jax.jit(additive_logits, static_argnums=3)(q, k, v, chunk)), want, atol=1e-5)
+    assert_close(np.asarray(jax.jit(additive_logits, static_argnums=3)(q, k, v, chunk)), want, TOL)
     grad = jax.jit(jax.grad(lambda q: jnp.sum(additive_logits(q, k, v, chunk) ** 2)))(q)
     grad_full = jax.jit(jax.grad(lambda q: jnp.sum(additive_logits(q, k, v, 12) ** 2)))(q)
-    np.testing.assert_allclose(np.asarray(grad), np.asarray(grad_full), atol=1e-4, rtol=1e-4)
+    assert_close(np.asarray(grad), np.asarray(grad_full), GRAD_TOL)
 
 
 def test_additive_temp_memory_stays_far_below_the_full_tanh_tensor():
@@ -99,17 +101,17 @@ def test_luong_equals_dense_bilinear_reference():
     layer = build("luong")
     w_a = np.random.default_rng(2).standard_normal((HEADS, HEAD_DIM, HEAD_DIM)).astype(np.float32)
     layer.bilinear[...] = w_a
-    x, mask = inputs(11, [11, 4, 1])
+    x, mask = x_and_mask(11, [11, 4, 1], DIM)
 
     def logits(q, k):
         return np.einsum("bnhd,hde,bmhe->bhnm", q, w_a, k) / np.sqrt(HEAD_DIM)
 
-    np.testing.assert_allclose(apply(layer, x, mask), reference(layer, x, mask, logits), atol=1e-5, rtol=1e-4)
+    assert_close(apply(layer, x, mask), reference(layer, x, mask, logits), TOL)
 
 
 def test_luong_starts_as_softmax_attention():
-    x, mask = inputs(9, [9, 5])
+    x, mask = x_and_mask(9, [9, 5], DIM)
     luong, softmax = build("luong", seed=3), build("softmax", seed=3)
-    np.testing.assert_allclose(apply(luong, x, mask), apply(softmax, x, mask), atol=1e-6)
+    assert_close(apply(luong, x, mask), apply(softmax, x, mask), TOL)
     luong.bilinear[...] = 2.0 * np.asarray(luong.bilinear[...])
     assert np.abs(apply(luong, x, mask) - apply(softmax, x, mask)).max() > 1e-3

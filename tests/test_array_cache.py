@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from helpers import splits_equal
 from lra_jax.data import array_cache
 from lra_jax.errors import DataError
 
@@ -22,15 +23,11 @@ def fail():
     pytest.fail("built again instead of reading the cache")
 
 
-def equal(a: dict, b: dict) -> bool:
-    return all(np.array_equal(a[s][0], b[s][0]) and np.array_equal(a[s][1], b[s][1]) for s in array_cache.SPLITS)
-
-
 def test_builds_once_then_memory_maps_and_keeps_aliases(tmp_path):
     fresh = make_splits()
     first = array_cache.cached_splits(str(tmp_path), "task", KEY, lambda: fresh)
     again = array_cache.cached_splits(str(tmp_path), "task", KEY, fail)
-    assert equal(first, fresh) and equal(again, fresh)
+    assert splits_equal(first, fresh) and splits_equal(again, fresh)
     tokens = again["train"][0]
     assert isinstance(tokens, np.memmap) and not tokens.flags.writeable and tokens.dtype == np.int16
     assert again["val"][0] is again["test"][0]  # stored once
@@ -41,7 +38,7 @@ def test_builds_once_then_memory_maps_and_keeps_aliases(tmp_path):
 def test_another_key_gets_another_folder(tmp_path):
     array_cache.cached_splits(str(tmp_path), "task", KEY, make_splits)
     other = array_cache.cached_splits(str(tmp_path), "task", {**KEY, "max_len": 5}, lambda: make_splits(10))
-    assert equal(other, make_splits(10)) and len(os.listdir(tmp_path / "task")) == 2
+    assert splits_equal(other, make_splits(10)) and len(os.listdir(tmp_path / "task")) == 2
 
 
 @pytest.mark.parametrize("cache_dir,key", [("", KEY), (None, KEY), ("DIR", None)])
@@ -60,7 +57,7 @@ def test_leftover_temporary_folder_is_ignored(tmp_path):
     with open(os.path.join(leftover, "train_tokens.npy"), "wb") as f:
         f.write(b"\x93NUMPY half written")
     splits = array_cache.cached_splits(str(tmp_path), "task", KEY, make_splits)
-    assert equal(splits, make_splits()) and os.path.isfile(os.path.join(folder, "info.json"))
+    assert splits_equal(splits, make_splits()) and os.path.isfile(os.path.join(folder, "info.json"))
 
 
 def test_racing_writer_keeps_the_first_folder(tmp_path):
@@ -69,7 +66,7 @@ def test_racing_writer_keeps_the_first_folder(tmp_path):
         return make_splits()
 
     splits = array_cache.cached_splits(str(tmp_path), "task", KEY, build_while_another_finishes)
-    assert equal(splits, make_splits())
+    assert splits_equal(splits, make_splits())
     assert [n for n in os.listdir(tmp_path / "task") if n.startswith(".tmp")] == []
 
 
@@ -77,7 +74,7 @@ def test_unwritable_cache_still_returns_the_arrays(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     splits = array_cache.cached_splits(str(blocker), "task", KEY, make_splits)
-    assert equal(splits, make_splits())
+    assert splits_equal(splits, make_splits())
 
 
 def test_failed_build_leaves_nothing(tmp_path):
@@ -114,5 +111,5 @@ def test_notes_are_stored_with_the_arrays_and_returned_on_every_load(tmp_path):
     notes = {"train": {"truncated": 3}}
     first = array_cache.cached_splits_with_notes(str(tmp_path), "task", KEY, lambda: (make_splits(), notes))
     again = array_cache.cached_splits_with_notes(str(tmp_path), "task", KEY, lambda: pytest.fail("rebuilt"))
-    assert first[1] == again[1] == notes and equal(first[0], again[0])
+    assert first[1] == again[1] == notes and splits_equal(first[0], again[0])
     assert array_cache.cached_splits(str(tmp_path), "task", KEY, lambda: pytest.fail("rebuilt")) is not None

@@ -1,7 +1,7 @@
 """The attention contract (the `lra_jax.attention.core` docstring), checked for every registered variant
 and every TPU kernel.
 
-A new variant joins this suite by registering; `SETTINGS` may give it small
+A new variant joins this suite by registering; `helpers.SMALL` may give it small
 settings so that the checks exercise its approximation (a window smaller than n,
 fewer features than n) rather than a degenerate limit. A variant with a TPU
 kernel also runs every check as "<name>@tpu": built for a TPU target with
@@ -14,29 +14,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from helpers import SMALL, assert_close, build_small, real, reassociation_tol
 from lra_jax import kernels
 from lra_jax.attention import registry
 
 DIM, HEADS, N, EXTRA = 32, 4, 24, 8
-
-# Per-variant settings for the contract checks (defaults otherwise).
-SETTINGS = {
-    "local": dict(window=3),
-    "linformer": dict(k=8),
-    "performer": dict(num_features=16),
-    "strided": dict(stride=4),
-    "longformer": dict(window=3, num_global=2),
-    "bigbird": dict(block=4, num_random_blocks=2),
-    "reformer": dict(chunk_size=4, num_buckets=2, num_hashes=2),
-    "routing": dict(num_clusters=3, window=12),
-    "sinkhorn": dict(block=4),
-    "nystromformer": dict(num_landmarks=8, conv_kernel=3),
-    "taylor": dict(scale=1.0),
-    "lightweight_conv": dict(kernel_size=5),
-    "dynamic_conv": dict(kernel_size=5),
-    "s4d": dict(state_size=8),
-}
-
+# Two float32 runs of one layer that may sum in another order (padding changed, jit vs eager,
+# vmap, a longer array): sums of at most N + EXTRA = DIM = 32 terms, chained through up to 8
+# reductions (projections, scores, normaliser, weighted sum, a few Sinkhorn or pinv steps).
+# 3e-5 of the output scale; leaked padding (noise x100) or a dropped row moves outputs by O(1).
+TOL = reassociation_tol(N + EXTRA, depth=8)
 
 def variant(name):
     """"local@tpu" -> "local"."""
@@ -46,19 +33,10 @@ def variant(name):
 def build(name, *, dtype=jnp.float32, dropout_rate=0.0, seed=0):
     if "@" in name:  # the variant's kernel for that platform, interpreted
         with kernels.target_platform(name.split("@")[1], interpret=True):
-            return registry.build(variant(name), dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), max_len=N + EXTRA,
-                                  dropout_rate=dropout_rate, dtype=dtype, impl="pallas",
-                                  **SETTINGS.get(variant(name), {}))
-    return registry.build(
-        name,
-        dim=DIM,
-        num_heads=HEADS,
-        rngs=nnx.Rngs(seed),
-        max_len=N + EXTRA,
-        dropout_rate=dropout_rate,
-        dtype=dtype,
-        **SETTINGS.get(name, {}),
-    )
+            return build_small(variant(name), dim=DIM, num_heads=HEADS, seed=seed, max_len=N + EXTRA,
+                               dropout_rate=dropout_rate, dtype=dtype, impl="pallas")
+    return build_small(name, dim=DIM, num_heads=HEADS, seed=seed, max_len=N + EXTRA, dropout_rate=dropout_rate,
+                       dtype=dtype)
 
 
 def noise(seed, shape, scale=1.0):
@@ -78,10 +56,6 @@ def inputs(seed=0, n=N):
 def forward(model, x, mask):
     """The deterministic forward pass, compiled once per variant and shape (eager runs op by op)."""
     return model(x, mask, deterministic=True)
-
-
-def real(out, mask):
-    return np.asarray(jnp.where(mask[..., None], out, 0.0))
 
 
 TPU_KERNELS = [f"{name}@tpu" for name in registry.names() if "mosaic" in registry.get(name).kernel_names]
@@ -106,7 +80,7 @@ def test_padding_content_does_not_leak(name):
     model = build(name)
     out = forward(model, x, mask)
     out_other = forward(model, x_other, mask)
-    np.testing.assert_allclose(real(out_other, mask), real(out, mask), atol=1e-5, rtol=1e-4)
+    assert_close(real(out_other, mask), real(out, mask), TOL)
 
 
 def test_appended_padding_does_not_change_real_outputs(name):
@@ -119,7 +93,7 @@ def test_appended_padding_does_not_change_real_outputs(name):
     x_long = jnp.concatenate([x, tail], axis=1)
     mask_long = jnp.concatenate([mask, jnp.zeros((x.shape[0], EXTRA), bool)], axis=1)
     out_long = forward(model, x_long, mask_long)[:, :N]
-    np.testing.assert_allclose(real(out_long, mask), real(out, mask), atol=1e-5, rtol=1e-4)
+    assert_close(real(out_long, mask), real(out, mask), TOL)
 
 
 def test_all_padding_row_is_finite_with_finite_gradients(name):
@@ -146,7 +120,7 @@ def test_jit_matches_eager(name):
     model = build(name)
     eager = model(x, mask, deterministic=True)
     jitted = forward(model, x, mask)
-    np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), atol=1e-5, rtol=1e-4)
+    assert_close(np.asarray(jitted), np.asarray(eager), TOL)
 
 
 def test_vmap_over_an_extra_batch_axis(name):
@@ -155,18 +129,29 @@ def test_vmap_over_an_extra_batch_axis(name):
     out = forward(model, x, mask)
     graphdef, state = nnx.split(model)
     mapped = jax.vmap(lambda x, m: nnx.merge(graphdef, state)(x, m, deterministic=True))(x[None], mask[None])
-    np.testing.assert_allclose(np.asarray(mapped[0]), np.asarray(out), atol=1e-5, rtol=1e-4)
+    assert_close(np.asarray(mapped[0]), np.asarray(out), TOL)
 
 
 def test_bfloat16_runs_and_stays_close_to_float32(name):
     x, mask = inputs()
-    out32 = forward(build(name), x, mask)
+    out32 = np.asarray(forward(build(name), x, mask))
     out16 = forward(build(name, dtype=jnp.bfloat16), x.astype(jnp.bfloat16), mask)
     assert out16.dtype == jnp.bfloat16
     out16 = np.asarray(out16.astype(jnp.float32))
     assert np.isfinite(out16).all()
-    scale = np.abs(np.asarray(out32)).max()
-    assert np.abs(out16 - np.asarray(out32)).max() < 0.05 * scale + 1e-2
+    # bfloat16 keeps 8 significant bits (relative step 2^-8 = 0.4%); the projections, scores,
+    # softmax and weighted sums of one layer compound it to a few steps. 5% of the output scale
+    # (~13 steps) passes a sound bfloat16 path and fails a lost scale, an overflow or a float32
+    # mask value cast to -inf.
+    token_error = np.abs(out16 - out32).max(axis=-1)[np.asarray(mask)]
+    far = token_error > 0.05 * np.abs(out32).max()
+    if registry.get(name).data_dependent_pattern:
+        # A rounding can move a token to another hash bucket or cluster, which changes its output
+        # entirely and, by shifting the sorted chunks, its neighbours' too (8 of 46 tokens here;
+        # which ones depends on the seed). A systematic error moves every token: most must agree.
+        assert far.mean() < 0.5, (far.sum(), far.size, token_error.max())
+    else:
+        assert not far.any(), (far.sum(), token_error.max())
 
 
 def test_training_mode_uses_the_given_key_and_respects_padding(name):
@@ -178,13 +163,13 @@ def test_training_mode_uses_the_given_key_and_respects_padding(name):
     x_other = jnp.where(mask[..., None], x, 50.0)
     out_b = model(x_other, mask, deterministic=False, rngs=nnx.Rngs(1))
     assert np.isfinite(np.asarray(out_a)).all()
-    np.testing.assert_allclose(real(out_b, mask), real(out_a, mask), atol=1e-5, rtol=1e-4)
+    assert_close(real(out_b, mask), real(out_a, mask), TOL)
     np.testing.assert_array_equal(np.asarray(out_a)[~np.asarray(mask)], 0.0)
 
 
 def test_every_setting_is_read_back_from_the_built_layer(name):
     """Run records (results.json, bench JSON) read each setting back from the layer: none may be lost."""
-    given = SETTINGS.get(variant(name), {})
+    given = SMALL.get(variant(name), {})
     settings = registry.layer_settings(build(name, dtype=jnp.bfloat16))
     assert settings.keys() == {"name", *registry.settings_of(variant(name))}
     assert settings["name"] == variant(name) and settings["dtype"] == "bfloat16" and settings["max_len"] == N + EXTRA

@@ -10,6 +10,7 @@ import pytest
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
+from helpers import splits_equal
 from lra_jax.data import array_cache, image, tasks
 from lra_jax.errors import DataError
 
@@ -89,10 +90,6 @@ def test_missing_dataset_names_path_and_command(tmp_path):
 # ----------------------------------------------------------------------------- cache
 
 
-def _equal(a, b) -> bool:
-    return all(np.array_equal(a[s][0], b[s][0]) and np.array_equal(a[s][1], b[s][1]) for s in a)
-
-
 def _count_conversions(monkeypatch, convert=image._split) -> list[int]:
     """Patches image._split to record its max_len (calling the original, bound at import)."""
     calls: list[int] = []
@@ -111,7 +108,7 @@ def test_prepared_dataset_is_converted_once_per_max_len(tmp_path, monkeypatch):
         first = tasks.get_task("image").load(_config(cache_dir=cache))
         monkeypatch.setattr(image, "_split", lambda *a: pytest.fail("converted the records again"))
         again = tasks.get_task("image").load(_config(cache_dir=cache))
-        assert _equal(first, fresh) and _equal(again, fresh) and isinstance(again["val"][0], np.memmap)
+        assert splits_equal(first, fresh) and splits_equal(again, fresh) and isinstance(again["val"][0], np.memmap)
         assert {k: len(v[1]) for k, v in again.items()} == {"train": 9, "val": 1, "test": 10}
         calls = _count_conversions(monkeypatch)
         shard.write_bytes(b"re-prepared records")  # new size

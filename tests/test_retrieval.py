@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from helpers import splits_equal
 from lra_jax.data import retrieval, tasks
 from lra_jax.errors import DataError
 
@@ -73,10 +74,6 @@ def test_load_splits_maps_eval_to_val(tmp_path):
     assert splits["val"][0].shape == (2, 2, 16)
 
 
-def _equal(a, b) -> bool:
-    return all(np.array_equal(a[s][0], b[s][0]) and np.array_equal(a[s][1], b[s][1]) for s in retrieval.FILES)
-
-
 def _parse_counting(monkeypatch) -> list[str]:
     calls: list[str] = []
     parse = retrieval.read_split
@@ -91,7 +88,7 @@ def test_second_load_is_served_from_the_cache(tmp_path, monkeypatch):
     first = retrieval.load_splits(str(tmp_path / "tsv"), **load)
     monkeypatch.setattr(retrieval, "read_split", lambda *a: pytest.fail("parsed the TSVs again"))
     again = retrieval.load_splits(str(tmp_path / "tsv"), **load)
-    assert _equal(first, fresh) and _equal(again, fresh)
+    assert splits_equal(first, fresh) and splits_equal(again, fresh)
     assert isinstance(again["train"][0], np.memmap) and again["train"][0].shape == (3, 2, 6)
     assert len(os.listdir(tmp_path / "cache" / "retrieval")) == 1
 
@@ -123,7 +120,7 @@ def test_half_written_cache_of_a_killed_writer_is_ignored(tmp_path, monkeypatch)
     os.remove(root / f".tmp-{folder}-123-deadbeef" / "info.json")  # ...before its last file
     calls = _parse_counting(monkeypatch)
     again = retrieval.load_splits(str(tmp_path), **load)
-    assert len(calls) == 3 and _equal(again, first) and folder in os.listdir(root)
+    assert len(calls) == 3 and splits_equal(again, first) and folder in os.listdir(root)
 
 
 @pytest.mark.parametrize("data_dir", ["", "missing"])

@@ -11,6 +11,7 @@ import pytest
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
+from helpers import splits_equal
 from lra_jax.data import array_cache, tasks, text
 from lra_jax.errors import DataError
 
@@ -60,10 +61,6 @@ def test_missing_dataset_names_path_and_command(tmp_path, caplog):
 # ----------------------------------------------------------------------------- cache
 
 
-def _equal(a, b) -> bool:
-    return all(np.array_equal(a[s][0], b[s][0]) and np.array_equal(a[s][1], b[s][1]) for s in a)
-
-
 def _count_encodings(monkeypatch, encode=text._split) -> list[int]:
     """Patches text._split to record its max_len (calling the original, bound at import)."""
     calls: list[int] = []
@@ -81,7 +78,7 @@ def test_prepared_dataset_is_encoded_once_per_max_len(tmp_path, monkeypatch):
         first = text.load_splits("", max_len=16, cache_dir=cache)
         monkeypatch.setattr(text, "_split", lambda *a: pytest.fail("encoded the records again"))
         again = text.load_splits("", max_len=16, cache_dir=cache)
-        assert _equal(first, fresh) and _equal(again, fresh)
+        assert splits_equal(first, fresh) and splits_equal(again, fresh)
         assert isinstance(again["train"][0], np.memmap) and again["val"][0] is again["test"][0]
         calls = _count_encodings(monkeypatch)
         os.utime(shard, ns=(0, os.stat(shard).st_mtime_ns + 10**9))  # re-prepared: new mtime

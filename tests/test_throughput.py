@@ -2,7 +2,7 @@
 
 import math
 
-from conftest import tiny_config
+from helpers import tiny_config
 from lra_jax import trainer
 from lra_jax.data import tasks
 from lra_jax.tools import throughput

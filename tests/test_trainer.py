@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from lra_jax import task_defaults as base
-from conftest import tiny_config
+from helpers import F32_EPS, tiny_config
 from lra_jax import checkpointing, trainer
+from lra_jax import task_defaults as base
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, TrainingDiverged
 
@@ -29,16 +29,18 @@ def last_params(config, workdir):
 def test_lra_schedule_is_linear_warmup_then_rsqrt_decay():
     schedule = trainer.lra_schedule(0.05, warmup_steps=1000)
     assert float(schedule(0)) == 0.0
-    np.testing.assert_allclose(schedule(500), 0.05 * 0.5 / np.sqrt(1000), rtol=1e-6)
-    np.testing.assert_allclose(schedule(1000), 0.05 / np.sqrt(1000), rtol=1e-6)
-    np.testing.assert_allclose(schedule(4000), 0.05 / np.sqrt(4000), rtol=1e-6)
+    # A few float32 operations (product, square root, quotient) against float64: 8 eps.
+    np.testing.assert_allclose(schedule(500), 0.05 * 0.5 / np.sqrt(1000), rtol=8 * F32_EPS)
+    np.testing.assert_allclose(schedule(1000), 0.05 / np.sqrt(1000), rtol=8 * F32_EPS)
+    np.testing.assert_allclose(schedule(4000), 0.05 / np.sqrt(4000), rtol=8 * F32_EPS)
 
 
 def test_cosine_schedule_warms_up_then_decays_to_zero():
     schedule = trainer.cosine_schedule(1e-3, warmup_steps=100, total_steps=1000)
-    np.testing.assert_allclose(float(schedule(50)), 0.5e-3, rtol=1e-6)
-    np.testing.assert_allclose(float(schedule(100)), 1e-3, rtol=1e-6)
-    np.testing.assert_allclose(float(schedule(600)), 0.5e-3, rtol=1e-5)  # half-way through the decay
+    # float32 against the formula: 8 eps; the cosine's argument carries its own rounding, x 10.
+    np.testing.assert_allclose(float(schedule(50)), 0.5e-3, rtol=8 * F32_EPS)
+    np.testing.assert_allclose(float(schedule(100)), 1e-3, rtol=8 * F32_EPS)
+    np.testing.assert_allclose(float(schedule(600)), 0.5e-3, rtol=80 * F32_EPS)  # half-way through the decay
     assert float(schedule(1100)) == pytest.approx(0.0, abs=1e-12)
     assert float(schedule(5000)) == pytest.approx(0.0, abs=1e-12)
 
@@ -126,7 +128,9 @@ def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(tm
     step_b, params_b = last_params(config, interrupted)
     assert step_a == step_b == config.num_train_steps
     for a, b in zip(params_a, params_b):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        # The same compiled step on the same batches from a bit-exact checkpoint: equal in practice;
+        # a few eps allow a different fusion after restore, a lost optimizer state or key is O(lr).
+        np.testing.assert_allclose(a, b, rtol=8 * F32_EPS, atol=8 * F32_EPS * np.abs(b).max())
     with open(os.path.join(straight, "results.json")) as f:
         assert resumed["test_accuracy"] == json.load(f)["test_accuracy"]
 
@@ -186,8 +190,7 @@ def test_resuming_with_a_different_model_is_refused(tmp_path, data_cache):
 
 SHARDED_VS_SINGLE = r"""
 import jax, numpy as np
-from lra_jax import task_defaults as base
-from conftest import tiny_config
+from helpers import assert_close, reassociation_tol, tiny_config
 from lra_jax import trainer
 from lra_jax.data import pipeline, tasks
 assert jax.device_count() == 4, jax.devices()
@@ -207,7 +210,10 @@ for mesh in (trainer.make_mesh(jax.devices()[:1]), trainer.make_mesh()):
     assert len(state["params"]["encoder"]["embed"]["embedding"].sharding.device_set) == mesh.size
     runs.append((np.array(losses), [np.asarray(x) for x in jax.tree.leaves(state["params"])]))
 (loss_1, params_1), (loss_4, params_4) = runs
-np.testing.assert_allclose(loss_4, loss_1, rtol=1e-5, atol=1e-6)
+# The loss is a mean over 16 examples, summed per device and then across: another order of
+# float32 sums of <= 32 terms in a few reductions. Parameters move by Adam's m / sqrt(v), which
+# for a gradient entry near zero turns its rounding into up to lr: 1e-4 (measured 7e-5).
+assert_close(loss_4, loss_1, reassociation_tol(32, depth=4))
 worst = max(float(np.abs(a - b).max()) for a, b in zip(params_1, params_4))
 assert worst < 1e-4, worst
 print("max parameter difference", worst)

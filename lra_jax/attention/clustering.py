@@ -166,6 +166,13 @@ class RoutingAttention(Attention):
       decay: EMA decay lambda of the centroid update; 0.999, the value of the paper (sec. 4.1).
     """
 
+    cost_exponent = 1.5  # sqrt(n) clusters of sqrt(n) tokens (paper, sec. 4.1)
+    data_dependent_pattern = True  # top-w cluster membership
+
+    @classmethod
+    def settings_at_length(cls, n: int) -> dict:
+        return dict(num_clusters=math.isqrt(n))
+
     def __init__(
         self,
         dim: int,

@@ -98,6 +98,8 @@ class _Convolution(TokenMixer):
     Subclasses give `kernel_logits`, the unnormalised kernel for every position.
     """
 
+    cost_exponent = 1.0  # n * kernel_size
+
     def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, kernel_size: int, glu: bool, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)
         if kernel_size < 1:

@@ -38,14 +38,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from lra_jax.errors import ConfigError
 from lra_jax import kernels
+from lra_jax.kernels.masking import MASK_VALUE  # one logit for masked pairs, kernels and variants alike
 
-# Logit given to masked keys. Finite, so a row with every key masked gives a uniform
-# (not NaN) softmax; far below any real logit, so it gets zero weight otherwise.
-MASK_VALUE = -1e30
+# MASK_VALUE is finite, so a row with every key masked gives a uniform (not NaN)
+# softmax, and far below any real logit, so it gets zero weight otherwise.
 
 IMPLS = ("auto", "xla", "pallas")
 
@@ -74,6 +74,19 @@ def masked_softmax(logits: Float[Array, "... k"], key_mask: Bool[Array, "... k"]
     """
     logits = jnp.where(key_mask, logits.astype(jnp.float32), MASK_VALUE)
     return jax.nn.softmax(logits, axis=-1)
+
+
+def stream_key(rngs: nnx.Rngs, stream: str, fallback: str, purpose: str) -> PRNGKeyArray:
+    """A key from `rngs`' `stream`, else its "default" stream, else its `fallback` stream.
+
+    Variants that draw randomness (hash rotations, random features, Gumbel noise) give it
+    its own stream name so a caller can seed it apart; `fallback` is "params" at init and
+    "dropout" in training. `purpose` names what the key is for in the error.
+    """
+    for name in (stream, "default", fallback):
+        if name in rngs:
+            return rngs[name]()
+    raise ValueError(f"{purpose} needs an nnx.Rngs with a '{stream}', 'default' or '{fallback}' stream")
 
 
 def divide_or_zero(numerator: Float[Array, "..."], denominator: Float[Array, "..."]) -> Float[Array, "..."]:
@@ -127,6 +140,13 @@ class TokenMixer(nnx.Module):
       kernel_names: the variant's Pallas kernel per backend ("triton": GPU, "mosaic": TPU),
         named as runs record them (lra_jax/kernels); a variant without any refuses
         impl="pallas" and treats "auto" as "xla".
+      cost_exponent: e such that the compiled forward and backward passes' FLOPs and
+        temporary memory grow as n^e (log factors aside) when the layer is built for
+        length n with `settings_at_length(n)`. 2, the default, is full attention's; a
+        sub-quadratic variant declares less. `tests/test_cost.py` holds every variant to it.
+      data_dependent_pattern: True where the keys a query sees are chosen from the
+        activations (hash buckets, clusters), so a rounding difference such as
+        bfloat16's can move a token to another bucket and change its output entirely.
 
     The layer is built for the kernel target current at build time
     (`lra_jax.kernels.current_target()`: the platform jax runs on, or the one set by
@@ -137,6 +157,14 @@ class TokenMixer(nnx.Module):
     length_invariant = True
     kernel_names: dict[str, str] = {}
     uses_attention_dropout = True  # False where no attention weights are formed (nothing to drop)
+    cost_exponent = 2.0
+    data_dependent_pattern = False
+
+    @classmethod
+    def settings_at_length(cls, n: int) -> dict:
+        """Settings that must scale with the length n for `cost_exponent` to hold (none by default)."""
+        del n
+        return {}
 
     def __init__(
         self,

@@ -59,6 +59,7 @@ from lra_jax.attention.core import (
     Attention,
     merge_heads,
     split_heads,
+    stream_key,
     unit_vectors,
     zero_padding,
 )
@@ -212,17 +213,6 @@ def lsh_attention(
     return out.astype(v.dtype)
 
 
-def _key_for_hashes(rngs: nnx.Rngs, fallback: str) -> PRNGKeyArray:
-    """A key from the "hashes" stream, else "default", else `fallback`."""
-    if "hashes" in rngs or "default" in rngs:
-        return rngs.hashes()
-    if fallback in rngs:
-        return getattr(rngs, fallback)()
-    raise ValueError(
-        f"drawing Reformer hash rotations needs an nnx.Rngs with a 'hashes', 'default' or '{fallback}' stream"
-    )
-
-
 @register("reformer")
 class ReformerAttention(Attention):
     """Reformer LSH attention with shared QK (see module docstring).
@@ -251,6 +241,9 @@ class ReformerAttention(Attention):
       dedup: correct the rounds' duplicate pairs by log N_{i,j} (paper, sec. 2);
         without it a pair found in several rounds counts several times.
     """
+
+    cost_exponent = 1.0  # chunks of fixed size (n log n to sort)
+    data_dependent_pattern = True  # angular hashes
 
     def __init__(
         self,
@@ -286,7 +279,7 @@ class ReformerAttention(Attention):
         self.mask_self = mask_self
         self.dedup = dedup
         self.rotations = HashRotations(
-            random_rotations(_key_for_hashes(rngs, "params"), self.head_dim, num_hashes, num_buckets)
+            random_rotations(stream_key(rngs, "hashes", "params", "drawing Reformer hash rotations"), self.head_dim, num_hashes, num_buckets)
         )
 
     def __call__(self, x, mask, *, deterministic: bool, rngs: nnx.Rngs | None = None):
@@ -302,7 +295,7 @@ class ReformerAttention(Attention):
         if not deterministic:
             if rngs is None:
                 raise ValueError("reformer needs `rngs` when deterministic=False (fresh hashes every call)")
-            rotations = random_rotations(_key_for_hashes(rngs, "dropout"), self.head_dim, self.num_hashes,
+            rotations = random_rotations(stream_key(rngs, "hashes", "dropout", "drawing Reformer hash rotations"), self.head_dim, self.num_hashes,
                                          self.num_buckets)
         drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs)
         return lsh_attention(q, v, mask, rotations, num_buckets=self.num_buckets, chunk_size=self.chunk_size,

@@ -60,13 +60,12 @@ class) is unused: there is nothing to drop.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from lra_jax.attention.core import Attention, divide_or_zero, unit_vectors
+from lra_jax.attention.core import Attention, divide_or_zero, stream_key, unit_vectors
 from lra_jax.attention.registry import register
 from lra_jax import kernels
 from lra_jax.errors import ConfigError
@@ -159,18 +158,6 @@ def favor_attention(
     return kernel_attention(phi_q, phi_k, v).astype(v.dtype)
 
 
-def _key_for_features(rngs: nnx.Rngs, fallback: str) -> PRNGKeyArray:
-    """A key from the "features" stream, else "default", else `fallback`."""
-    if "features" in rngs or "default" in rngs:
-        return rngs.features()
-    if fallback in rngs:
-        return getattr(rngs, fallback)()
-    raise ValueError(
-        f"drawing Performer random features needs an nnx.Rngs with a 'features', 'default' "
-        f"or '{fallback}' stream"
-    )
-
-
 @register("performer")
 class PerformerAttention(Attention):
 
@@ -192,6 +179,7 @@ class PerformerAttention(Attention):
 
     kernel_names = {"triton": kernels.TRITON}  # lra_jax.kernels.linear (identity features); none for TPU
     uses_attention_dropout = False
+    cost_exponent = 1.0  # n * m * d
 
     def __init__(
         self,
@@ -209,7 +197,7 @@ class PerformerAttention(Attention):
         self.num_features = num_features
         self.redraw = redraw
         self.features = RandomFeatures(
-            orthogonal_random_features(_key_for_features(rngs, "params"), num_features, self.head_dim)
+            orthogonal_random_features(stream_key(rngs, "features", "params", "drawing Performer random features"), num_features, self.head_dim)
         )
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
@@ -217,7 +205,7 @@ class PerformerAttention(Attention):
         if self.redraw and not deterministic:
             if rngs is None:
                 raise ValueError("performer with redraw=True needs `rngs` when deterministic=False")
-            key = _key_for_features(rngs, "dropout")
+            key = stream_key(rngs, "features", "dropout", "drawing Performer random features")
             w = orthogonal_random_features(key, self.num_features, self.head_dim)
         return favor_attention(q, k, v, mask, w, self.kernel_plan(deterministic))
 
@@ -263,6 +251,7 @@ class LinearAttention(Attention):
 
     kernel_names = {"triton": kernels.TRITON}  # lra_jax.kernels.linear; none for TPU
     uses_attention_dropout = False
+    cost_exponent = 1.0  # n * d^2
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         return linear_attention(q, k, v, mask, self.kernel_plan(deterministic))
@@ -308,6 +297,8 @@ class TaylorAttention(Attention):
     Raises:
       ConfigError: if scale is not in (0, 1].
     """
+
+    cost_exponent = 1.0  # n * d^2
 
     def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, scale: float = 1.0, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)

@@ -78,6 +78,8 @@ class LinformerAttention(Attention):
       ConfigError: if max_len is not given, or k < 1.
     """
 
+    cost_exponent = 1.0  # n * k
+
     def __init__(
         self, dim: int, num_heads: int, *, k: int = 256, share_kv: bool = False, rngs: nnx.Rngs, **common
     ):
@@ -191,6 +193,8 @@ class NystromAttention(Attention):
     Raises:
       ConfigError: if max_len is not given, or a setting is out of range.
     """
+
+    cost_exponent = 1.0  # n * m landmarks
 
     def __init__(
         self,

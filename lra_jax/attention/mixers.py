@@ -76,6 +76,8 @@ class MLPMixer(TokenMixer):
       ConfigError: if max_len is not given, or hidden < 1.
     """
 
+    cost_exponent = 1.0  # n * hidden
+
     def __init__(self, dim: int, num_heads: int, *, hidden: int = 256, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)
         max_len = _require_max_len(self, "mixes along the sequence axis")
@@ -131,6 +133,7 @@ class FNet(TokenMixer):
     """
 
     length_invariant = False
+    cost_exponent = 1.0  # n log n
 
     def __init__(self, dim: int, num_heads: int, *, out_proj: bool = True, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from lra_jax.attention.core import MASK_VALUE, Attention, masked_softmax
+from lra_jax.attention.core import MASK_VALUE, Attention, masked_softmax, stream_key
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -149,14 +149,6 @@ def sinkhorn_attention(
     return out.reshape(b, padded, h, d)[:, :n]
 
 
-def _noise_key(rngs: nnx.Rngs) -> PRNGKeyArray:
-    """A key from the "sinkhorn" stream, else "default", else "dropout"."""
-    for stream in ("sinkhorn", "default", "dropout"):
-        if stream in rngs:
-            return rngs[stream]()
-    raise ValueError("sinkhorn training needs an nnx.Rngs with a 'sinkhorn', 'default' or 'dropout' stream")
-
-
 @register("sinkhorn")
 class SinkhornAttention(Attention):
     """Sparse Sinkhorn attention (see module docstring).
@@ -168,6 +160,8 @@ class SinkhornAttention(Attention):
       sinkhorn_iterations: log-space Sinkhorn iterations (default 5; LRA code 1).
       temperature: tau of the Gumbel-Sinkhorn operator (default 1.0, as the LRA code).
     """
+
+    cost_exponent = 1.0  # n * 2b scores; the (n / b)^2 sorting matrix stays smaller while n < b^3
 
     def __init__(
         self,
@@ -222,7 +216,7 @@ class SinkhornAttention(Attention):
         if not deterministic:
             if rngs is None:
                 raise ValueError("sinkhorn needs `rngs` (for the Gumbel noise) when deterministic=False")
-            noise_key = _noise_key(rngs)
+            noise_key = stream_key(rngs, "sinkhorn", "dropout", "sinkhorn training")
         _, real_blocks = block_mask(mask, self.block)
         permutation = sort_matrix(
             self.sort_logits(k, mask), real_blocks, temperature=self.temperature,

@@ -39,6 +39,8 @@ BigBird with a block size that is not a power of two >= 16.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -145,6 +147,7 @@ class LocalAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
+    cost_exponent = 1.0  # n * (2w + 1) scores
 
     def __init__(self, dim: int, num_heads: int, *, window: int = 128, rngs: nnx.Rngs, **common):
         if window < 0:
@@ -202,6 +205,11 @@ class StridedAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
+    cost_exponent = 1.5  # n * (l + n / l) scores: n^1.5 at the paper's l = sqrt(n)
+
+    @classmethod
+    def settings_at_length(cls, n: int) -> dict:
+        return dict(stride=math.isqrt(n))
 
     def __init__(self, dim: int, num_heads: int, *, stride: int = 128, rngs: nnx.Rngs, **common):
         if stride < 1:
@@ -313,6 +321,7 @@ class LongformerAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
+    cost_exponent = 1.0  # window band + a fixed number of global tokens
 
     def __init__(
         self, dim: int, num_heads: int, *, window: int = 128, num_global: int = 1, rngs: nnx.Rngs, **common
@@ -456,6 +465,7 @@ class BigBirdAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
+    cost_exponent = 1.0  # a fixed number of key blocks per query block
 
     def __init__(
         self,

@@ -115,6 +115,7 @@ class S4D(TokenMixer):
     """
 
     uses_attention_dropout = False  # no attention weights; the dropout acts on the activations
+    cost_exponent = 1.0  # O(n N) Vandermonde kernel + O(n log n) FFT convolution
 
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 64, dt_min: float = 1e-3,
                  dt_max: float = 1e-1, bidirectional: bool = True, glu: bool = True, rngs: nnx.Rngs,

@@ -1,0 +1,106 @@
+"""What the tests share: small per-variant settings, random inputs with padding, scaled comparisons.
+
+Import it as `from helpers import ...` (pytest puts tests/ on the path); fixtures stay in
+conftest.py, which is never imported as a module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flax import nnx
+
+from lra_jax import task_defaults
+from lra_jax.attention import registry
+
+# The one table of small per-variant settings (defaults otherwise), for the contract suite and
+# the model tests, which run sequences of 20-40 tokens: a window, rank, bucket count or block
+# smaller than n, so the checks exercise each approximation rather than a degenerate limit.
+SMALL = {
+    "local": dict(window=3),
+    "linformer": dict(k=8),
+    "performer": dict(num_features=16),
+    "strided": dict(stride=4),
+    "longformer": dict(window=3, num_global=2),
+    "bigbird": dict(block=4, num_random_blocks=2),
+    "reformer": dict(chunk_size=4, num_buckets=4, num_hashes=2),
+    "routing": dict(num_clusters=3, window=12),
+    "sinkhorn": dict(block=4),
+    "nystromformer": dict(num_landmarks=8, conv_kernel=3),
+    "taylor": dict(scale=1.0),
+    "lightweight_conv": dict(kernel_size=5),
+    "dynamic_conv": dict(kernel_size=5),
+    "s4d": dict(state_size=8),
+}
+
+# float32 machine epsilon (2^-23): tolerances below are multiples of it, scaled to the
+# magnitudes compared and to the length of the sums that a different order could change.
+F32_EPS = float(np.finfo(np.float32).eps)
+
+
+def reassociation_tol(terms: int, depth: int) -> float:
+    """Relative tolerance for float32 results computed in another order (jit vs eager, a scan,
+    another thread count, a float64 reference): a sum of `terms` terms may move by terms * eps
+    of its scale when reassociated (the worst-case bound), and a result chains `depth` such sums
+    (projections, scores, normaliser, weighted sum, iterations). Use it with `assert_close`."""
+    return depth * terms * F32_EPS
+
+
+def build_small(name: str, *, dim: int, num_heads: int, seed: int = 0, **settings) -> nnx.Module:
+    """Variant `name` with its `SMALL` settings, overridden or extended by `settings`."""
+    return registry.build(name, dim=dim, num_heads=num_heads, rngs=nnx.Rngs(seed), **{**SMALL.get(name, {}), **settings})
+
+
+def ragged_mask(n: int, lengths) -> np.ndarray:
+    """bool [b n]: row i is True on its first lengths[i] positions."""
+    return np.arange(n)[None, :] < np.asarray(lengths)[:, None]
+
+
+def x_and_mask(n: int, lengths, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Standard normal x [b n dim] (padded positions hold noise too) and the ragged mask [b n]."""
+    x = np.random.default_rng(seed).standard_normal((len(lengths), n, dim)).astype(np.float32)
+    return x, ragged_mask(n, lengths)
+
+
+def qkv_and_mask(n: int, lengths, heads: int, head_dim: int, seed: int = 0):
+    """Per-head q, k, v [b n h d] (standard normal, numpy: no compile per shape) and the mask [b n]."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((len(lengths), n, heads, head_dim)).astype(np.float32) for _ in range(3))
+    return q, k, v, ragged_mask(n, lengths)
+
+
+def real(x, mask) -> np.ndarray:
+    """x [b n ...] with padded positions (mask False) set to 0: the part the contract constrains."""
+    mask = np.asarray(mask)
+    return np.where(mask.reshape(mask.shape + (1,) * (np.ndim(x) - mask.ndim)), np.asarray(x), 0.0)
+
+
+def assert_close(actual, desired, tol: float, err_msg: str = "") -> None:
+    """|actual - desired| <= tol * max|desired| elementwise, plus rtol=tol: an error relative to
+    the scale of the compared values, so entries near zero are not held to a relative bound
+    that only reassociated sums would break."""
+    desired = np.asarray(desired, np.float64)
+    scale = float(np.abs(desired).max()) if desired.size else 0.0
+    np.testing.assert_allclose(np.asarray(actual, np.float64), desired, rtol=tol, atol=tol * scale,
+                               err_msg=err_msg)
+
+
+def splits_equal(a: dict, b: dict) -> bool:
+    """Two {split: (tokens, labels)} dicts hold the same arrays for every split of `a`."""
+    return a.keys() == b.keys() and all(
+        np.array_equal(a[s][0], b[s][0]) and np.array_equal(a[s][1], b[s][1]) for s in a)
+
+
+def tiny_config(cache_dir, name: str = "softmax", **settings):
+    """ListOps with 256 short generated examples and a one-layer, 16-wide model."""
+    config = task_defaults.get_config("listops,mini", attention=dict(name=name, **settings))
+    config.max_len = 32
+    config.data.cache_dir = str(cache_dir)
+    config.data.generator.update(num_train=256, num_val=64, num_test=64, min_length=5, max_length=32)
+    config.model.update(num_layers=1, num_heads=2, emb_dim=16, mlp_dim=32, dropout_rate=0.1,
+                        attention_dropout_rate=0.1)
+    config.batch_size = 16
+    config.num_train_steps = 12
+    config.eval_every = 6
+    config.checkpoint_every = 6
+    config.log_every = 3
+    return config
