@@ -33,9 +33,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
-from lra_jax.attention.core import TokenMixer, merge_heads, split_heads, zero_padding
+from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, merge_heads, split_heads, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -113,14 +113,7 @@ class _Convolution(TokenMixer):
     def kernel_logits(self, x: Float[Array, "b n d"]) -> Float[Array, "#b #n h k"]:
         raise NotImplementedError
 
-    def __call__(
-        self,
-        x: Float[Array, "b n d"],
-        mask: Bool[Array, "b n"],
-        *,
-        deterministic: bool,
-        rngs: nnx.Rngs | None = None,
-    ) -> Float[Array, "b n d"]:
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
         x = self.proj_in(x)
         if self.glu:
             x = jax.nn.glu(x, axis=-1)

@@ -47,6 +47,10 @@ from lra_jax.kernels.masking import MASK_VALUE  # one logit for masked pairs, ke
 # MASK_VALUE is finite, so a row with every key masked gives a uniform (not NaN)
 # softmax, and far below any real logit, so it gets zero weight otherwise.
 
+# The contract's types: tokens [b n d] and their mask [b n] (True on real tokens).
+Tokens = Float[Array, "b n d"]
+TokenMask = Bool[Array, "b n"]
+
 IMPLS = ("auto", "xla", "pallas")
 
 
@@ -221,14 +225,7 @@ class Attention(TokenMixer):
         self.query, self.key, self.value, self.out = linear(), linear(), linear(), linear()
         self.attention_dropout = nnx.Dropout(self.dropout_rate)
 
-    def __call__(
-        self,
-        x: Float[Array, "b n d"],
-        mask: Bool[Array, "b n"],
-        *,
-        deterministic: bool,
-        rngs: nnx.Rngs | None = None,
-    ) -> Float[Array, "b n d"]:
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
         q = split_heads(self.query(x), self.num_heads)
         k = split_heads(self.key(x), self.num_heads)
         v = split_heads(self.value(x), self.num_heads)

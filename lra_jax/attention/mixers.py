@@ -30,9 +30,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
-from lra_jax.attention.core import TokenMixer, zero_padding
+from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -89,14 +89,7 @@ class MLPMixer(TokenMixer):
         self.w2 = nnx.Param(nnx.initializers.normal(stddev=hidden**-0.5)(rngs.params(), (max_len, hidden)))
         self.b2 = nnx.Param(jnp.zeros((max_len,)))
 
-    def __call__(
-        self,
-        x: Float[Array, "b n d"],
-        mask: Bool[Array, "b n"],
-        *,
-        deterministic: bool,
-        rngs: nnx.Rngs | None = None,
-    ) -> Float[Array, "b n d"]:
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
         n = x.shape[1]
         _check_length(self, n)
         dt = x.dtype
@@ -140,14 +133,7 @@ class FNet(TokenMixer):
         self.out_proj = out_proj
         self.out = nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs) if out_proj else None
 
-    def __call__(
-        self,
-        x: Float[Array, "b n d"],
-        mask: Bool[Array, "b n"],
-        *,
-        deterministic: bool,
-        rngs: nnx.Rngs | None = None,
-    ) -> Float[Array, "b n d"]:
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
         z = zero_padding(x, mask).astype(jnp.float32)
         y = jnp.real(jnp.fft.fft(jnp.fft.fft(z, axis=-1), axis=-2)).astype(x.dtype)
         if self.out is not None:
@@ -201,14 +187,7 @@ class GatedMLP(TokenMixer):
         _check_length(self, n)
         return self.spatial[...][:n, :n]
 
-    def __call__(
-        self,
-        x: Float[Array, "b n d"],
-        mask: Bool[Array, "b n"],
-        *,
-        deterministic: bool,
-        rngs: nnx.Rngs | None = None,
-    ) -> Float[Array, "b n d"]:
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
         n = x.shape[1]
         dt = x.dtype
         u = jax.nn.gelu(self.proj_in(zero_padding(x, mask)))

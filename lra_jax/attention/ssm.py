@@ -52,9 +52,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jaxtyping import Array, Bool, Complex, Float
+from jaxtyping import Array, Complex, Float
 
-from lra_jax.attention.core import SSMParam, TokenMixer, zero_padding
+from lra_jax.attention.core import SSMParam, TokenMask, TokenMixer, Tokens, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -149,14 +149,7 @@ class S4D(TokenMixer):
         u = u.astype(jnp.float32)
         return fft_convolution(u, self.kernel(u.shape[1])) + self.d[...] * u
 
-    def __call__(
-        self,
-        x: Float[Array, "b n d"],
-        mask: Bool[Array, "b n"],
-        *,
-        deterministic: bool,
-        rngs: nnx.Rngs | None = None,
-    ) -> Float[Array, "b n d"]:
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
         y = jax.nn.gelu(self.ssm(zero_padding(x, mask)))
         y = self.activation_dropout(y, deterministic=deterministic, rngs=rngs).astype(x.dtype)
         y = self.out(y)

@@ -28,10 +28,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
 from lra_jax.attention.core import (
     Attention,
+    TokenMask,
+    Tokens,
     masked_softmax,
     merge_heads,
     split_heads,
@@ -128,14 +130,7 @@ class SynthesizerAttention(Attention):
         b = self.factor_b[...][:, :n].astype(x.dtype)
         return jnp.einsum("hnk,hmk->hnm", a, b)
 
-    def __call__(
-        self,
-        x: Float[Array, "b n d"],
-        mask: Bool[Array, "b n"],
-        *,
-        deterministic: bool,
-        rngs: nnx.Rngs | None = None,
-    ) -> Float[Array, "b n d"]:
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
         logits = self.synthetic_logits(x).astype(jnp.float32)
         if self.mix:
             q = split_heads(self.query(x), self.num_heads)
