@@ -40,8 +40,9 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from lra_jax.errors import ConfigError
 from lra_jax import kernels
+from lra_jax.errors import ConfigError
+from lra_jax.kernels import IMPLS
 from lra_jax.kernels.masking import MASK_VALUE  # one logit for masked pairs, kernels and variants alike
 
 # MASK_VALUE is finite, so a row with every key masked gives a uniform (not NaN)
@@ -51,7 +52,6 @@ from lra_jax.kernels.masking import MASK_VALUE  # one logit for masked pairs, ke
 Tokens = Float[Array, "b n d"]
 TokenMask = Bool[Array, "b n"]
 
-IMPLS = ("auto", "xla", "pallas")
 
 
 def split_heads(x: Float[Array, "b n hd"], num_heads: int) -> Float[Array, "b n h d"]:
