@@ -1,4 +1,5 @@
-"""lra_jax.tools.sweep: the plan, skip/resume, failure reporting, --emit and signal forwarding (no training)."""
+"""lra_jax.tools.sweep: the plan, grids and the two-stage protocol, skip/resume, failure reporting, --emit,
+parallel runs on pinned devices and signal forwarding (no training)."""
 
 import json
 import os
@@ -14,9 +15,9 @@ from lra_jax.errors import ConfigError
 FILES = {"softmax": "configs/transformer.py", "linformer": "configs/linformer.py"}
 
 
-def make_plan(root, variants="softmax,linformer", seeds=("0",), overrides=()):
+def make_plan(root, variants="softmax,linformer", seeds=("0",), overrides=(), grid=()):
     return sweep.plan(variants, "listops", ["mini"], list(seeds), str(root), list(overrides), files=FILES,
-                      task_names=["listops"], python="python")
+                      task_names=["listops"], python="python", grid=sweep.parse_grid(list(grid), list(overrides)))
 
 
 def workdir_of(command):
@@ -29,7 +30,7 @@ class FakeRunner:
     def __init__(self, fail=()):
         self.calls, self.fail = [], set(fail)
 
-    def __call__(self, command, cwd):
+    def __call__(self, command, cwd, slot=None):
         self.calls.append(command)
         workdir = workdir_of(command)
         if any(workdir.endswith(f) for f in self.fail):
@@ -110,7 +111,7 @@ def test_a_finished_run_is_judged_against_the_config_its_command_trains_now(tmp_
 class DivergingRunner(FakeRunner):
     """'Trains' like `train` does when the loss turns NaN: a results.json that says so, exit 3."""
 
-    def __call__(self, command, cwd):
+    def __call__(self, command, cwd, slot=None):
         self.calls.append(command)
         workdir = workdir_of(command)
         os.makedirs(workdir, exist_ok=True)
@@ -133,7 +134,7 @@ def test_a_diverged_run_is_reported_and_never_retried_or_emitted(tmp_path):
 
 
 def test_exit_zero_without_results_is_a_failure(tmp_path):
-    summary = sweep.run_sweep(make_plan(tmp_path, "softmax"), lambda command, cwd: 0, log=lambda line: None)
+    summary = sweep.run_sweep(make_plan(tmp_path, "softmax"), lambda command, cwd, slot: 0, log=lambda line: None)
     assert summary[0]["status"] == "failed" and "without results.json" in summary[0]["error"]
 
 
@@ -215,23 +216,175 @@ def test_signal_is_forwarded_to_the_child_and_the_sweep_stops(tmp_path):
     assert [s["status"] for s in summary] == ["stopped", "not started"]
 
 
-def test_estimate_times_each_unfinished_run_and_totals_per_task(tmp_path):
-    runs = make_plan(tmp_path, seeds=("0", "1"))
-    FakeRunner()(runs[0].command, None)  # softmax seed 0 finished: not estimated
+def test_estimate_times_each_unfinished_run_shape_once_and_totals_per_task(tmp_path):
+    runs = make_plan(tmp_path, seeds=("0", "1"), grid=[f"{LR}=1e-3,5e-3"])
+    FakeRunner()(runs[0].command, None)  # softmax first point seed 0 finished: not estimated
     calls = []
 
     def capture(command, cwd):
         calls.append(command)
-        if "linformer" in workdir_of(command) and workdir_of(command).endswith("seed1"):
+        if "linformer" in workdir_of(command):
             return 2, "error: out of memory\n"
         return 0, "workdir noise\n" + json.dumps({"seconds_per_step": 0.5, "num_train_steps": 120,
                                                    "projected_train_seconds": 61.0}) + "\n"
 
     rows = sweep.estimate_runs(runs, capture, log=lambda line: None)
-    assert [workdir_of(c) for c in calls] == [r.workdir for r in runs[1:]]
+    # seeds and learning rates do not change the step: one `train --estimate` per variant
+    assert [workdir_of(c) for c in calls] == [runs[1].workdir, runs[4].workdir]
     assert all(c[-1] == "--estimate" for c in calls)
-    assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
-    assert rows[2]["error"] == "exit status 2: error: out of memory"
-    table = sweep.estimate_table(rows)
-    assert "listops-mini: 2 min" in table  # 2 x 61 s
-    assert "total: 2 min of training (0.0 h)" in table and "1 runs failed" in table
+    assert [r["status"] for r in rows] == ["ok"] * 3 + ["failed"] * 4
+    assert rows[3]["error"] == "exit status 2: error: out of memory"
+    table = sweep.estimate_table(rows, parallel=2)
+    assert "listops-mini: 3 min" in table  # 3 x 61 s
+    assert "total: 3 min of training (0.1 h)" in table and "4 runs failed" in table
+    assert "with --parallel=2" in table
+
+
+# ----------------------------------------------------------------------------- grids and the protocol
+
+LR = "optimizer.learning_rate"
+
+
+def write_result(run, val, test):
+    """What `train` leaves in a finished workdir, with these accuracies."""
+    os.makedirs(run.workdir, exist_ok=True)
+    with open(os.path.join(run.workdir, "results.json"), "w") as f:
+        json.dump({"task": run.task, "variant": run.variant, "scale": run.scale, "config": {"seed": run.seed},
+                   "val_accuracy": val, "test_accuracy": test}, f)
+
+
+def test_grid_axes_make_a_product_of_points_each_in_its_directory(tmp_path):
+    runs = make_plan(tmp_path, "softmax", seeds=("0", "1"), grid=[f"{LR}=1e-3,5e-3", "model.num_layers=1,2"])
+    assert len(runs) == 8
+    r = runs[3]  # second point, seed 1
+    assert r.point == f"{LR}=1e-3,model.num_layers=2"
+    assert r.workdir == str(tmp_path / "listops-mini" / "softmax" / r.point / "seed1")
+    assert r.command[-3:] == ["--config.seed=1", f"--config.{LR}=1e-3", "--config.model.num_layers=2"]
+    assert r.config["optimizer"]["learning_rate"] == 1e-3 and r.config["model"]["num_layers"] == 2
+    assert [x.first_stage for x in runs] == [True, False] * 4
+
+
+def test_grid_mistakes_are_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="expected KEY=V1,V2"):
+        sweep.parse_grid(["optimizer.learning_rate"])
+    with pytest.raises(ConfigError, match="use --seeds"):
+        sweep.parse_grid(["seed=1,2"])
+    with pytest.raises(ConfigError, match="both a --grid axis and an override"):
+        sweep.parse_grid([f"{LR}=1,2"], [f"--config.{LR}=3"])
+    with pytest.raises(ConfigError, match="cannot be configured"):
+        make_plan(tmp_path, "softmax", grid=["optimizer.no_such_key=1,2"])
+
+
+def test_two_stage_trains_the_other_seeds_only_at_the_point_chosen_on_validation(tmp_path):
+    runs = make_plan(tmp_path, "softmax", seeds=("0", "1", "2"), grid=[f"{LR}=1e-3,5e-3"])
+    low0, low1, low2, high0, high1, high2 = runs
+    now, waiting = sweep.protocol_runs(runs, "two_stage")
+    assert now == [low0, high0] and waiting == ["listops-mini/softmax"]
+    write_result(low0, val=0.40, test=0.90)  # best test, worse validation: must not be chosen
+    now, waiting = sweep.protocol_runs(runs, "two_stage")
+    assert now == [low0, high0] and waiting  # the first stage is not finished yet
+    write_result(high0, val=0.60, test=0.30)
+    now, waiting = sweep.protocol_runs(runs, "two_stage")
+    assert now == [low0, high0, high1, high2] and waiting == []
+    assert sweep.protocol_runs(runs, "grid") == (runs, [])
+    write_result(high1, val=0.10, test=0.40)  # a poor later seed does not move the choice: compared on seed 0
+    write_result(high2, val=0.10, test=0.50)
+    table = sweep.selection_table(sweep.protocol_runs(runs, "two_stage")[0])
+    assert f"listops-mini/softmax: {LR}=5e-3  test 40.00 ± 10.00 (n=3)" in table
+    assert f"val on seeds 0: {LR}=1e-3 40.0, {LR}=5e-3 60.0" in table
+
+
+def test_two_stage_sweep_starts_a_second_stage_as_soon_as_its_first_is_done(tmp_path):
+    runs = make_plan(tmp_path, "softmax", seeds=("0", "1"), grid=[f"{LR}=1e-3,5e-3"])
+    accuracy = {f"{LR}=1e-3": 0.7, f"{LR}=5e-3": 0.5}
+    trained = []
+
+    def runner(command, cwd, slot=None):
+        r = next(r for r in runs if r.workdir == workdir_of(command))
+        trained.append(r.name)
+        write_result(r, accuracy[r.point], accuracy[r.point])
+        return 0
+
+    summary = sweep.run_sweep(lambda: sweep.protocol_runs(runs, "two_stage")[0], runner, log=lambda line: None)
+    assert trained == [f"listops-mini/softmax/{LR}=1e-3/seed0", f"listops-mini/softmax/{LR}=5e-3/seed0",
+                       f"listops-mini/softmax/{LR}=1e-3/seed1"]
+    assert [s["status"] for s in summary] == ["finished"] * 3
+
+
+# ----------------------------------------------------------------------------- parallel runs
+
+PARALLEL_CHILD = """
+import json, os, signal, sys, time
+workdir = sys.argv[1]
+os.makedirs(workdir, exist_ok=True)
+resumed = os.path.isdir(os.path.join(workdir, "checkpoints"))
+with open(os.path.join(workdir, "seen.json"), "w") as f:
+    json.dump({"cpus": sorted(os.sched_getaffinity(0)), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+               "resumed": resumed}, f)
+if os.environ.get("SWEEP_TEST_FINISH") or resumed:
+    open(os.path.join(workdir, "results.json"), "w").write("{}")
+    sys.exit(0)
+def stop(signum, frame):
+    os.makedirs(os.path.join(workdir, "checkpoints"))  # what train does on SIGTERM
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+open(workdir + ".started", "w").close()
+time.sleep(60)
+"""
+
+
+def test_parallel_sweep_pins_each_run_and_an_interrupt_checkpoints_all_then_resumes(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))
+    slots = [sweep.device_slots.Slot(f"cpu {c}", {"CUDA_VISIBLE_DEVICES": str(i)}, frozenset([c]))
+             for i, c in enumerate([cores[0], cores[-1]])]
+    runs = make_plan(tmp_path, seeds=("0", "1"))  # four runs, two slots
+    for r in runs:
+        r.command = [sys.executable, "-c", PARALLEL_CHILD, r.workdir, f"--workdir={r.workdir}"]
+
+    def interrupt_once_two_started():
+        for _ in range(1200):
+            if sum(os.path.exists(r.workdir + ".started") for r in runs) == 2:
+                break
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), __import__("signal").SIGINT)
+
+    with sweep._Stop() as stop:
+        threading.Thread(target=interrupt_once_two_started, daemon=True).start()
+        summary = sweep.run_sweep(runs, sweep.subprocess_runner(stop, log_to_workdir=True), stop,
+                                  log=lambda line: None, slots=slots, cwd=str(tmp_path))
+    assert sorted(s["status"] for s in summary) == ["not started", "not started", "stopped", "stopped"]
+    interrupted = [r for r, s in zip(runs, summary) if s["status"] == "stopped"]
+    assert all(r.state() == "resume" for r in interrupted)  # each child checkpointed on the forwarded signal
+    seen = [json.load(open(os.path.join(r.workdir, "seen.json"))) for r in interrupted]
+    assert sorted((s["cpus"], s["visible"]) for s in seen) == sorted(
+        ([c], str(i)) for i, c in enumerate([cores[0], cores[-1]]))  # one slot each, pinned
+    assert all(os.path.exists(os.path.join(r.workdir, "train.log")) for r in interrupted)
+
+    os.environ["SWEEP_TEST_FINISH"] = "1"
+    try:
+        with sweep._Stop() as stop:
+            summary = sweep.run_sweep(runs, sweep.subprocess_runner(stop, log_to_workdir=True), stop,
+                                      log=lambda line: None, slots=slots, cwd=str(tmp_path))
+    finally:
+        del os.environ["SWEEP_TEST_FINISH"]
+    assert [s["status"] for s in summary] == ["finished"] * 4
+    assert sorted(s["before"] for s in summary) == ["new", "new", "resume", "resume"]
+    assert all(json.load(open(os.path.join(r.workdir, "seen.json")))["resumed"] for r in interrupted)
+
+
+def test_device_slots_are_disjoint_and_too_many_is_a_clear_error(monkeypatch):
+    cores = sorted(os.sched_getaffinity(0))
+    (only,) = sweep.device_slots.slots("cpu", parallel=1, per_run=len(cores))
+    assert only.cpus == frozenset(cores) and only.env == {}
+    with pytest.raises(ConfigError, match="lower --parallel"):
+        sweep.device_slots.slots("cpu", parallel=len(cores) + 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")
+    gpus = sweep.device_slots.slots("gpu", parallel=2, per_run=2)
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gpus] == ["3,5", "6,7"]
+    monkeypatch.setattr(sweep.device_slots, "tpu_chips", lambda: ["0", "1", "2", "3"])
+    tpus = sweep.device_slots.slots("tpu", parallel=4)
+    assert [s.env["TPU_VISIBLE_CHIPS"] for s in tpus] == ["0", "1", "2", "3"]
+    assert len({s.env["TPU_PROCESS_PORT"] for s in tpus}) == 4
+    assert {s.env["TPU_CHIPS_PER_PROCESS_BOUNDS"] for s in tpus} == {"1,1,1"}
+    with pytest.raises(ConfigError, match="not a sub-slice"):
+        sweep.device_slots.slots("tpu", parallel=1, per_run=3)

@@ -1,6 +1,9 @@
-r"""A grid of training runs (variants x tasks x scales x seeds): local, resumable, or emitted for a cluster.
+r"""A grid of training runs (variants x tasks x scales x grid points x seeds): local, parallel, resumable,
+or emitted for a cluster; with a grid, each (variant, task) is reported at the point chosen on validation.
 
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=mini --seeds=0,1,2 --root=runs/sweep
+    python -m lra_jax.tools.sweep --variants=all --tasks=pathfinder --seeds=0,1,2 \
+        --grid=optimizer.learning_rate=1e-3,5e-3 --protocol=two_stage --parallel=2 --root=runs/sweep
     python -m lra_jax.tools.sweep --variants=softmax,linformer --tasks=listops --dry_run   # show the plan
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=mini --estimate      # how long it will take
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
@@ -10,22 +13,36 @@ r"""A grid of training runs (variants x tasks x scales x seeds): local, resumabl
 Each run is
 
     python -m lra_jax.train --config=configs/<file>.py:<task>,<scale> \
-        --workdir=<root>/<task>-<scale>/<variant>/seed<k> --config.seed=<k>
+        --workdir=<root>/<task>-<scale>/<variant>/[<point>/]seed<k> --config.seed=<k> [<point's overrides>]
 
-(plus any `--config.*` overrides given after `--`), run one after another as subprocesses.
+(plus any `--config.*` overrides given after `--`). `--grid=KEY=V1,V2,...` (repeatable: several axes
+make a product) trains every value of any config key; a grid point is a directory `KEY=V[,KEY=V]`.
+Protocols (`--protocol`): `grid` trains every point at every seed; `two_stage` trains every point at
+the first seed, then the other seeds only at the point that seed's validation accuracy chose (the
+second stage of a (variant, task) starts as soon as its first stage is finished). Either way the
+reported point is the one with the best mean validation accuracy over the seeds every point has,
+and its test accuracy is given as mean +- std over its seeds (lra_jax.tools.selection); test
+accuracy never takes part in the choice.
+
+`--parallel=N` runs N runs at once, each on its own devices (`--devices_per_run`, default 1; see
+lra_jax.tools.device_slots): CPU cores pinned by affinity, GPUs by CUDA_VISIBLE_DEVICES, TPU chips by
+libtpu's visibility variables. With N > 1 each run's output goes to <workdir>/train.log.
+
 A run whose results.json exists is skipped; an interrupted run is started again and resumes from
 its checkpoint (the trainer does that). A run that stopped on a non-finite loss (its results.json
 says "diverged", with no accuracy) is reported as `diverged` and not retried: it would diverge
 again the same way. A finished run is judged against the config its command
 trains now: if that asks for more steps, it resumes; if it differs in what a run cannot change on
 resume (model, optimizer, data, ...), the run is "stale": skipped and reported with the settings
-that differ, its results kept (delete its workdir to train it again with the current config). A failed run is logged and the sweep goes on; the exit
-status is 1 if any run failed. SIGINT/SIGTERM: the running child gets SIGTERM, saves a checkpoint
-and exits; the sweep then stops (run the same command to continue).
+that differ, its results kept (delete its workdir to train it again with the current config). A
+failed run is logged and the sweep goes on; the exit status is 1 if any run failed.
+SIGINT/SIGTERM: every running child gets SIGTERM, saves a checkpoint and exits; the sweep then stops
+(run the same command to continue).
 
-`--estimate` runs each unfinished run's command with `--estimate` instead: the train step is
-compiled and timed on random tokens of the run's shape, and the run's training time is projected
-as compilation + num_train_steps x seconds per step (evaluation and data preparation excluded).
+`--estimate` runs `train --estimate` once for each distinct run shape (runs that differ only in seed
+or optimizer settings share one): the train step is compiled and timed on random tokens, and each
+run's training time is projected as compilation + num_train_steps x seconds per step (evaluation and
+data preparation excluded).
 """
 
 from __future__ import annotations
@@ -39,6 +56,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -49,9 +67,12 @@ from ml_collections import config_flags
 
 from lra_jax import config_paths
 from lra_jax.errors import ConfigError, LraError
+from lra_jax.tools import device_slots, selection
 from lra_jax.tools.progress import print_now
 
 REPO = config_paths.REPO_ROOT  # where the runs' relative config paths start
+FINAL = ("done", "diverged", "stale")  # states in which a run is not trained again
+PROTOCOLS = ("grid", "two_stage")
 
 FLAGS = flags.FLAGS
 
@@ -61,14 +82,23 @@ def define_flags() -> None:
     flags.DEFINE_string("variants", "all", "'all' (every variant with a configs/ file) or a comma list.")
     flags.DEFINE_string("tasks", "all", "'all' or a comma list of tasks (lra_jax.data.tasks.names()).")
     flags.DEFINE_list("scales", ["mini"], "Comma list of scales: full, mini.")
-    flags.DEFINE_list("seeds", ["0"], "Comma list of seeds.")
+    flags.DEFINE_list("seeds", ["0"], "Comma list of seeds (with --protocol=two_stage the first one "
+                      "trains the whole grid).")
+    flags.DEFINE_multi_string("grid", [], "KEY=V1,V2,...: train every value of config key KEY (e.g. "
+                              "optimizer.learning_rate=1e-3,5e-3); repeat the flag for a product of axes.")
+    flags.DEFINE_enum("protocol", "grid", PROTOCOLS, "grid: every grid point at every seed; two_stage: every "
+                      "point at the first seed, the other seeds at the point chosen on its validation accuracy.")
+    flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices (CPU cores, GPUs or TPU chips).")
+    flags.DEFINE_enum("devices", "auto", device_slots.KINDS, "What --parallel shares out (auto: GPUs if any, "
+                      "else TPU chips if any, else CPU cores).")
+    flags.DEFINE_integer("devices_per_run", 1, "Devices (cores, GPUs, TPU chips) of each run with --parallel.")
     flags.DEFINE_string("root", os.path.join("runs", "sweep"), "Root of the run directories.")
     flags.DEFINE_bool("emit", False, "Print one train command per unfinished run (for a cluster) and exit.")
     flags.DEFINE_bool("distributed", False, "With --emit: the multi-host form, each command with --distributed, "
                       "to be run on every host of a TPU VM slice or every node of a Slurm job at once.")
-    flags.DEFINE_bool("dry_run", False, "Print the plan (done / resume / new) and exit.")
-    flags.DEFINE_bool("estimate", False, "Train nothing: time a few steps of every unfinished run on random "
-                      "tokens (`train --estimate`, one process each, no data needed) and print each run's "
+    flags.DEFINE_bool("dry_run", False, "Print the plan (done / resume / new / waiting) and exit.")
+    flags.DEFINE_bool("estimate", False, "Train nothing: time a few steps of each distinct unfinished run "
+                      "shape on random tokens (`train --estimate`, no data needed) and print each run's "
                       "projected training time and the total.")
 
 
@@ -94,10 +124,17 @@ class Run:
     seed: int
     workdir: str
     command: list[str]
+    point: str = ""  # the grid point, "KEY=V[,KEY=V]"; "" without a grid
+    first_stage: bool = True  # trained whatever the protocol (two_stage: the first seed)
 
     @property
     def name(self) -> str:
-        return f"{self.task}-{self.scale}/{self.variant}/seed{self.seed}"
+        return f"{self.cell}/{self.point + '/' if self.point else ''}seed{self.seed}"
+
+    @property
+    def cell(self) -> str:
+        """The (task, scale, variant) whose grid points compete: 'listops-mini/softmax'."""
+        return f"{self.task}-{self.scale}/{self.variant}"
 
     def state(self) -> str:
         """'done', 'diverged' (stopped on a non-finite loss: final, like done), 'stale' (finished
@@ -118,6 +155,13 @@ class Run:
 
     def results(self) -> dict | None:
         return read_json(os.path.join(self.workdir, "results.json"))
+
+    def result(self) -> selection.Result | None:
+        """The finished run's accuracies, for selection; None if unfinished or unreadable."""
+        try:
+            return selection.read_result(os.path.join(self.workdir, "results.json"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def divergence(self) -> str:
         """Where a diverged run stopped, for the logs."""
@@ -177,10 +221,34 @@ def _select(spec: str, known: list[str], what: str) -> list[str]:
     return chosen
 
 
+def parse_grid(specs: list[str], overrides: list[str] = ()) -> list[tuple[str, list[str]]]:
+    """['optimizer.learning_rate=1e-3,5e-3', ...] -> [('optimizer.learning_rate', ['1e-3', '5e-3']), ...]."""
+    axes = []
+    for spec in specs:
+        key, _, values = spec.partition("=")
+        key = key.strip().removeprefix("--config.").removeprefix("config.")
+        chosen = [v.strip() for v in values.split(",") if v.strip()]
+        if not key or not chosen:
+            raise ConfigError(f"--grid={spec}: expected KEY=V1,V2,... with a config key, "
+                              f"e.g. --grid=optimizer.learning_rate=1e-3,5e-3")
+        if key == "seed":
+            raise ConfigError("--grid=seed=...: seeds are not a grid axis; use --seeds")
+        if any(k == key for k, _ in axes):
+            raise ConfigError(f"--grid names {key} twice; give all its values in one --grid")
+        if any(o.split("=", 1)[0] == f"--config.{key}" for o in overrides):
+            raise ConfigError(f"{key} is both a --grid axis and an override after '--'; drop one")
+        bad = [v for v in chosen if "/" in v or "," in v]
+        if bad:
+            raise ConfigError(f"--grid={spec}: a value may not contain '/' (it names a directory)")
+        axes.append((key, chosen))
+    return axes
+
+
 def plan(variants: str, tasks: str, scales: list[str], seeds: list[str], root: str,
          overrides: list[str] = (), files: dict[str, str] | None = None,
-         task_names: list[str] | None = None, python: str = sys.executable) -> list[Run]:
-    """Every run of the grid, in order task, scale, variant, seed."""
+         task_names: list[str] | None = None, python: str = sys.executable,
+         grid: list[tuple[str, list[str]]] = ()) -> list[Run]:
+    """Every run of the grid, in order task, scale, variant, grid point, seed."""
     from lra_jax.attention import registry
     from lra_jax.data import tasks as task_registry
 
@@ -204,23 +272,56 @@ def plan(variants: str, tasks: str, scales: list[str], seeds: list[str], root: s
     for o in overrides:
         if not o.startswith("--config."):
             raise ConfigError(f"extra argument {o!r}: only --config.* overrides may follow '--'")
+    points = [list(zip([k for k, _ in grid], values)) for values in itertools.product(*(v for _, v in grid))]
     runs = []
-    for task, scale, variant, seed in itertools.product(task_list, scales, chosen, seed_list):
-        workdir = os.path.join(root, f"{task}-{scale}", variant, f"seed{seed}")
+    for task, scale, variant, point, seed in itertools.product(task_list, scales, chosen, points, seed_list):
+        label = ",".join(f"{k}={v}" for k, v in point)
+        workdir = os.path.join(root, f"{task}-{scale}", variant, *([label] if label else []), f"seed{seed}")
         command = [python, "-m", "lra_jax.train", f"--config={files[variant]}:{task},{scale}",
-                   f"--workdir={workdir}", f"--config.seed={seed}", *overrides]
-        runs.append(Run(task, scale, variant, seed, workdir, command))
+                   f"--workdir={workdir}", f"--config.seed={seed}", *(f"--config.{k}={v}" for k, v in point),
+                   *overrides]
+        runs.append(Run(task, scale, variant, seed, workdir, command, label, seed == seed_list[0]))
+    if grid and runs and runs[0].config is None:
+        try:
+            train_config(runs[0].command)
+        except Exception as error:  # noqa: BLE001 - name the bad key or value in one line
+            raise ConfigError(f"--grid: {runs[0].name} cannot be configured: {error}") from error
     return runs
+
+
+def protocol_runs(runs: list[Run], protocol: str) -> tuple[list[Run], list[str]]:
+    """The runs `protocol` asks for now, and the cells whose second stage waits for their first.
+
+    grid: all of them. two_stage: every first-stage run; a cell's other seeds once all its first-stage
+    runs are final, at the point their validation accuracy chose (none if every point diverged)."""
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    if protocol == "grid":
+        return runs, []
+    now, waiting = [], []
+    for cell, group in itertools.groupby(runs, key=lambda r: r.cell):
+        group = list(group)
+        first = [r for r in group if r.first_stage]
+        now += first
+        if len(first) == len(group):
+            continue
+        if all(r.state() in FINAL for r in first):
+            chosen = selection.select([res for r in first if (res := r.result()) is not None])
+            now += [r for r in group if not r.first_stage and chosen is not None and r.point == chosen.point]
+        else:
+            waiting.append(cell)
+    order = {id(r): i for i, r in enumerate(runs)}
+    return sorted(now, key=lambda r: order[id(r)]), waiting
 
 
 # ----------------------------------------------------------------------------- running
 
 class _Stop:
-    """SIGINT/SIGTERM -> forward SIGTERM to the running child (it checkpoints) and stop the sweep."""
+    """SIGINT/SIGTERM -> forward SIGTERM to every running child (each checkpoints) and stop the sweep."""
 
     def __init__(self):
         self.requested = False
-        self.child: subprocess.Popen | None = None
+        self.children: set[subprocess.Popen] = set()
         self.previous = {}
 
     def __enter__(self):
@@ -230,91 +331,170 @@ class _Stop:
 
     def _handle(self, signum, frame):
         self.requested = True
-        print(f"\nsweep: {signal.Signals(signum).name}: asking the running run to checkpoint and stop...",
-              file=sys.stderr, flush=True)
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signal.SIGTERM)
+        print(f"\nsweep: {signal.Signals(signum).name}: asking the {len(self.children)} running run(s) to "
+              "checkpoint and stop...", file=sys.stderr, flush=True)
+        for child in list(self.children):
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
 
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
 
 
-def subprocess_runner(stop: _Stop) -> Callable[[list[str], str], int]:
-    """Runs a command in its own session (a terminal Ctrl-C reaches only the sweep, which forwards it)."""
+Runner = Callable[[list[str], str, device_slots.Slot | None], int]
 
-    def run(command: list[str], cwd: str) -> int:
-        stop.child = subprocess.Popen(command, cwd=cwd, start_new_session=True)
+
+def subprocess_runner(stop: _Stop, log_to_workdir: bool = False) -> Runner:
+    """Runs a command in its own session (a terminal Ctrl-C reaches only the sweep, which forwards it),
+    on its slot's devices; with `log_to_workdir`, its output goes to <workdir>/train.log."""
+
+    def run(command: list[str], cwd: str, slot: device_slots.Slot | None = None) -> int:
+        env = {**os.environ, **slot.env} if slot else None
+        log = None
+        if log_to_workdir:
+            workdir = os.path.join(cwd, next(a.split("=", 1)[1] for a in command if a.startswith("--workdir=")))
+            os.makedirs(workdir, exist_ok=True)
+            log = open(os.path.join(workdir, "train.log"), "a", encoding="utf-8")  # noqa: SIM115
         try:
-            return stop.child.wait()
+            child = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True, stdout=log,
+                                     stderr=subprocess.STDOUT if log else None)
+            stop.children.add(child)
+            try:
+                return child.wait()
+            finally:
+                stop.children.discard(child)
         finally:
-            stop.child = None
+            if log:
+                log.close()
 
     return run
 
 
-def run_sweep(runs: list[Run], runner: Callable[[list[str], str], int], stop: _Stop | None = None,
-              log: Callable[[str], None] = print_now, cwd: str = REPO) -> list[dict]:
-    """Runs the unfinished runs in order; returns one summary row per run."""
-    summary = []
-    for i, r in enumerate(runs, 1):
-        before = r.state()
-        row = {"run": r.name, "before": before, "status": "skipped", "seconds": 0.0, "workdir": r.workdir}
-        summary.append(row)
-        if before == "done":
-            log(f"[{i}/{len(runs)}] {r.name}: done, skipped")
-            continue
-        if before == "diverged":
-            row["status"], row["error"] = "diverged", r.divergence()
-            log(f"[{i}/{len(runs)}] {r.name}: {row['error']}")
-            continue
-        if before == "stale":
-            row["status"] = "stale"
-            row["error"] = (f"finished with another config ({', '.join(r.changes())} differ); "
-                            f"delete {r.workdir} to train it with the current one")
-            log(f"[{i}/{len(runs)}] {r.name}: {row['error']}")
-            continue
-        if stop is not None and stop.requested:
-            row["status"] = "not started"
-            continue
-        log(f"[{i}/{len(runs)}] {r.name}: {'resuming' if before == 'resume' else 'starting'}\n  "
-            + shlex.join(r.command))
-        start = time.perf_counter()
-        try:
-            code = runner(r.command, cwd)
-        except OSError as error:
-            code, row["error"] = -1, str(error)
-        row["seconds"] = time.perf_counter() - start
-        row["exit_code"] = code
-        after = r.state()
-        if after == "done":
-            row["status"] = "finished"
-        elif after == "diverged":
-            row["status"], row["error"] = "diverged", r.divergence()
-        elif stop is not None and stop.requested:
-            row["status"] = "stopped"
-        else:
-            row["status"] = "failed"
-            row.setdefault("error", f"exit status {code}" + (" without results.json" if code == 0 else ""))
-        log(f"[{i}/{len(runs)}] {r.name}: {row['status']} ({row['seconds']:.0f} s)"
-            + (f": {row['error']}" if row["status"] in ("failed", "diverged") else ""))
-    return summary
+def _final_row(r: Run, before: str) -> dict | None:
+    """The summary row of a run that is not trained again (done, diverged, stale); None otherwise."""
+    row = {"run": r.name, "before": before, "status": "skipped", "seconds": 0.0, "workdir": r.workdir}
+    if before == "diverged":
+        row["status"], row["error"] = "diverged", r.divergence()
+    elif before == "stale":
+        row["status"] = "stale"
+        row["error"] = (f"finished with another config ({', '.join(r.changes())} differ); "
+                        f"delete {r.workdir} to train it with the current one")
+    return row if before in FINAL else None
+
+
+def _train(r: Run, before: str, runner: Runner, slot, stop: _Stop | None, cwd: str) -> dict:
+    """Trains one run; its summary row."""
+    row = {"run": r.name, "before": before, "status": "failed", "seconds": 0.0, "workdir": r.workdir}
+    start = time.perf_counter()
+    try:
+        code = runner(r.command, cwd, slot)
+    except OSError as error:
+        code, row["error"] = -1, str(error)
+    row["seconds"] = time.perf_counter() - start
+    row["exit_code"] = code
+    after = r.state()
+    if after == "done":
+        row["status"] = "finished"
+    elif after == "diverged":
+        row["status"], row["error"] = "diverged", r.divergence()
+    elif stop is not None and stop.requested:
+        row["status"] = "stopped"
+    else:
+        row.setdefault("error", f"exit status {code}" + (" without results.json" if code == 0 else ""))
+    return row
+
+
+def run_sweep(runs: list[Run] | Callable[[], list[Run]], runner: Runner, stop: _Stop | None = None,
+              log: Callable[[str], None] = print_now, cwd: str = REPO,
+              slots: list[device_slots.Slot | None] = (None,)) -> list[dict]:
+    """Trains the unfinished runs, one per slot at a time; returns one summary row per run.
+
+    `runs` may be a function giving the runs to do now (the protocol's plan, which grows as first
+    stages finish): a free slot takes the next unstarted run of its latest answer."""
+    current = runs if callable(runs) else (lambda: runs)
+    rows: dict[str, dict] = {}
+    started: set[str] = set()
+    in_flight = [0]
+    changed = threading.Condition()
+
+    def next_run():
+        for r in current():
+            if r.name in started:
+                continue
+            started.add(r.name)
+            before = r.state()
+            row = _final_row(r, before)
+            if row is None:
+                return r, before
+            rows[r.name] = row
+            log(f"{r.name}: " + (row.get("error") or "done, skipped"))
+        return None, None
+
+    def work(slot):
+        if slot is not None:
+            slot.pin()  # this thread's CPU mask, which the runs it starts inherit
+        while True:
+            with changed:
+                while True:
+                    if stop is not None and stop.requested:
+                        return
+                    r, before = next_run()
+                    if r is not None or in_flight[0] == 0:
+                        break
+                    changed.wait()  # a running first stage may release second-stage runs
+                if r is None:
+                    changed.notify_all()
+                    return
+                in_flight[0] += 1
+            where = f" on {slot.label}" if slot is not None else ""
+            log(f"{r.name}: {'resuming' if before == 'resume' else 'starting'}{where}\n  " + shlex.join(r.command))
+            row = _train(r, before, runner, slot, stop, cwd)
+            log(f"{r.name}: {row['status']} ({row['seconds']:.0f} s)"
+                + (f": {row['error']}" if row["status"] in ("failed", "diverged") else ""))
+            with changed:
+                rows[r.name] = row
+                in_flight[0] -= 1
+                changed.notify_all()
+
+    workers = [threading.Thread(target=work, args=(slot,), daemon=True) for slot in slots]
+    for w in workers:
+        w.start()
+    while any(w.is_alive() for w in workers):  # joined with a timeout so that signals reach the handler
+        for w in workers:
+            w.join(0.2)
+    return [rows.get(r.name) or {"run": r.name, "before": r.state(), "status": "not started", "seconds": 0.0,
+                                 "workdir": r.workdir} for r in current()]
+
+
+# ----------------------------------------------------------------------------- estimating
+
+def shape_key(r: Run) -> str:
+    """What decides a run's step time: its config without seed and optimizer (and its command if the
+    config cannot be built)."""
+    if r.config is None:
+        return shlex.join(r.command)
+    return json.dumps({k: v for k, v in r.config.items() if k not in ("seed", "optimizer")}, sort_keys=True)
 
 
 def estimate_runs(runs: list[Run], capture: Callable[[list[str], str], tuple[int, str]],
                   log: Callable[[str], None] = print_now, cwd: str = REPO) -> list[dict]:
-    """`train --estimate` for every unfinished run; one row per run (its JSON, or status "failed")."""
-    rows = []
+    """`train --estimate` once per distinct shape of the unfinished runs; one row per run (its JSON, or
+    status "failed")."""
+    rows, measured = [], {}
     for i, r in enumerate(runs, 1):
-        if r.state() in ("done", "diverged", "stale"):
+        if r.state() in FINAL:
             continue
-        code, output = capture([*r.command, "--estimate"], cwd)
-        lines = output.strip().splitlines()
-        try:
-            row = {"run": r.name, "status": "ok", **json.loads(lines[-1])}
-        except (IndexError, json.JSONDecodeError):
-            row = {"run": r.name, "status": "failed", "error": f"exit status {code}: "
-                   + (lines[-1] if lines else "no output")}
+        key = shape_key(r)
+        if key not in measured:
+            code, output = capture([*r.command, "--estimate"], cwd)
+            lines = output.strip().splitlines()
+            try:
+                measured[key] = {"status": "ok", **json.loads(lines[-1])}
+            except (IndexError, json.JSONDecodeError):
+                measured[key] = {"status": "failed", "error": f"exit status {code}: "
+                                 + (lines[-1] if lines else "no output")}
+        row = {"run": r.name, **measured[key]}
         rows.append(row)
         log(f"[{i}/{len(runs)}] {r.name}: " + (f"{row['projected_train_seconds'] / 60:.1f} min projected"
                                                if row["status"] == "ok" else row["error"]))
@@ -327,7 +507,7 @@ def capture_output(command: list[str], cwd: str) -> tuple[int, str]:
     return done.returncode, done.stdout
 
 
-def estimate_table(rows: list[dict]) -> str:
+def estimate_table(rows: list[dict], parallel: int = 1) -> str:
     """Per run: seconds per step, steps and projected minutes; then the total per task and overall."""
     width = max([len(r["run"]) for r in rows] + [3])
     lines = [f"{'run':<{width}}  {'s/step':>8} {'steps':>6} {'minutes':>8}"]
@@ -343,9 +523,13 @@ def estimate_table(rows: list[dict]) -> str:
     total = sum(per_task.values())
     failed = sum(r["status"] != "ok" for r in rows)
     lines.append(f"total: {total:.0f} min of training ({total / 60:.1f} h) in one process at a time"
+                 + (f", about {total / parallel / 60:.1f} h of wall time with --parallel={parallel}"
+                    if parallel > 1 else "")
                  + (f"; {failed} runs failed to compile or run and are not counted" if failed else ""))
     return "\n".join(lines)
 
+
+# ----------------------------------------------------------------------------- reporting
 
 def summary_table(summary: list[dict]) -> str:
     width = max([len(s["run"]) for s in summary] + [3])
@@ -358,15 +542,43 @@ def summary_table(summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def selection_table(runs: list[Run]) -> str:
+    """Per cell with more than one grid point: the chosen point, the validation means it was chosen
+    on, and its test accuracy as mean +- std over seeds (%)."""
+    lines = []
+    for cell, group in itertools.groupby(runs, key=lambda r: r.cell):
+        group = list(group)
+        if len({r.point for r in group}) < 2:
+            continue
+        chosen = selection.select([res for r in group if (res := r.result()) is not None])
+        if chosen is None:
+            lines.append(f"{cell}: nothing to report (every point diverged or none finished)")
+            continue
+        val = ", ".join(f"{p} {100 * v:.1f}" for p, v in chosen.candidates.items())
+        std = f" ± {100 * chosen.test_std:.2f}" if chosen.test_std is not None else ""
+        lines.append(f"{cell}: {chosen.point}  test {100 * chosen.test_mean:.2f}{std} (n={chosen.n}); "
+                     f"val on seeds {','.join(map(str, chosen.compared_on)) or 'own'}: {val}"
+                     + (f"; diverged: {', '.join(chosen.diverged)}" if chosen.diverged else ""))
+    return "\n".join(["selected on validation accuracy, never test:", *lines]) if lines else ""
+
+
+# ----------------------------------------------------------------------------- entry point
+
 def main(argv: list[str]) -> None:
     overrides = argv[1:]
     try:
-        runs = plan(FLAGS.variants, FLAGS.tasks, FLAGS.scales, FLAGS.seeds, FLAGS.root, overrides)
+        runs = plan(FLAGS.variants, FLAGS.tasks, FLAGS.scales, FLAGS.seeds, FLAGS.root, overrides,
+                    grid=parse_grid(FLAGS.grid, overrides))
+        now, waiting = protocol_runs(runs, FLAGS.protocol)
+        slots = (device_slots.slots(FLAGS.devices, FLAGS.parallel, FLAGS.devices_per_run)
+                 if FLAGS.parallel > 1 or FLAGS.devices_per_run > 1 else [None])
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    pending = (f"{len(waiting)} (variant, task) cells wait for their first stage (seed {FLAGS.seeds[0]} at every "
+               f"grid point) before their other seeds can be planned: {', '.join(waiting)}") if waiting else ""
     if FLAGS.emit:
-        for r in runs:
+        for r in now:
             if r.state() == "stale":
                 print(f"note: {r.name} finished with another config ({', '.join(r.changes())} differ); "
                       f"not emitted: delete {r.workdir} to train it with the current one", file=sys.stderr)
@@ -374,18 +586,33 @@ def main(argv: list[str]) -> None:
                 print(f"note: {r.name} {r.divergence()}; not emitted", file=sys.stderr)
             elif r.state() != "done":
                 print(shlex.join(["python", *r.command[1:], *(["--distributed"] if FLAGS.distributed else [])]))
+        if pending:
+            print(f"note: {pending}; emit again once those runs are finished", file=sys.stderr)
         return
     if FLAGS.estimate:
-        rows = estimate_runs(runs, capture_output)
-        print("\n" + estimate_table(rows))
+        first_point = {}
+        for r in runs:
+            first_point.setdefault(r.cell, r.point)
+        stand_ins = [r for r in runs if r.cell in waiting and not r.first_stage and r.point == first_point[r.cell]]
+        rows = estimate_runs(now + stand_ins, capture_output)
+        print("\n" + estimate_table(rows, FLAGS.parallel))
+        if stand_ins:
+            print(f"({len(stand_ins)} second-stage runs counted at their cell's first grid point, "
+                  "as the chosen one is not known yet)")
         sys.exit(1 if any(r["status"] != "ok" for r in rows) else 0)
     if FLAGS.dry_run:
-        for r in runs:
-            print(f"{r.state():<7} {r.name:<40} {shlex.join(r.command[1:])}")
+        for r in now:
+            print(f"{r.state():<8} {r.name:<48} {shlex.join(r.command[1:])}")
+        if pending:
+            print(f"waiting  {pending}")
         return
     with _Stop() as stop:
-        summary = run_sweep(runs, subprocess_runner(stop), stop)
+        summary = run_sweep(lambda: protocol_runs(runs, FLAGS.protocol)[0],
+                            subprocess_runner(stop, log_to_workdir=len(slots) > 1), stop, slots=slots)
     print("\n" + summary_table(summary))
+    chosen = selection_table(protocol_runs(runs, FLAGS.protocol)[0])
+    if chosen:
+        print("\n" + chosen)
     if stop.requested:
         print("sweep stopped; run the same command to continue (finished runs are skipped, "
               "interrupted ones resume)")

@@ -1,0 +1,148 @@
+"""Which grid point a (task, scale, variant) reports: chosen on validation accuracy, never on test.
+
+A sweep with a grid (`sweep --grid=optimizer.learning_rate=1e-3,5e-3 --seeds=0,1,2`) lays out its runs as
+
+    <root>/<task>-<scale>/<variant>/<point>/seed<k>/results.json      point: "key=value[,key=value]"
+
+and a sweep without one as `<root>/<task>-<scale>/<variant>/seed<k>`. For every cell (task, scale,
+variant) the grid points are compared on their mean validation accuracy over the seeds that every
+point has finished (so a two-stage sweep, the grid on one seed and then more seeds at the chosen point,
+keeps comparing on that one seed after the others finish). A point with a diverged seed is out. The
+chosen point reports its test accuracy as mean and sample standard deviation (ddof 1) over all its
+finished seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+from collections import defaultdict
+
+SEED_DIR = re.compile(r"seed(-?\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One run's results.json, reduced to what selection and the chart need."""
+    task: str
+    scale: str | None
+    variant: str
+    point: str  # "" outside a grid
+    seed: int
+    val_accuracy: float | None  # None: diverged
+    test_accuracy: float | None
+    diverged_at_step: int | None
+    path: str
+
+    @property
+    def diverged(self) -> bool:
+        return self.test_accuracy is None
+
+
+def grid_point(results_path: str) -> str:
+    """'.../<variant>/lr=0.1,wd=0/seed0/results.json' -> 'lr=0.1,wd=0'; '' where no directory of the
+    form key=value sits above the seed directory."""
+    run_dir = os.path.dirname(results_path)
+    parent = os.path.basename(os.path.dirname(run_dir))
+    return parent if SEED_DIR.search(os.path.basename(run_dir)) and "=" in parent else ""
+
+
+def read_result(path: str) -> Result:
+    """The Result of one results.json; raises OSError, ValueError, KeyError or TypeError if malformed."""
+    with open(path, encoding="utf-8") as f:
+        r = json.load(f)
+    diverged = r.get("status") == "diverged"
+    config = r.get("config", {})
+    return Result(task=r["task"], scale=r.get("scale") or config.get("scale"), variant=r["variant"],
+                  point=grid_point(path), seed=int(config.get("seed", 0)),
+                  val_accuracy=None if diverged else float(r["val_accuracy"]),
+                  test_accuracy=None if diverged else float(r["test_accuracy"]),
+                  diverged_at_step=r.get("diverged_at_step"), path=path)
+
+
+def load(runs_dir: str, scale: str | None = None) -> list[Result]:
+    """Every results.json under `runs_dir` (recursively) of `scale`; an unreadable one is skipped
+    with a warning that names it."""
+    found = []
+    for root, _, files in sorted(os.walk(runs_dir)):
+        if "results.json" not in files:
+            continue
+        path = os.path.join(root, "results.json")
+        try:
+            result = read_result(path)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"warning: skipping {path}: {error!r}", file=sys.stderr)
+            continue
+        if scale is None or result.scale == scale:
+            found.append(result)
+    return found
+
+
+@dataclasses.dataclass
+class Selection:
+    """The reported grid point of one cell and its spread over seeds (accuracies as fractions)."""
+    point: str
+    seeds: list[int]  # finished seeds of the chosen point
+    test_mean: float
+    test_std: float | None  # sample std (ddof 1); None with one seed
+    val_mean: float  # over `seeds`
+    compared_on: list[int]  # the seeds the points were compared on
+    candidates: dict[str, float]  # point -> its mean val accuracy over `compared_on`
+    diverged: list[str]  # points left out because a seed diverged
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+
+def mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (ddof 1; None for a single value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def select(results: list[Result]) -> Selection | None:
+    """The grid point with the best mean validation accuracy over the seeds all eligible points have
+    finished (`compared_on`; ties go to the first point in sorted order); None if every point diverged.
+
+    Test accuracy is read only for the chosen point, after the choice."""
+    by_point: dict[str, dict[int, Result]] = defaultdict(dict)
+    for r in results:
+        if r.seed in by_point[r.point]:
+            print(f"warning: {r.path} repeats seed {r.seed} of {by_point[r.point][r.seed].path}; "
+                  "the later one is used", file=sys.stderr)
+        by_point[r.point][r.seed] = r
+    diverged = sorted(p for p, runs in by_point.items() if any(r.diverged for r in runs.values()))
+    eligible = {p: runs for p, runs in sorted(by_point.items()) if p not in diverged}
+    if not eligible:
+        return None
+    shared = set.intersection(*(set(runs) for runs in eligible.values()))
+    # No seed common to all points (an unfinished sweep): each point on its own seeds.
+    candidates = {p: sum(runs[s].val_accuracy for s in (shared or runs)) / len(shared or runs)
+                  for p, runs in eligible.items()}
+    best = max(candidates, key=candidates.get)  # max keeps the first of equals
+    runs = eligible[best]
+    seeds = sorted(runs)
+    test_mean, test_std = mean_std([runs[s].test_accuracy for s in seeds])
+    return Selection(point=best, seeds=seeds, test_mean=test_mean, test_std=test_std,
+                     val_mean=sum(runs[s].val_accuracy for s in seeds) / len(seeds),
+                     compared_on=sorted(shared), candidates=candidates, diverged=diverged)
+
+
+def cells(results: list[Result]) -> dict[tuple[str, str | None, str], list[Result]]:
+    """(task, scale, variant) -> its results."""
+    out = defaultdict(list)
+    for r in results:
+        out[(r.task, r.scale, r.variant)].append(r)
+    return dict(out)
+
+
+def select_all(results: list[Result]) -> dict[tuple[str, str | None, str], Selection | None]:
+    """`select` for every (task, scale, variant) cell."""
+    return {cell: select(rs) for cell, rs in sorted(cells(results).items(), key=lambda kv: str(kv[0]))}
