@@ -1,23 +1,55 @@
-"""lra_jax.tools.chart: LRA score arithmetic, partial variants, and the chart/table files from fake runs."""
+"""lra_jax.tools.chart: LRA score arithmetic, validation-chosen grid points, partial variants, error bars,
+and the chart/table files from fake runs."""
 
 import json
 import os
+import re
 
 import pytest
 from PIL import Image
 
-from lra_jax.tools import chart
+from lra_jax.tools import chart, selection
 from lra_jax.errors import LraError
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 
 
-def write_result(root, task, variant, seed, accuracy, scale="full"):
-    workdir = root / f"{task}-{scale}" / variant / f"seed{seed}"
+def run_dir(root, task, variant, seed, scale, point):
+    """Where `sweep` writes a run: <root>/<task>-<scale>/<variant>[/<point>]/seed<k>."""
+    workdir = root / f"{task}-{scale}" / variant
+    workdir = (workdir / point if point else workdir) / f"seed{seed}"
     workdir.mkdir(parents=True)
-    result = {"task": task, "variant": variant, "test_accuracy": accuracy, "scale": scale,
+    return workdir
+
+
+def write_result(root, task, variant, seed, accuracy, scale="full", point="", val=None):
+    """A finished run's results.json: test accuracy `accuracy`, validation `val` (default: the same)."""
+    result = {"task": task, "variant": variant, "test_accuracy": accuracy,
+              "val_accuracy": accuracy if val is None else val, "scale": scale,
               "config": {"seed": seed, "scale": scale}}
-    (workdir / "results.json").write_text(json.dumps(result))
+    (run_dir(root, task, variant, seed, scale, point) / "results.json").write_text(json.dumps(result))
+
+
+def write_diverged(root, task, variant, seed, step, scale="full", point=""):
+    """A diverged run's results.json: a status and a step, no accuracies."""
+    result = {"status": "diverged", "task": task, "variant": variant, "scale": scale,
+              "diverged_at_step": step, "config": {"seed": seed, "scale": scale}}
+    (run_dir(root, task, variant, seed, scale, point) / "results.json").write_text(json.dumps(result))
+
+
+def measure(root, scale=None):
+    """What the chart and table are drawn from."""
+    return chart.aggregate(selection.select_all(chart.read_runs(str(root), scale)))
+
+
+def table_rows(table):
+    """First cell -> the row's cells, for every Markdown table row."""
+    rows = {}
+    for line in table.splitlines():
+        if line.startswith("| "):
+            cells = [c.strip() for c in line.split("|")[1:-1]]
+            rows.setdefault(cells[0], cells)
+    return rows
 
 
 def write_bench(path, rows):
@@ -40,12 +72,8 @@ def runs(tmp_path):
     write_result(root, "text", "linear", 0, 0.60)
     # a mini-scale run that --scale=full must ignore.
     write_result(root, "listops", "local", 0, 0.99, scale="mini")
-    # a diverged run is not a result: left out, with a note.
-    diverged = root / "listops-full" / "linear" / "seed1"
-    diverged.mkdir(parents=True)
-    (diverged / "results.json").write_text(json.dumps(
-        {"status": "diverged", "task": "listops", "variant": "linear", "scale": "full",
-         "diverged_at_step": 12, "config": {"seed": 1, "scale": "full"}}))
+    # a diverged run is not a result: left out, with a note (taylor has nothing else).
+    write_diverged(root, "listops", "taylor", 1, 12)
     # a broken file is skipped, not fatal.
     (root / "broken").mkdir()
     (root / "broken" / "results.json").write_text("{not json")
@@ -53,7 +81,7 @@ def runs(tmp_path):
 
 
 def test_score_is_mean_of_five_tasks_with_seeds_averaged_and_path_x_separate(runs):
-    measured = chart.aggregate(chart.load_results(str(runs), scale="full"))
+    measured = measure(runs, scale="full")
     softmax = measured["softmax"]
     # seed means: 45, 55, 65, 75, 85 (%)  -> score 65; Path-X (50) not in it.
     assert softmax["accuracy"]["listops"] == pytest.approx(45.0)
@@ -61,18 +89,124 @@ def test_score_is_mean_of_five_tasks_with_seeds_averaged_and_path_x_separate(run
     assert softmax["score"] == pytest.approx(65.0)
     assert softmax["path_x"] == pytest.approx(50.0)
     assert softmax["seeds"]["text"] == 2 and softmax["seeds"]["path_x"] == 1
+    # two seeds 10 points apart: std 10/sqrt(2) per task; a single-seed score: sqrt(5 * 50) / 5
+    assert softmax["std"]["text"] == pytest.approx(50 ** 0.5)
+    assert softmax["std"]["path_x"] is None
+    assert softmax["score_std"] == pytest.approx(250 ** 0.5 / 5)
     assert softmax["missing"] == []
     assert "local" not in measured  # other scale filtered out
+    assert "taylor" not in measured  # diverged only: no result
 
 
 def test_partial_variant_lists_missing_tasks(runs):
-    linear = chart.aggregate(chart.load_results(str(runs), scale="full"))["linear"]
+    linear = measure(runs, scale="full")["linear"]
     assert linear["missing"] == ["retrieval", "image", "pathfinder"]
     assert linear["score"] == pytest.approx(40.0)  # over the tasks present only
+    assert linear["score_std"] is None  # one seed per task: no spread
 
 
 def test_scale_none_reads_every_scale(runs):
-    assert "local" in chart.aggregate(chart.load_results(str(runs)))
+    assert "local" in measure(runs)
+
+
+def test_score_spread_is_the_std_of_a_single_seed_score(tmp_path):
+    assert chart.score_spread([7.5, 10.0]) == pytest.approx(6.25)  # sqrt(7.5² + 10²) / 2
+    assert chart.score_spread([7.5, None]) is None and chart.score_spread([]) is None
+    root = tmp_path / "runs"
+    for seed, (listops, text) in enumerate([(0.30, 0.600), (0.40, 0.675), (0.50, 0.750)]):
+        write_result(root, "listops", "softmax", seed, listops)
+        write_result(root, "text", "softmax", seed, text)
+    softmax = measure(root)["softmax"]
+    assert softmax["std"]["listops"] == pytest.approx(10.0) and softmax["std"]["text"] == pytest.approx(7.5)
+    assert softmax["score"] == pytest.approx(53.75) and softmax["score_std"] == pytest.approx(6.25)
+    table = chart.markdown_table(measure(root), None, None, None, None)
+    cells = table_rows(table)["softmax"]
+    assert cells[1:3] == ["40.00 ± 10.00", "67.50 ± 7.50"] and cells[6] == "53.75 ± 6.25*"
+    assert cells[8] == "3"  # seeds: alike on every task, one number
+    assert "## Selected grid points" not in table  # no grid anywhere
+
+
+@pytest.fixture
+def grid(tmp_path):
+    """listops, two learning rates x three seeds: the better validation point has the worse test."""
+    root = tmp_path / "grid"
+    for seed, test in enumerate([0.5, 0.6, 0.7]):
+        write_result(root, "listops", "softmax", seed, test, point="optimizer.learning_rate=0.001", val=0.8)
+        write_result(root, "listops", "softmax", seed, 0.9, point="optimizer.learning_rate=0.005", val=0.7)
+    return root
+
+
+def test_the_point_is_chosen_on_validation_never_test(grid, tmp_path):
+    paths = chart.make_chart(str(grid), str(tmp_path / "out"))
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    assert table_rows(table)["softmax"][1] == "60.00 ± 10.00"  # not the 90.00 of the better-test point
+    assert "Selection is on validation, never on test" in table
+    section = table[table.index("## Selected grid points"):]
+    assert ("| softmax | ListOps | learning_rate=0.001 | learning_rate=0.001: 80.00; learning_rate=0.005: 70.00 "
+            "| 0, 1, 2 | 0, 1, 2 | 60.00 ± 10.00 |") in section
+
+
+def test_a_diverged_seed_takes_its_point_out_and_is_named_with_it(grid, tmp_path):
+    write_diverged(grid, "listops", "softmax", 3, 7, point="optimizer.learning_rate=0.001")
+    chosen = measure(grid)["softmax"]["chosen"]["listops"]
+    assert chosen.point == "optimizer.learning_rate=0.005" and chosen.test_mean == pytest.approx(0.9)
+    paths = chart.make_chart(str(grid), str(tmp_path / "out"))
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    assert "Left out, diverged (not results): softmax listops learning_rate=0.001 seed 3 (step 7)." in table
+    assert "| learning_rate=0.005: 70.00; diverged: learning_rate=0.001 |" in table
+
+
+def test_single_runs_beside_grid_points_are_one_more_candidate(tmp_path):
+    """The committed tree mixes old `<variant>/seed0` runs with grid runs, some unfinished."""
+    root = tmp_path / "runs"
+    write_result(root, "listops", "softmax", 0, 0.40, val=0.45)
+    write_result(root, "listops", "softmax", 0, 0.30, point="optimizer.learning_rate=0.005", val=0.50)
+    write_result(root, "listops", "softmax", 1, 0.34, point="optimizer.learning_rate=0.005", val=0.10)
+    run_dir(root, "listops", "softmax", 0, "full", "optimizer.learning_rate=0.001")  # no results.json yet
+    paths = chart.make_chart(str(root), str(tmp_path / "out"))
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    # compared on seed 0 (the only seed both have): 50 > 45; then the test mean over both its seeds
+    assert ("| softmax | ListOps | learning_rate=0.005 | (no grid): 45.00; learning_rate=0.005: 50.00 | 0 "
+            "| 0, 1 | 32.00 ± 2.83 |") in table
+
+
+def test_short_point_drops_key_prefixes_unless_keys_then_clash():
+    assert chart.short_point("optimizer.learning_rate=0.005") == "learning_rate=0.005"
+    assert chart.short_point("optimizer.learning_rate=0.005,model.dropout=0.1") == "learning_rate=0.005, dropout=0.1"
+    assert chart.short_point("a.rate=1,b.rate=2") == "a.rate=1, b.rate=2"
+    assert chart.short_point("") == "(no grid)"
+
+
+def test_caption_says_how_points_were_chosen(grid, runs):
+    assert "best mean validation accuracy" in chart.caption(measure(grid))
+    assert "never chosen on test" in chart.caption(measure(grid))
+    plain = chart.caption(measure(runs, scale="full"))
+    assert "grid point" not in plain and "no grid" in plain
+    assert "n = 1 to 2 seeds per task" in plain
+
+
+def test_error_bars_are_one_single_seed_score_std(runs, tmp_path):
+    """A bar where every task has two seeds or more, in the bubble's colour (black for s4d); none with one seed."""
+    for task in FIVE:
+        write_result(runs, task, "s4d", 0, 0.8)
+        write_result(runs, task, "s4d", 1, 0.9)
+    measured = measure(runs, scale="full")
+    bars = chart.score_bars(measured, ["softmax", "linear", "s4d"])
+    assert bars[0] == pytest.approx(250 ** 0.5 / 5) and bars[1] is None and bars[2] == pytest.approx(250 ** 0.5 / 5)
+    bench = tmp_path / "bench.json"
+    write_bench(bench, [("softmax", 1024, "ok", 20.0, 2**30), ("linear", 1024, "ok", 400.0, 2**30),
+                        ("s4d", 1024, "ok", 80.0, 2**29)])
+    paths = chart.make_chart(str(runs), str(tmp_path / "out"), bench_path=str(bench), scale="full")
+    with open(paths["svg"], encoding="utf-8") as f:
+        svg = f.read()
+    assert 'id="score-bar-softmax-0"' in svg and 'id="score-bar-s4d-0"' in svg
+    assert "score-bar-linear" not in svg
+    s4d_bar = re.search(r'<g id="score-bar-s4d-2">(.*?)</g>', svg, re.S).group(1)
+    assert "stroke: #000000" in s4d_bar
+    assert "validation" in svg or "no grid" in svg  # the caption under the panel
 
 
 def test_chart_png_svg_and_markdown(runs, tmp_path):
@@ -88,14 +222,17 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     assert 800 <= width <= 4000 and 400 <= height <= 3000
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
-    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
-    softmax_cells = [c.strip() for c in rows["softmax"].split("|")[1:-1]]
-    assert softmax_cells[1:8] == ["45.00", "55.00", "65.00", "75.00", "85.00", "65.00", "50.00"]
+    rows = table_rows(table)
+    softmax_cells = rows["softmax"]
+    assert softmax_cells[1:8] == ["45.00 ± 7.07", "55.00 ± 7.07", "65.00 ± 7.07", "75.00 ± 7.07", "85.00 ± 7.07",
+                                  "65.00 ± 3.16", "50.00"]
+    assert softmax_cells[8] == "2/2/2/2/2/1"  # seeds per task present, Path-X last
     assert softmax_cells[9:11] == ["20", "4.00"]  # examples/s (3 significant digits) and GiB at 1024
-    linear_cells = [c.strip() for c in rows["linear"].split("|")[1:-1]]
+    linear_cells = rows["linear"]
     assert linear_cells[6] == "40.00*" and linear_cells[-1] == "retrieval, image, pathfinder"
     assert "examples/s @1024" in table
-    assert "Left out, diverged (not results): linear listops seed 1 (step 12)." in table
+    assert "Left out, diverged (not results): taylor listops seed 1 (step 12)." in table
+    assert "sample std over seeds (ddof 1" in table and "never on test" in table
     # GitHub renders a table only when its delimiter row has one cell per header cell
     lines = table.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("|---")]

@@ -3,29 +3,40 @@ r"""Speed-vs-score bubble chart and results table, regenerated from runs and a b
     python -m lra_jax.tools.chart --runs=runs/ --bench=experiments/results/bench-<device>-<date>.json \
         --out=experiments/charts/ --scale=full --length=4096
 
-Reads every results.json under --runs, averages seeds, and scores each variant the LRA way:
-the mean test accuracy (%) over ListOps, Text, Retrieval, Image and Pathfinder (Path-X is
-reported on its own). Left panel: x = examples/s at --length from the bench JSON, y = LRA
-score, bubble area proportional to peak memory; variants missing a task are drawn hollow and
-scored over the tasks they have. Right panel: the LRA paper's published Table 1 score against
-its Table 2 speed and memory at 4K (relative to Transformer, as the paper's Figure 3), from
-experiments/reference/lra_paper.json. Variants that are not attention and serve as the yardstick
-(`REFERENCE_VARIANTS`: s4d, the diagonal state-space model) are drawn as diamonds in the left panel;
-the right panel marks the S4D paper's published score (experiments/reference/s4d_paper.json) as a
-line, and the table gives both papers' figures. Writes lra_chart.png, lra_chart.svg and lra_results.md.
+Reads every results.json under --runs with `lra_jax.tools.selection`: per variant and task, the grid
+point with the best mean validation accuracy (never test) is reported by its test accuracy, mean and
+sample std over seeds; a run without a grid is one point. Diverged runs are never results: they are
+named under the chart and table. Each variant is scored the LRA way: the mean of its tasks' test means
+(%) over ListOps, Text, Retrieval, Image and Pathfinder (Path-X is reported on its own).
+
+Left panel: x = examples/s at --length from the bench JSON, y = LRA score with a bar of ±1 std of a
+single-seed score (sqrt(sum of the tasks' variances) / T), bubble area proportional to peak memory;
+variants missing a task are drawn hollow and scored over the tasks they have; a caption says how the
+points were chosen. Right panel: the LRA paper's published Table 1 score against its Table 2 speed and
+memory at 4K (relative to Transformer, as the paper's Figure 3), from experiments/reference/lra_paper.json.
+Variants that are not attention and serve as the yardstick (`REFERENCE_VARIANTS`: s4d, the diagonal
+state-space model) are drawn as diamonds in the left panel; the right panel marks the S4D paper's
+published score (experiments/reference/s4d_paper.json) as a line. The table gives our figures (mean ±
+std), the grid point chosen per cell with every candidate's validation accuracy (where a grid was
+swept) and both papers' figures. Writes lra_chart.png, lra_chart.svg and lra_results.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
+import re
 import sys
+import textwrap
 from collections import defaultdict
 from typing import Any
 
 from absl import app, flags
 
 from lra_jax.errors import LraError
+from lra_jax.tools import selection
 
 LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 PATH_X = ("path_x", "pathx", "path-x")
@@ -36,6 +47,9 @@ REFERENCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
 SSM_REFERENCE = os.path.join(os.path.dirname(REFERENCE), "s4d_paper.json")
 # Not attention: the yardstick the attention variants are measured against, drawn apart.
 REFERENCE_VARIANTS = {"s4d": "state-space model, not attention (the reference)"}
+
+# Characters per line of the caption under the left panel (7 pt): about the panel's width.
+NOTE_WIDTH = 120
 
 FLAGS = flags.FLAGS
 
@@ -54,58 +68,66 @@ def define_flags() -> None:
 
 # ----------------------------------------------------------------------------- reading and scoring
 
-def load_results(runs_dir: str, scale: str | None = None) -> list[dict[str, Any]]:
-    """Every results.json under `runs_dir` (recursively) of `scale`, as {task, variant, seed, accuracy,
-    status}; a diverged run has status "diverged" and accuracy None (`aggregate` leaves it out)."""
-    if not os.path.isdir(runs_dir):
-        raise LraError(f"--runs={runs_dir} is not a directory")
-    found = []
-    for root, _, files in os.walk(runs_dir):
-        if "results.json" not in files:
-            continue
-        path = os.path.join(root, "results.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                r = json.load(f)
-            diverged = r.get("status") == "diverged"
-            row = {"task": r["task"], "variant": r["variant"],
-                   "accuracy": None if diverged else float(r["test_accuracy"]),
-                   "status": r.get("status", "complete"), "diverged_at_step": r.get("diverged_at_step"),
-                   "scale": r.get("scale") or r.get("config", {}).get("scale"),
-                   "seed": r.get("config", {}).get("seed", 0), "path": path}
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"warning: skipping {path}: {error!r}", file=sys.stderr)
-            continue
-        if scale is None or row["scale"] == scale:
-            found.append(row)
-    return found
-
-
 def task_key(task: str) -> str:
     """Canonical task name: every spelling of Path-X becomes 'path_x'."""
     return "path_x" if task.lower() in PATH_X else task
 
 
-def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """variant -> {"accuracy": {task: mean % over seeds}, "seeds": {task: n}, "score", "missing", "path_x"}."""
-    by = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if r["status"] == "diverged":
-            continue
-        by[r["variant"]][task_key(r["task"])].append(100.0 * r["accuracy"])
+def read_runs(runs_dir: str, scale: str | None = None) -> list[selection.Result]:
+    """Every run under `runs_dir` of `scale` (`selection.load`), Path-X spellings made one."""
+    if not os.path.isdir(runs_dir):
+        raise LraError(f"--runs={runs_dir} is not a directory")
+    return [dataclasses.replace(r, task=task_key(r.task)) for r in selection.load(runs_dir, scale)]
+
+
+def short_point(point: str) -> str:
+    """'optimizer.learning_rate=0.005,model.dropout=0' -> 'learning_rate=0.005, dropout=0' (a key keeps
+    its prefix where dropping it would make two keys alike); '' (a run outside a grid) -> '(no grid)'."""
+    if not point:
+        return "(no grid)"
+    pairs = [p.partition("=") for p in re.split(r",(?=[^,=]+=)", point)]
+    names = [key.rpartition(".")[2] for key, _, _ in pairs]
+    if len(set(names)) < len(names):
+        names = [key for key, _, _ in pairs]
+    return ", ".join(f"{name}={value}" for name, (_, _, value) in zip(names, pairs))
+
+
+def score_spread(stds: list[float | None]) -> float | None:
+    """Standard deviation of a single-seed score, the mean of T tasks run independently:
+    sqrt(sum of the tasks' variances) / T; None when a task has no std (one seed) or there is none."""
+    if not stds or any(s is None for s in stds):
+        return None
+    return math.sqrt(sum(s * s for s in stds)) / len(stds)
+
+
+def aggregate(selections: dict[tuple[str, str | None, str], selection.Selection | None]) -> dict[str, dict[str, Any]]:
+    """variant -> {"accuracy": {task: test mean %}, "std": {task: sample std % or None}, "seeds": {task: n},
+    "chosen": {task: Selection}, "score", "score_std", "missing", "path_x", "extra_tasks"}, from
+    `selection.select_all`; a cell whose every point diverged (None) counts as missing."""
+    by = defaultdict(dict)
+    for (task, _, variant), chosen in selections.items():
+        if chosen is not None:
+            by[variant][task] = chosen
     out = {}
-    for variant, tasks in sorted(by.items()):
-        accuracy = {t: sum(v) / len(v) for t, v in tasks.items()}
+    for variant, chosen in sorted(by.items()):
+        accuracy = {t: 100.0 * s.test_mean for t, s in chosen.items()}
+        std = {t: None if s.test_std is None else 100.0 * s.test_std for t, s in chosen.items()}
         present = [t for t in LRA_TASKS if t in accuracy]
         out[variant] = {
-            "accuracy": accuracy,
-            "seeds": {t: len(v) for t, v in tasks.items()},
+            "accuracy": accuracy, "std": std, "seeds": {t: s.n for t, s in chosen.items()}, "chosen": chosen,
             "score": sum(accuracy[t] for t in present) / len(present) if present else None,
+            "score_std": score_spread([std[t] for t in present]),
             "missing": [t for t in LRA_TASKS if t not in accuracy],
             "path_x": accuracy.get("path_x"),
             "extra_tasks": sorted(t for t in accuracy if t not in LRA_TASKS and t != "path_x"),
         }
     return out
+
+
+def has_grid(measured: dict[str, dict[str, Any]]) -> bool:
+    """Whether any reported cell chose among more than one grid point (diverged points included)."""
+    return any(len(s.candidates) + len(s.diverged) > 1
+               for m in measured.values() for s in m["chosen"].values())
 
 
 def load_bench(path: str, length: int | None) -> tuple[int | None, dict[str, dict[str, Any]]]:
@@ -152,11 +174,50 @@ def _memory_legend(ax, largest: float, unit: str, scale: float) -> None:
     return handles
 
 
-def diverged_note(rows: list[dict[str, Any]]) -> str:
+def diverged_note(results: list[selection.Result]) -> str:
     """One line naming the diverged runs left out of the chart and table ("" if none)."""
-    diverged = [f"{r['variant']} {r['task']} seed {r['seed']} (step {r['diverged_at_step']})"
-                for r in rows if r["status"] == "diverged"]
+    diverged = [" ".join([r.variant, r.task, *([short_point(r.point)] if r.point else []),
+                          f"seed {r.seed} (step {r.diverged_at_step})"]) for r in results if r.diverged]
     return f"Left out, diverged (not results): {', '.join(diverged)}." if diverged else ""
+
+
+def seed_counts(measured: dict[str, dict[str, Any]]) -> str:
+    """'3 seeds' or '1 to 3 seeds': the seeds per LRA task over the variants in `measured`."""
+    counts = sorted({n for m in measured.values() for t, n in m["seeds"].items() if t in LRA_TASKS})
+    if not counts:
+        return "no seeds"
+    span = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    return f"{span} seed{'s' if counts[-1] > 1 else ''}"
+
+
+def caption(measured: dict[str, dict[str, Any]]) -> str:
+    """What the left panel shows and how each task's figure was chosen (true to `selection.select`)."""
+    if has_grid(measured):
+        how = ("Each variant and task: the grid point with the best mean validation accuracy (over the seeds "
+               "every point finished; points with a diverged seed out) is reported, never chosen on test.")
+    else:
+        how = "Each variant and task: test accuracy, mean over seeds (no grid, nothing selected)."
+    return (f"{how} Bubble at the mean score; bar ±1 std of a single-seed score, sqrt(Σ std²)/T "
+            f"(none when a task has one seed). n = {seed_counts(measured)} per task.")
+
+
+def score_bars(measured: dict[str, dict[str, Any]], variants: list[str]) -> list[float | None]:
+    """Half-length of each variant's error bar: ±1 std of a single-seed score (None: no bar)."""
+    return [measured[v]["score_std"] for v in variants]
+
+
+def _draw_score_bar(ax, x: float, y: float, err: float | None, color, variant: str) -> None:
+    """A thin capped vertical bar, ±err around the bubble, under the centre dot and the labels; in a darker
+    shade of the bubble's colour, so that it shows inside the bubble too."""
+    if err is None:
+        return
+    from matplotlib.colors import to_rgb
+
+    color = tuple(0.6 * c for c in to_rgb(color))
+    bar = ax.errorbar([x], [y], yerr=[err], fmt="none", ecolor=color, elinewidth=1.2, capsize=4,
+                      capthick=1.2, zorder=3.5)
+    for i, artist in enumerate(bar.get_children()):
+        artist.set_gid(f"score-bar-{variant}-{i}")
 
 
 def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
@@ -184,9 +245,11 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
         largest = max(mems) or 1.0
         sizes = _bubble_sizes(mems, largest)
         colors = matplotlib.colormaps["tab20"].colors
-        for i, ((variant, m, _), x, y, s) in enumerate(zip(points, xs, ys, sizes)):
+        bars = score_bars(measured, [v for v, _, _ in points])
+        for i, ((variant, m, _), x, y, s, err) in enumerate(zip(points, xs, ys, sizes, bars)):
             color = colors[i % len(colors)]
             partial = bool(m["missing"])
+            _draw_score_bar(ax, x, y, err, "black" if variant in REFERENCE_VARIANTS else color, variant)
             if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
                 ax.scatter([x], [y], s=s, marker="D", facecolor="none" if partial else "0.15",
                            edgecolor="black", linewidth=2.5, alpha=0.6, zorder=3, hatch="xx" if partial else None)
@@ -219,8 +282,9 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
     ax.set_ylabel("LRA score (mean test accuracy, %)")
     ax.set_title("This framework: score vs speed (bubble area = peak memory)")
     ax.grid(True, alpha=0.3, which="both")
-    if note:
-        ax.text(0.0, -0.12, note, transform=ax.transAxes, fontsize=7, va="top", wrap=True)
+    if note:  # broken into lines here: a line wider than the panel would squeeze the layout
+        note = "\n".join(textwrap.fill(part, NOTE_WIDTH, break_on_hyphens=False) for part in note.splitlines())
+        ax.text(0.0, -0.12, note, transform=ax.transAxes, fontsize=7, va="top")
 
     reference_labels = _draw_reference(axes[1], reference)
     _draw_ssm_line(axes[1], ssm_reference)
@@ -308,35 +372,95 @@ def _header(cells) -> list[str]:
     return [_row(cells), "|" + "---|" * len(cells)]
 
 
+def _pm(mean: float | None, std: float | None, suffix: str = "") -> str:
+    """'37.20 ± 1.05' (the mean alone without a std, '—' without a mean), then `suffix`."""
+    if mean is None:
+        return "—"
+    return f"{mean:.2f}" + ("" if std is None else f" ± {std:.2f}") + suffix
+
+
+def _task_order(m: dict[str, Any]) -> list[str]:
+    """The tasks a variant has, in table column order (the LRA five, Path-X, then any others)."""
+    return [t for t in (*LRA_TASKS, "path_x") if t in m["accuracy"]] + m["extra_tasks"]
+
+
+def _seeds_cell(m: dict[str, Any]) -> str:
+    """Seeds per task present in column order ('3/3/1'), or one number when all are alike."""
+    counts = [m["seeds"][t] for t in _task_order(m)]
+    return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
+
+
+def _table_caption(measured: dict[str, dict[str, Any]]) -> str:
+    """The line under the title: what a cell holds and how its grid point was chosen."""
+    chosen = ("where a grid was swept, each cell reports the point with the best mean validation accuracy "
+              "over the seeds every point finished (see Selected grid points)" if has_grid(measured) else
+              "no cell has more than one grid point, so nothing was selected")
+    return ("Test accuracy (%): mean ± sample std over seeds (ddof 1; the mean alone with one seed). "
+            f"Selection is on validation, never on test: {chosen}. Score = mean over ListOps, Text, Retrieval, "
+            "Image, Pathfinder (Path-X separate), ± the std of a single-seed score, sqrt(Σ std²)/T. Seeds: "
+            "n per task present, in column order (one number when alike). A score marked * is over the tasks "
+            "present only.")
+
+
+def _variant_row(variant: str, m: dict[str, Any], b: dict[str, Any]) -> str:
+    """One variant's row of the results table."""
+    mem = memory_bytes(b) if b else None
+    name = f"{variant} ({REFERENCE_VARIANTS[variant]})" if variant in REFERENCE_VARIANTS else variant
+    return _row([name, *(_pm(m["accuracy"].get(t), m["std"].get(t)) for t in LRA_TASKS),
+                 _pm(m["score"], m["score_std"], "*" if m["missing"] else ""),
+                 _pm(m["path_x"], m["std"].get("path_x")), _seeds_cell(m),
+                 _significant(b.get("examples_per_second")), _fmt(mem / 2**30 if mem else None, 2),
+                 ", ".join(m["missing"]) or "—"])
+
+
+def _selection_row(variant: str, task: str, s: selection.Selection) -> str:
+    """One (variant, task) row of the selected-grid-points table."""
+    val = "; ".join(f"{short_point(p)}: {100 * v:.2f}" for p, v in s.candidates.items())
+    if s.diverged:
+        val += "; diverged: " + ", ".join(map(short_point, s.diverged))
+    compared = ", ".join(map(str, s.compared_on)) or "none common: each point on its own"
+    return _row([variant, TASK_TITLES.get(task, task), short_point(s.point), val, compared,
+                 ", ".join(map(str, s.seeds)), _pm(100 * s.test_mean, None if s.test_std is None
+                                                    else 100 * s.test_std)])
+
+
+def selected_points(measured: dict[str, dict[str, Any]], order: list[str]) -> list[str]:
+    """The "Selected grid points" section: every cell run in a grid; [] when no cell chose among points."""
+    if not has_grid(measured):
+        return []
+    lines = ["", "## Selected grid points", "",
+             "Per cell, the grid point with the best mean validation accuracy over the seeds compared on "
+             "(every point's finished seeds; a point with a diverged seed is out), then its test accuracy over "
+             "all its seeds. Cells run without a grid are not listed.", "",
+             *_header(["Variant", "Task", "Chosen", "Val % per candidate", "Compared on seeds",
+                       "Seeds at chosen", "Test % mean ± std"])]
+    for variant in order:
+        m = measured[variant]
+        for task in _task_order(m):
+            s = m["chosen"][task]
+            if s.point or len(s.candidates) + len(s.diverged) > 1:
+                lines.append(_selection_row(variant, task, s))
+    return lines
+
+
 def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
                    length: int | None, scale: str | None, reference: dict[str, Any] | None,
                    note: str = "", ssm_reference: dict[str, Any] | None = None) -> str:
-    """Per-task accuracy, score, Path-X, speed and memory of every variant, best score first."""
-    lines = [f"# LRA results ({'scale ' + scale if scale else 'all scales'})", "",
-             ("Test accuracy (%) averaged over seeds; score = mean over ListOps, Text, Retrieval, Image, "
-             "Pathfinder (Path-X separate). A score marked * is over the tasks present only."), ""]
+    """Per-task accuracy, score, Path-X, speed and memory of every variant, best score first; the grid
+    points chosen; the published figures."""
+    lines = [f"# LRA results ({'scale ' + scale if scale else 'all scales'})", "", _table_caption(measured), ""]
     speed = f"examples/s @{length}" if length else "examples/s"
     memory = f"memory GiB @{length}" if length else "memory GiB"
-    head = ["Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Score", "Path-X", "Seeds", speed, memory,
-            "Missing tasks"]
-    lines += _header(head)
+    lines += _header(["Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Score", "Path-X", "Seeds", speed,
+                      memory, "Missing tasks"])
     order = sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
-    for variant in order:
-        m = measured[variant]
-        b = (bench or {}).get(variant, {})
-        mem = memory_bytes(b) if b else None
-        seeds = sorted(set(m["seeds"].values()))
-        name = f"{variant} ({REFERENCE_VARIANTS[variant]})" if variant in REFERENCE_VARIANTS else variant
-        cells = [name, *(_fmt(m["accuracy"].get(t), 2) for t in LRA_TASKS),
-                 _fmt(m["score"], 2, "*" if m["missing"] else ""), _fmt(m["path_x"], 2),
-                 "/".join(map(str, seeds)), _significant(b.get("examples_per_second")),
-                 _fmt(mem / 2**30 if mem else None, 2), ", ".join(m["missing"]) or "—"]
-        lines.append(_row(cells))
+    lines += [_variant_row(v, measured[v], (bench or {}).get(v, {})) for v in order]
     if note:
         lines += ["", note]
     no_bench = [v for v in order if bench is not None and v not in bench]
     if no_bench:
         lines += ["", f"Not in the bench JSON at length {length} (not on the chart): {', '.join(no_bench)}."]
+    lines += selected_points(measured, order)
     if reference:
         lines += ["", "## Published (LRA paper)", "", reference["paper"] + ".", "",
                   *_header(["Model", "Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Avg",
@@ -368,12 +492,12 @@ def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | 
                length: int | None = None, reference_path: str | None = REFERENCE,
                ssm_reference_path: str | None = SSM_REFERENCE) -> dict[str, str]:
     """Reads runs (+ bench, + reference) and writes the chart and table into `out`; returns the paths."""
-    rows = load_results(runs, scale)
-    if not any(r["status"] != "diverged" for r in rows):
+    results = read_runs(runs, scale)
+    measured = aggregate(selection.select_all(results))
+    note = diverged_note(results)
+    if not measured:
         raise LraError(f"no results.json{' of scale ' + scale if scale else ''} under {runs}"
-                       + (" that is a result: " + diverged_note(rows) if rows else ""))
-    measured = aggregate(rows)
-    note = diverged_note(rows)
+                       + (" that is a result: " + note if results else ""))
     if note:
         print(note)
     bench, device = None, ""
@@ -389,7 +513,8 @@ def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | 
         with open(ssm_reference_path, encoding="utf-8") as f:
             ssm_reference = json.load(f)
     os.makedirs(out, exist_ok=True)
-    paths = draw(measured, bench, length, reference, out, device, note, ssm_reference)
+    paths = draw(measured, bench, length, reference, out, device,
+                 "\n".join(filter(None, [caption(measured), note])), ssm_reference)
     paths["md"] = os.path.join(out, "lra_results.md")
     with open(paths["md"], "w", encoding="utf-8") as f:
         f.write(markdown_table(measured, bench, length, scale, reference, note, ssm_reference))
