@@ -4,10 +4,11 @@
     python -m lra_jax.train --config=configs/s4d.py:pathx         # full-scale Path-X, the paper's settings
 
 The layer is bidirectional S4D-Lin with state size N = 64, GELU and a GLU output projection
-(lra_jax/attention/ssm.py). Its A and log step sizes train at `optimizer.ssm_learning_rate` with no
-weight decay; every other parameter at `optimizer.learning_rate` with the task's weight decay, both
-under the same schedule (`ssm_learning_rate` is the base rate fed to it, so the SSM peak is
-ssm_learning_rate / learning_rate times the main peak).
+(lra_jax/attention/ssm.py). Its A and log step sizes train with no weight decay under the main
+schedule, scaled so that their peak rate is min(`optimizer.ssm_max_learning_rate` = 0.001, the main
+peak), the authors' rule; every other parameter at `optimizer.learning_rate` with the task's weight
+decay. The SSM rate is derived when the optimizer is built (`trainer.ssm_learning_rate`), so it
+follows a `--config.optimizer.learning_rate` override or a sweep's learning-rate grid.
 
 Full scale follows the S4D paper's LRA settings, as in the authors' configs
 (github.com/state-spaces/s4, configs/experiment/lra/s4-lra-{listops,imdb,aan,cifar,pathfinder,pathx}.yaml):
@@ -20,13 +21,11 @@ tasks post-norm) and adds positions (learned or sinusoidal, as the task's other 
 Text length is 4096 bytes. Its published scores are in experiments/reference/s4d_paper.json.
 
 Mini scale keeps each task's mini model and optimiser, as for every variant, with the S4D layer
-in place of attention and an SSM rate whose peak is min(0.001, the main peak), the paper's rule.
+in place of attention (and the same SSM rule).
 
 Expected: see README "S4D, the state-space yardstick" (mini ListOps and Pathfinder, from
 `python -m lra_jax.tools.sweep --variants=s4d --tasks=listops,pathfinder --scales=mini --root=experiments/mini-lra`).
 """
-
-import math
 
 from lra_jax import task_defaults
 
@@ -39,14 +38,8 @@ PAPER = {
     "pathfinder": (6, 256, 0.0, 0.004, 0.03, 64, 200, 160_000),
     "pathx": (6, 256, 0.0, 0.0005, 0.05, 16, 50, 160_000),
 }
-SSM_LEARNING_RATE = 0.001  # the paper's rate for A and Delta (Path-X: 0.0005)
-
-
-def peak_rate(optimizer) -> float:
-    """The largest rate the schedule reaches (rsqrt: lr / sqrt(warm-up); cosine: lr)."""
-    if optimizer.schedule == "rsqrt":
-        return optimizer.learning_rate / math.sqrt(max(optimizer.warmup_steps, 1))
-    return optimizer.learning_rate
+# The cap on A's and Delta's peak rate; with Path-X's main rate 0.0005 it gives the paper's 0.0005 there.
+SSM_MAX_LEARNING_RATE = 0.001
 
 
 def get_config(arg: str | None = None):
@@ -68,8 +61,5 @@ def get_config(arg: str | None = None):
             config.eval_every = config.checkpoint_every = epoch
             config.optimizer.update(schedule="cosine", learning_rate=rate, weight_decay=decay, warmup_steps=epoch,
                                     b1=0.9, b2=0.999, eps=1e-8)
-            config.optimizer.ssm_learning_rate = SSM_LEARNING_RATE if task != "pathx" else 0.0005
-        else:
-            opt = config.optimizer
-            config.optimizer.ssm_learning_rate = opt.learning_rate * min(1.0, SSM_LEARNING_RATE / peak_rate(opt))
+        config.optimizer.ssm_max_learning_rate = SSM_MAX_LEARNING_RATE
     return config

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.metadata
 import itertools
 import json
+import math
 import os
 import platform
 import resource
@@ -91,12 +92,26 @@ def make_schedule(config: ml_collections.ConfigDict, learning_rate: float | None
     raise ConfigError(f"unknown optimizer.schedule {opt.schedule!r}; choose one of {', '.join(SCHEDULES)}")
 
 
+def peak_learning_rate(config: ml_collections.ConfigDict) -> float:
+    """The largest rate the schedule reaches: lr / sqrt(warm-up) for rsqrt, lr for cosine."""
+    opt = config.optimizer
+    return opt.learning_rate / math.sqrt(max(opt.warmup_steps, 1)) if opt.schedule == "rsqrt" else opt.learning_rate
+
+
+def ssm_learning_rate(config: ml_collections.ConfigDict) -> float:
+    """The base rate of the state-space parameters: the schedule's, scaled so that its peak is
+    min(`optimizer.ssm_max_learning_rate`, the main peak), the S4 authors' rule (0.001 on LRA). Derived
+    when the optimizer is built, so it follows any override of the main rate."""
+    opt = config.optimizer
+    return opt.learning_rate * min(1.0, opt.ssm_max_learning_rate / peak_learning_rate(config))
+
+
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
     """AdamW with the configured schedule, optional global-norm clipping and, with
     `optimizer.skip_nonfinite_updates` = k > 0, up to k consecutive non-finite updates skipped.
 
-    A config with `optimizer.ssm_learning_rate` (configs/s4d.py) trains state-space parameters
-    (`SSMParam`) with their own AdamW: the same schedule at that rate, no weight decay.
+    A config with `optimizer.ssm_max_learning_rate` (configs/s4d.py) trains state-space parameters
+    (`SSMParam`) with their own AdamW: the same schedule at `ssm_learning_rate(config)`, no weight decay.
     """
     opt = config.optimizer
 
@@ -105,8 +120,8 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
                            weight_decay=weight_decay)
 
     tx = adamw(opt.learning_rate, opt.weight_decay)
-    if "ssm_learning_rate" in opt:
-        tx = optax.multi_transform({"default": tx, "ssm": adamw(opt.ssm_learning_rate, 0.0)}, parameter_groups)
+    if "ssm_max_learning_rate" in opt:
+        tx = optax.multi_transform({"default": tx, "ssm": adamw(ssm_learning_rate(config), 0.0)}, parameter_groups)
     if opt.grad_clip_norm > 0:
         tx = optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), tx)
     if skipped_updates_allowed(config):

@@ -148,7 +148,7 @@ def two_updates(config, grads_scale):
 
 
 def test_ssm_parameters_get_their_rate_and_no_weight_decay():
-    config = optimizer_config(ssm_learning_rate=0.01)
+    config = optimizer_config(ssm_max_learning_rate=0.01)  # main peak 0.5: the cap decides
     params, updates = two_updates(config, grads_scale=0.0)  # zero gradients: only weight decay moves
     decayed = -0.5 * 0.5 * params["d"][...]  # -lr(1) * wd * p; lr(1) = 0.5 / sqrt(1)
     np.testing.assert_allclose(np.asarray(updates["d"][...]), np.asarray(decayed), rtol=1e-5)
@@ -159,6 +159,30 @@ def test_ssm_parameters_get_their_rate_and_no_weight_decay():
     # Adam's step for a constant gradient is lr * ~1: the SSM rate, not the main one
     step = np.abs(np.asarray(updates["log_dt"][...]))
     np.testing.assert_allclose(step, 0.01, rtol=1e-3)
+
+
+@pytest.mark.parametrize("schedule, warmup, rate, expected_peak", [
+    ("rsqrt", 200, 0.05, 0.001),  # main peak 0.05 / sqrt(200) = 0.0035: capped
+    ("rsqrt", 200, 0.01, 0.01 / np.sqrt(200)),  # main peak 0.0007 < cap: the SSM follows it
+    ("cosine", 10, 0.004, 0.001),
+    ("cosine", 10, 0.0005, 0.0005),  # the paper's Path-X
+])
+def test_ssm_peak_rate_is_the_smaller_of_the_cap_and_the_main_peak(schedule, warmup, rate, expected_peak):
+    config = optimizer_config(ssm_max_learning_rate=0.001)
+    config.optimizer.update(schedule=schedule, warmup_steps=warmup, learning_rate=rate)
+    peak = trainer.make_schedule(config, trainer.ssm_learning_rate(config))(warmup)
+    np.testing.assert_allclose(float(peak), expected_peak, rtol=1e-5)
+
+
+def test_s4d_config_ssm_rate_follows_a_learning_rate_override():
+    from lra_jax.tools import sweep
+
+    def ssm_peak(*overrides):
+        config = sweep.train_config(["--config=configs/s4d.py:listops,mini", *overrides])
+        return float(trainer.make_schedule(config, trainer.ssm_learning_rate(config))(config.optimizer.warmup_steps))
+
+    assert ssm_peak() == pytest.approx(0.001, rel=1e-5)  # main peak 0.05 / sqrt(200) = 0.0035
+    assert ssm_peak("--config.optimizer.learning_rate=0.005") == pytest.approx(0.005 / np.sqrt(200), rel=1e-5)
 
 
 def test_without_ssm_rate_every_parameter_is_alike():

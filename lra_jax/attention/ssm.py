@@ -32,8 +32,8 @@ The layer (the paper's S4D block) is then
 with dropout on gelu(y) in training (`dropout_rate`).
 
 Optimisation: A (its log real part and imaginary part) and log Delta are `SSMParam`s: the trainer
-gives them `config.optimizer.ssm_learning_rate` and no weight decay, as the paper does (its LRA
-runs use 0.001). C, D and the projection are ordinary parameters.
+gives them a peak rate of min(`config.optimizer.ssm_max_learning_rate`, the main peak) and no
+weight decay, as the paper does (its LRA runs cap it at 0.001). C, D and the projection are ordinary parameters.
 
 Padding: padded positions of u are zeroed before the convolution, so their content never reaches
 a real position; a real position's output depends only on kernel entries at lags < n, which do not
