@@ -186,3 +186,22 @@ def test_a_partial_setting_on_the_command_line_is_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("error: a multi-process run needs all of"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_mesh_whose_process_rows_are_not_one_block_is_named_with_the_fix(monkeypatch):
+    from lra_jax.data import pipeline
+
+    class Interleaved:  # this process's devices hold rows 0-1 and 4-5 of an 8-row batch
+        def addressable_devices_indices_map(self, shape):
+            return {"d0": (slice(0, 2),), "d1": (slice(4, 6),)}
+
+    monkeypatch.setattr(pipeline, "data_sharding", lambda mesh: Interleaved())
+    with pytest.raises(LraError, match=r"not one block.*jax\.make_mesh"):
+        pipeline.process_rows(None, 8)
+
+    class Contiguous:
+        def addressable_devices_indices_map(self, shape):
+            return {"d0": (slice(2, 4),), "d1": (slice(4, 6),)}
+
+    monkeypatch.setattr(pipeline, "data_sharding", lambda mesh: Contiguous())
+    assert pipeline.process_rows(None, 8) == slice(2, 6)

@@ -17,6 +17,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from lra_jax.errors import LraError
+
 Batch = dict[str, np.ndarray]
 
 
@@ -80,7 +82,9 @@ def process_rows(mesh: Mesh, batch_size: int) -> slice:
     starts = sorted(index[0].indices(batch_size)[:2] for index in indices)
     for (_, stop), (start, _) in zip(starts, starts[1:]):
         if stop != start:
-            raise ValueError(f"this process's devices hold rows {starts} of the batch: not one block")
+            raise LraError(f"process {jax.process_index()}'s devices hold rows {starts} of each batch, not one "
+                           "block, so it cannot read only its own rows: order the mesh's data axis by process "
+                           "(jax.make_mesh does; a hand-built Mesh must list each process's devices together)")
     return slice(starts[0][0], starts[-1][1])
 
 
