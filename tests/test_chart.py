@@ -257,8 +257,8 @@ def test_state_space_reference_is_drawn_apart(tmp_path):
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert "| s4d (state-space model, not attention (the reference)) | 80.00" in table
-    assert "| S4D-LegS | — | 60.50 | 86.20 | 89.50 | — | 93.10 | 91.90 | — | — |" in table
-    assert "2206.11893" in table and "2303.06349" in table
+    assert "| S4D-Lin | s4d | 60.52 | 86.97 | 90.96 | 87.93 | 93.96 | FAIL | 84.07 | 78.39 |" in table
+    assert "2206.11893" in table and "annotated-s4" in table
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
     assert "s4d: state-space model, not attention" in svg
