@@ -66,7 +66,7 @@ def test_finished_skipped_interrupted_resumed_failures_reported(tmp_path):
     assert summary[2]["before"] == "resume"
     assert summary[3]["error"] == "exit status 1"
     table = sweep.summary_table(summary)
-    assert "1 skipped, 2 finished, 1 failed" in table and "exit status 1" in table
+    assert "1 skipped, 2 finished, 1 failed; runs took" in table and "exit status 1" in table
     # a second sweep finds only the failed run left to do
     runner = FakeRunner()
     sweep.run_sweep(make_plan(tmp_path, seeds=("0", "1")), runner, log=lambda line: None)

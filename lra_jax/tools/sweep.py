@@ -538,7 +538,9 @@ def summary_table(summary: list[dict]) -> str:
         note = s.get("error", "") if s["status"] in ("failed", "stale", "diverged") else s["workdir"]
         lines.append(f"{s['run']:<{width}}  {s['status']:<12} {s['seconds']:>7.0f}s  {note}")
     counts = {k: sum(s["status"] == k for s in summary) for k in dict.fromkeys(s["status"] for s in summary)}
-    lines.append(", ".join(f"{n} {k}" for k, n in counts.items()))
+    hours = sum(s["seconds"] for s in summary) / 3600
+    lines.append(", ".join(f"{n} {k}" for k, n in counts.items())
+                 + f"; runs took {hours:.2f} h in all (the sum over runs)")
     return "\n".join(lines)
 
 
