@@ -337,3 +337,18 @@ def test_crowded_labels_do_not_overlap_and_stay_inside_the_axes():
         box = text_extent(a, renderer)
         assert frame.x0 - 1 <= box.x0 and box.x1 <= frame.x1 + 1 and frame.y0 - 1 <= box.y0 and box.y1 <= frame.y1 + 1
     plt.close(fig)
+
+
+def test_min_seeds_leaves_out_and_names_the_cells_of_a_sweep_still_running(tmp_path):
+    root = tmp_path / "runs"
+    for seed in range(3):
+        write_result(root, "pathfinder", "softmax", seed, 0.6, point="lr=1")
+    write_result(root, "listops", "softmax", 0, 0.3, point="lr=1")  # second stage not run yet
+    paths = chart.make_chart(str(root), str(tmp_path / "out"), min_seeds=3)
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    assert "Left out, fewer than 3 seeds at the chosen point: softmax listops (n=1)." in table
+    row = next(line for line in table.splitlines() if line.startswith("| softmax |"))
+    assert row.split(" | ")[1] == "—" and "60.00 ± 0.00" in row  # ListOps not reported, Pathfinder is
+    with pytest.raises(LraError, match="fewer than 3 seeds"):
+        chart.make_chart(str(root / "listops-full"), str(tmp_path / "out2"), min_seeds=3)

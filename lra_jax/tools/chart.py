@@ -64,6 +64,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("length", None, "Sequence length whose bench results set speed and memory "
                          "(default: the longest length in the bench JSON).")
     flags.DEFINE_string("reference", REFERENCE, "Published LRA figures for the right panel.")
+    flags.DEFINE_integer("min_seeds", 1, "Leave out (and name) a variant's task whose chosen grid point has "
+                         "fewer finished seeds: a chart of a sweep still running shows only finished cells.")
 
 
 # ----------------------------------------------------------------------------- reading and scoring
@@ -455,8 +457,8 @@ def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[st
                       memory, "Missing tasks"])
     order = sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
     lines += [_variant_row(v, measured[v], (bench or {}).get(v, {})) for v in order]
-    if note:
-        lines += ["", note]
+    for part in note.splitlines():
+        lines += ["", part]
     no_bench = [v for v in order if bench is not None and v not in bench]
     if no_bench:
         lines += ["", f"Not in the bench JSON at length {length} (not on the chart): {', '.join(no_bench)}."]
@@ -488,13 +490,22 @@ def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[st
 
 # ----------------------------------------------------------------------------- entry point
 
+def unfinished_note(selections: dict, min_seeds: int) -> str:
+    """One line naming the cells whose chosen point has fewer than `min_seeds` seeds ("" if none)."""
+    short = [f"{variant} {task} (n={s.n})" for (task, _, variant), s in selections.items()
+             if s is not None and s.n < min_seeds]
+    return f"Left out, fewer than {min_seeds} seeds at the chosen point: {', '.join(short)}." if short else ""
+
+
 def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | None = None,
                length: int | None = None, reference_path: str | None = REFERENCE,
-               ssm_reference_path: str | None = SSM_REFERENCE) -> dict[str, str]:
-    """Reads runs (+ bench, + reference) and writes the chart and table into `out`; returns the paths."""
+               ssm_reference_path: str | None = SSM_REFERENCE, min_seeds: int = 1) -> dict[str, str]:
+    """Reads runs (+ bench, + reference) and writes the chart and table into `out`; returns the paths.
+    A cell whose chosen point has fewer than `min_seeds` seeds is left out and named."""
     results = read_runs(runs, scale)
-    measured = aggregate(selection.select_all(results))
-    note = diverged_note(results)
+    selections = selection.select_all(results)
+    note = "\n".join(filter(None, [diverged_note(results), unfinished_note(selections, min_seeds)]))
+    measured = aggregate({c: s for c, s in selections.items() if s is None or s.n >= min_seeds})
     if not measured:
         raise LraError(f"no results.json{' of scale ' + scale if scale else ''} under {runs}"
                        + (" that is a result: " + note if results else ""))
@@ -525,7 +536,8 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
-        paths = make_chart(FLAGS.runs, FLAGS.out, FLAGS.bench, FLAGS.scale, FLAGS.length, FLAGS.reference)
+        paths = make_chart(FLAGS.runs, FLAGS.out, FLAGS.bench, FLAGS.scale, FLAGS.length, FLAGS.reference,
+                           min_seeds=FLAGS.min_seeds)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

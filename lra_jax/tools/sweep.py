@@ -413,6 +413,12 @@ def run_sweep(runs: list[Run] | Callable[[], list[Run]], runner: Runner, stop: _
     `runs` may be a function giving the runs to do now (the protocol's plan, which grows as first
     stages finish): a free slot takes the next unstarted run of its latest answer."""
     current = runs if callable(runs) else (lambda: runs)
+    printing = threading.Lock()
+
+    def say(line: str) -> None:
+        with printing:  # one slot's lines never break into another's
+            log(line)
+
     rows: dict[str, dict] = {}
     started: set[str] = set()
     in_flight = [0]
@@ -428,7 +434,7 @@ def run_sweep(runs: list[Run] | Callable[[], list[Run]], runner: Runner, stop: _
             if row is None:
                 return r, before
             rows[r.name] = row
-            log(f"{r.name}: " + (row.get("error") or "done, skipped"))
+            say(f"{r.name}: " + (row.get("error") or "done, skipped"))
         return None, None
 
     def work(slot):
@@ -448,9 +454,9 @@ def run_sweep(runs: list[Run] | Callable[[], list[Run]], runner: Runner, stop: _
                     return
                 in_flight[0] += 1
             where = f" on {slot.label}" if slot is not None else ""
-            log(f"{r.name}: {'resuming' if before == 'resume' else 'starting'}{where}\n  " + shlex.join(r.command))
+            say(f"{r.name}: {'resuming' if before == 'resume' else 'starting'}{where}\n  " + shlex.join(r.command))
             row = _train(r, before, runner, slot, stop, cwd)
-            log(f"{r.name}: {row['status']} ({row['seconds']:.0f} s)"
+            say(f"{r.name}: {row['status']} ({row['seconds']:.0f} s)"
                 + (f": {row['error']}" if row["status"] in ("failed", "diverged") else ""))
             with changed:
                 rows[r.name] = row
