@@ -558,9 +558,11 @@ def selection_table(runs: list[Run]) -> str:
         group = list(group)
         if len({r.point for r in group}) < 2:
             continue
-        chosen = selection.select([res for r in group if (res := r.result()) is not None])
+        finished = [res for r in group if (res := r.result()) is not None]
+        chosen = selection.select(finished)
         if chosen is None:
-            lines.append(f"{cell}: nothing to report (every point diverged or none finished)")
+            if finished:
+                lines.append(f"{cell}: nothing to report, every grid point diverged")
             continue
         val = ", ".join(f"{p} {100 * v:.1f}" for p, v in chosen.candidates.items())
         std = f" ± {100 * chosen.test_std:.2f}" if chosen.test_std is not None else ""
