@@ -320,9 +320,13 @@ def write_json(path: str, content: dict) -> None:
 
 
 class _StopSignal:
-    """Turns SIGTERM into a flag the loop polls, so the step in flight completes and is saved."""
+    """Turns SIGTERM into a flag the loop polls, so the step in flight completes and is saved.
+
+    `received` is written only by the handler; `requested`, the decision, only by `agreed`. Kept
+    apart, a SIGTERM handled while the all-gather runs cannot be overwritten by its result."""
 
     def __init__(self):
+        self.received = False
         self.requested = False
         self.previous = None
 
@@ -332,14 +336,17 @@ class _StopSignal:
         return self
 
     def _handle(self, signum, frame):
-        self.requested = True
+        self.received = True
 
     def agreed(self) -> bool:
-        """Whether any process was asked to stop (then `requested` is set on all), so that all stop
+        """Whether any process was asked to stop, decided alike on all of them, so that all stop
         after the same step and save it together. A pod's SIGTERM reaches hosts at different times;
         with several processes this costs one small all-gather per step."""
         if jax.process_count() > 1:
-            self.requested = bool(multihost_utils.process_allgather(np.int32(self.requested)).max())
+            self.requested = self.requested or bool(
+                multihost_utils.process_allgather(np.int32(self.received)).max())
+        else:
+            self.requested = self.received
         return self.requested
 
     def __exit__(self, *exc):

@@ -271,3 +271,24 @@ def test_pathfinder_trains_end_to_end_on_generated_images(tmp_path):
     results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
     assert results["task"] == "pathfinder" and results["max_len"] == 16 * 16
     assert 0.0 <= results["test_accuracy"] <= 1.0
+
+
+def test_a_sigterm_handled_during_the_stop_all_gather_is_not_lost(monkeypatch):
+    """Several processes agree on stopping by an all-gather each step; a SIGTERM whose handler runs
+    while that all-gather is in flight must stop the run one step later, not be overwritten."""
+    from jax.experimental import multihost_utils
+
+    stop = trainer._StopSignal()
+    gathered = []
+
+    def all_gather_hit_by_sigterm(flag):
+        gathered.append(int(flag))
+        if len(gathered) == 1:
+            stop._handle(signal.SIGTERM, None)  # arrives while the other processes' flags come in
+        return np.array([int(flag), 0])
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(multihost_utils, "process_allgather", all_gather_hit_by_sigterm)
+    assert stop.agreed() is False  # this step's gather went out before the signal
+    assert stop.agreed() is True and gathered == [0, 1]  # the next one carries it
+    assert stop.agreed() is True  # and the decision stays
