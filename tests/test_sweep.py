@@ -294,6 +294,14 @@ def test_two_stage_trains_the_other_seeds_only_at_the_point_chosen_on_validation
     assert f"val on seeds 0: {LR}=1e-3 40.0, {LR}=5e-3 60.0" in table
 
 
+def test_an_estimate_before_the_choice_counts_the_second_stage_at_the_first_point(tmp_path):
+    runs = make_plan(tmp_path, seeds=("0", "1", "2"), grid=[f"{LR}=1e-3,5e-3"])  # 2 variants
+    now, waiting = sweep.protocol_runs(runs, "two_stage")
+    stand_ins = sweep.second_stage_stand_ins(runs, waiting)
+    assert len(now) == 4 and len(stand_ins) == 4  # 2 points at seed 0, 2 later seeds, per variant
+    assert {(r.point, r.seed) for r in stand_ins} == {(f"{LR}=1e-3", 1), (f"{LR}=1e-3", 2)}
+
+
 def test_two_stage_sweep_starts_a_second_stage_as_soon_as_its_first_is_done(tmp_path):
     runs = make_plan(tmp_path, "softmax", seeds=("0", "1"), grid=[f"{LR}=1e-3,5e-3"])
     accuracy = {f"{LR}=1e-3": 0.7, f"{LR}=5e-3": 0.5}

@@ -314,6 +314,15 @@ def protocol_runs(runs: list[Run], protocol: str) -> tuple[list[Run], list[str]]
     return sorted(now, key=lambda r: order[id(r)]), waiting
 
 
+def second_stage_stand_ins(runs: list[Run], waiting: list[str]) -> list[Run]:
+    """For an estimate before the choice: the second-stage runs of each waiting cell, taken at its
+    first grid point (they cost the same unless the grid changes the run's shape)."""
+    first_point: dict[str, str] = {}
+    for r in runs:
+        first_point.setdefault(r.cell, r.point)
+    return [r for r in runs if r.cell in waiting and not r.first_stage and r.point == first_point[r.cell]]
+
+
 # ----------------------------------------------------------------------------- running
 
 class _Stop:
@@ -600,10 +609,7 @@ def main(argv: list[str]) -> None:
             print(f"note: {pending}; emit again once those runs are finished", file=sys.stderr)
         return
     if FLAGS.estimate:
-        first_point = {}
-        for r in runs:
-            first_point.setdefault(r.cell, r.point)
-        stand_ins = [r for r in runs if r.cell in waiting and not r.first_stage and r.point == first_point[r.cell]]
+        stand_ins = second_stage_stand_ins(runs, waiting)
         rows = estimate_runs(now + stand_ins, capture_output)
         print("\n" + estimate_table(rows, FLAGS.parallel))
         if stand_ins:
