@@ -1,6 +1,7 @@
 """Last and best checkpoints of a run, written atomically by Orbax.
 
-    workdir/checkpoints/last/<step>   the newest state, for resuming
+    workdir/checkpoints/last/<step>   the newest state, for resuming, and the metrics of the
+                                      steps after the last logged one (logged on resume)
     workdir/checkpoints/best/<step>   the state with the best validation accuracy
 
 Orbax writes each checkpoint to a temporary directory and renames it when
@@ -27,16 +28,19 @@ class Checkpoints:
     def __init__(self, directory: str | os.PathLike):
         directory = os.path.abspath(directory)
         options = lambda: ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=False)  # noqa: E731
-        self.last = ocp.CheckpointManager(os.path.join(directory, "last"), options=options())
+        self.last = ocp.CheckpointManager(os.path.join(directory, "last"), options=options(),
+                                          item_names=("state", "unlogged"))
         self.best = ocp.CheckpointManager(os.path.join(directory, "best"), options=options())
 
     def last_step(self) -> int | None:
         """Step of the newest checkpoint, or None."""
         return self.last.latest_step()
 
-    def save_last(self, step: int, state: Any) -> None:
+    def save_last(self, step: int, state: Any, unlogged: list[dict[str, float]] = ()) -> None:
+        """Saves `state` and `unlogged`, the per-step metrics not yet averaged into a log line."""
         if self.last.latest_step() != step:
-            self.last.save(step, args=ocp.args.StandardSave(state))
+            self.last.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                            unlogged=ocp.args.JsonSave(list(unlogged))))
 
     def save_best(self, step: int, state: Any, metrics: dict[str, float]) -> None:
         self.best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -47,7 +51,21 @@ class Checkpoints:
         step = self.last_step()
         if step is None:
             return None
-        return self.last.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
+        if self._single_item(step):
+            with ocp.CheckpointManager(self.last.directory) as single:
+                return single.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
+        return self.last.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(like)))).state
+
+    def unlogged_metrics(self) -> list[dict[str, float]]:
+        """The per-step metrics saved with the newest state that no log line holds yet ([] if none)."""
+        step = self.last_step()
+        if step is None or self._single_item(step):
+            return []
+        return list(self.last.restore(step, args=ocp.args.Composite(unlogged=ocp.args.JsonRestore())).unlogged)
+
+    def _single_item(self, step: int) -> bool:
+        """Whether `last/<step>` holds the state alone, as lra_jax wrote it before it kept unlogged metrics."""
+        return os.path.isdir(os.path.join(str(self.last.directory), str(step), "default"))
 
     def best_metrics(self) -> dict[str, float] | None:
         """Validation metrics of the best checkpoint, or None if there is none."""

@@ -448,7 +448,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     writer = metrics.MetricsWriter(workdir, start_step=start, enabled=primary)
     schedule = make_schedule(config)
     best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
-    window, train_seconds, timed_steps, steps_since_tick = [], 0.0, 0, 0
+    window = checkpoints.unlogged_metrics()  # a run resumed mid-window logs what it would have
+    train_seconds, timed_steps, steps_since_tick = 0.0, 0, 0
     progress = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
                     desc=f"{config.attention.name} {config.task}", mininterval=1.0, disable=not primary)
     step = start
@@ -490,10 +491,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                         best = {"accuracy": val["accuracy"], "loss": val["loss"], "step": step}
                         checkpoints.save_best(step, state, best)
                 if save:
-                    checkpoints.save_last(step, state)
+                    checkpoints.save_last(step, state, unlogged(window))
                 tick = time.perf_counter()
             if stop.requested and step < config.num_train_steps:
-                checkpoints.save_last(step, state)
+                if window:
+                    check_finite(window[-1], step, workdir, checkpoints)
+                checkpoints.save_last(step, state, unlogged(window))
     except TrainingDiverged as diverged:
         if primary:
             write_json(results_path, diverged_record(config, diverged))
@@ -544,6 +547,11 @@ def check_finite(step_metrics: dict[str, jax.Array], step: int, workdir: str,
         "--config.optimizer.learning_rate, clip with --config.optimizer.grad_clip_norm, or skip rare "
         "bad steps with --config.optimizer.skip_nonfinite_updates=<k>",
         step=step, loss=loss, grad_norm=grad_norm, last_checkpoint=last)
+
+
+def unlogged(window: list[dict[str, jax.Array]]) -> list[dict[str, float]]:
+    """The window's per-step metrics as plain numbers, to be saved with a checkpoint."""
+    return [{key: float(value) for key, value in step_metrics.items()} for step_metrics in window]
 
 
 def window_summary(window: list[dict[str, jax.Array]]) -> dict[str, float]:

@@ -103,7 +103,7 @@ def last_state(workdir):
     directory = os.path.join(workdir, "checkpoints", "last")
     (step,) = [int(name) for name in os.listdir(directory) if name.isdigit()]  # one consistent checkpoint
     checkpointer = ocp.StandardCheckpointer()
-    path = os.path.join(directory, str(step), "default")
+    path = os.path.join(directory, str(step), "state")
     metadata = checkpointer.metadata(path)
     here = jax.sharding.SingleDeviceSharding(jax.devices()[0])  # saved over two devices, read on one
     like = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here),

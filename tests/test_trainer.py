@@ -8,6 +8,7 @@ import sys
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from helpers import F32_EPS, tiny_config
@@ -108,20 +109,19 @@ def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(tm
     straight = str(tmp_path / "straight")
     trainer.train_and_evaluate(config, straight)
 
-    batches = pipeline.train_batches
+    check_finite, signalled = trainer.check_finite, []
 
-    def terminated_at_batch_5(*args, **kwargs):
-        for index, batch in enumerate(batches(*args, **kwargs)):
-            if index == 5:
-                os.kill(os.getpid(), signal.SIGTERM)
-            yield batch
+    def terminated_while_step_5_runs(step_metrics, step, *args):
+        if step == 4 and not signalled:  # step 4's check runs once step 5 is dispatched
+            signalled.append(os.kill(os.getpid(), signal.SIGTERM))
+        check_finite(step_metrics, step, *args)
 
     interrupted = str(tmp_path / "interrupted")
-    monkeypatch.setattr(pipeline, "train_batches", terminated_at_batch_5)
+    monkeypatch.setattr(trainer, "check_finite", terminated_while_step_5_runs)
     assert trainer.train_and_evaluate(config, interrupted) is None
     stopped_at, _ = last_params(config, interrupted)
-    assert 0 < stopped_at < config.num_train_steps
-    monkeypatch.setattr(pipeline, "train_batches", batches)
+    assert stopped_at == 5 and config.log_every == 3  # in the middle of a log window
+    monkeypatch.setattr(trainer, "check_finite", check_finite)
     resumed = trainer.train_and_evaluate(config, interrupted)
 
     step_a, params_a = last_params(config, straight)
@@ -133,6 +133,17 @@ def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(tm
         np.testing.assert_allclose(a, b, rtol=8 * F32_EPS, atol=8 * F32_EPS * np.abs(b).max())
     with open(os.path.join(straight, "results.json")) as f:
         assert resumed["test_accuracy"] == json.load(f)["test_accuracy"]
+    # The log line after the stop averages the steps before it too, as the straight run's does.
+    straight_lines, resumed_lines = metric_lines(straight), metric_lines(interrupted)
+    assert [sorted(line) for line in resumed_lines] == [sorted(line) for line in straight_lines]
+    for a, b in zip(straight_lines, resumed_lines):
+        for key in a:
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (a["step"], key)
+
+
+def metric_lines(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
 
 
 def test_a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing_after_it(tmp_path, data_cache):
@@ -292,3 +303,17 @@ def test_a_sigterm_handled_during_the_stop_all_gather_is_not_lost(monkeypatch):
     assert stop.agreed() is False  # this step's gather went out before the signal
     assert stop.agreed() is True and gathered == [0, 1]  # the next one carries it
     assert stop.agreed() is True  # and the decision stays
+
+
+def test_a_last_checkpoint_of_the_state_alone_still_resumes(tmp_path):
+    """lra_jax used to save `last` as one unnamed item, without the unlogged metrics."""
+    state = {"step": jax.numpy.array(5), "params": {"w": jax.numpy.arange(3.0)}}
+    with ocp.CheckpointManager(tmp_path / "checkpoints" / "last") as old:
+        old.save(5, args=ocp.args.StandardSave(state))
+    checkpoints = checkpointing.Checkpoints(tmp_path / "checkpoints")
+    restored = checkpoints.restore_last(jax.tree.map(jax.numpy.zeros_like, state))
+    assert int(restored["step"]) == 5 and restored["params"]["w"].tolist() == [0.0, 1.0, 2.0]
+    assert checkpoints.unlogged_metrics() == []
+    checkpoints.save_last(7, state, [{"loss": 0.5}])
+    assert checkpoints.unlogged_metrics() == [{"loss": 0.5}]
+    checkpoints.close()
