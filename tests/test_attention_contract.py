@@ -156,7 +156,7 @@ def test_bfloat16_runs_and_stays_close_to_float32(name):
 
 def test_training_mode_uses_the_given_key_and_respects_padding(name):
     if "@" in name:
-        pytest.skip("attention dropout is not in the kernels: training mode runs the XLA form, checked above")
+        pytest.skip("splash attention has no dropout: training mode on TPU runs the XLA form, checked above")
     x, mask = inputs()
     model = build(name, dropout_rate=0.3)
     out_a = model(x, mask, deterministic=False, rngs=nnx.Rngs(1))

@@ -5,7 +5,8 @@ runs it with impl="pallas" for each platform's kernel (the Triton kernels for
 "gpu", jax's splash attention for "tpu"; interpret=True on CPU, compiled on the
 matching accelerator in `test_compiled_matches_reference`) and impl="xla" (the
 reference) and compares outputs and the gradients of a random projection of them
-with respect to q, k, v. Shapes stay small (n <= 128, blocks of 16/32; splash
+with respect to q, k, v; the "-dropout" cases drop attention weights, in the Triton
+kernel and in the reference with the same mask. Shapes stay small (n <= 128, blocks of 16/32; splash
 pads to its 128 block, so none of these lengths is a multiple of its block) so
 the file runs in about two minutes on two CPU cores in interpret mode.
 """
@@ -20,7 +21,8 @@ from flax import nnx
 
 from helpers import assert_close, reassociation_tol
 from lra_jax.attention import registry
-from lra_jax.kernels import pallas_available, tpu_available
+from lra_jax import kernels
+from lra_jax.kernels import dropout, pallas_available, tpu_available
 from lra_jax.kernels.block_sparse import block_sparse_attention
 from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.flash import flash_attention
@@ -29,6 +31,7 @@ from lra_jax.kernels.linear import linear_attention
 
 needs_gpu = pytest.mark.skipif(not pallas_available(), reason="compiled Pallas kernels need a GPU")
 needs_tpu = pytest.mark.skipif(not tpu_available(), reason="compiled Mosaic kernels need a TPU")
+DROPOUT_SEED = np.array([2024], np.uint32)
 
 
 def inputs(b, n, h, d, lengths, dtype=np.float32, seed=0):
@@ -63,11 +66,17 @@ CASES = {
         | (np.arange(4)[:, None] == 3), block=16, **kw), 2, 64, 2, 32, [64, 20]),
     "linear": (lambda q, k, v, m, **kw: linear_attention(q, k, v, key_mask=m, block=32, **kw),
                2, 80, 2, 16, [80, 33]),
+    "flash-dropout": (lambda q, k, v, m, **kw: flash_attention(
+        q, k, v, key_mask=m, block_q=32, block_k=16, dropout_rate=0.25, dropout_seed=DROPOUT_SEED, **kw),
+        2, 80, 2, 32, [80, 41]),
+    "local-globals-dropout": (lambda q, k, v, m, **kw: block_sparse_attention(
+        q, k, v, key_mask=m, window=5, global_keys=np.arange(96) < 3, global_queries=np.arange(96) < 2,
+        block=32, dropout_rate=0.4, dropout_seed=DROPOUT_SEED, **kw), 2, 96, 2, 16, [96, 70]),
 }
 
 
-# The TPU path has no linear kernel (linear attention on TPU is the XLA form).
-TPU_CASES = [case for case in CASES if case != "linear"]
+# The TPU path has no linear kernel (linear attention on TPU is the XLA form), and splash no dropout.
+TPU_CASES = [case for case in CASES if case != "linear" and not case.endswith("-dropout")]
 
 
 def _run(case, impl, interpret, dtype=np.float32, platform="gpu"):
@@ -223,3 +232,63 @@ def test_linear_kernel_normaliser_has_no_epsilon_bias(scale):
                                                  impl="pallas", interpret=True))
     # float32 rounding of sums of 40 positive terms: a relative 1e-5 is well above it.
     np.testing.assert_allclose(call(scale), call(1.0), rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_mask_keeps_one_minus_rate_and_is_a_function_of_coordinates():
+    n = 256
+    heads = dropout.head_bits(DROPOUT_SEED[0], jnp.arange(6))  # three batch rows of two heads
+    kept = np.asarray(dropout.keep(heads, jnp.arange(n), jnp.arange(n), 0.3))  # [6, n, n]
+    # 6 * 256^2 draws: the kept fraction's standard error is 0.0007; 0.01 is 14 of them.
+    assert abs(kept.mean() - 0.7) < 0.01
+    for a in range(6):  # every head draws its own mask: agreement is 0.7^2 + 0.3^2 = 0.58, not 1
+        for b in range(a):
+            assert abs((kept[a] == kept[b]).mean() - 0.58) < 0.02
+    # Rows and columns are not copies of one another (a weak hash would repeat them).
+    assert abs((kept[0, 1:] == kept[0, :-1]).mean() - 0.58) < 0.02
+    assert abs((kept[0, :, 1:] == kept[0, :, :-1]).mean() - 0.58) < 0.02
+    # A tile drawn on its own (as the kernels draw blocks) is that tile of the whole mask.
+    tile = dropout.keep(heads[4], jnp.arange(96, 128), jnp.arange(32, 48), 0.3)
+    np.testing.assert_array_equal(np.asarray(tile), kept[4, 96:128, 32:48])
+    other_seed = dropout.keep(dropout.head_bits(DROPOUT_SEED[0] + 1, jnp.arange(6)), jnp.arange(n),
+                              jnp.arange(n), 0.3)
+    assert abs((np.asarray(other_seed) == kept).mean() - 0.58) < 0.01
+    assert np.asarray(dropout.keep(heads, jnp.arange(4), jnp.arange(4), 0.0)).all()  # rate 0 keeps all
+    with pytest.raises(ValueError, match=r"in \[0, 1\)"):
+        dropout.threshold(1.0)
+
+
+def test_dropout_is_unbiased_over_seeds():
+    """E[dropped attention] = attention: the mean over many seeds converges to the output without dropout."""
+    q, k, v, mask = inputs(1, 48, 1, 16, [40])
+    exact = np.asarray(flash_attention(q, k, v, key_mask=mask, impl="xla"))
+    seeds = np.arange(400, dtype=np.uint32)[:, None]
+    runs = jax.vmap(lambda s: flash_attention(q, k, v, key_mask=mask, impl="xla", dropout_rate=0.5,
+                                              dropout_seed=s))(seeds)
+    mean = np.asarray(runs).mean(0)
+    spread = np.asarray(runs).std(0) / np.sqrt(len(seeds))  # standard error of that mean, per entry
+    assert (np.abs(mean - exact) < 5 * spread + 1e-6).mean() > 0.99
+
+
+def test_softmax_and_local_train_with_the_triton_kernel_and_its_dropout():
+    """In training with attention dropout the GPU kernel runs (not the XLA form) and applies it:
+    deterministic for a key, different for another, blind to padding content, padded rows zero."""
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 40, 32)), jnp.float32)
+    mask = jnp.arange(40)[None, :] < jnp.array([[40], [23]])
+    for name in ("softmax", "local"):
+        with kernels.target_platform("gpu", interpret=True):
+            layer = registry.build(name, dim=32, num_heads=2, rngs=nnx.Rngs(0), max_len=40, dropout_rate=0.3,
+                                   impl="pallas", **({"window": 5} if name == "local" else {}))
+        plan = layer.kernel_plan(deterministic=False)
+        assert plan.kernel == kernels.TRITON and plan.dropout, plan
+        with kernels.target_platform("tpu", interpret=True):
+            on_tpu = registry.build(name, dim=32, num_heads=2, rngs=nnx.Rngs(0), max_len=40, dropout_rate=0.3,
+                                    impl="pallas")
+        assert on_tpu.kernel_plan(deterministic=False).reason == "attention dropout is not in the mosaic kernel"
+        train = lambda x, seed: np.asarray(layer(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=seed)))  # noqa: E731
+        a, again, other = train(x, 1), train(x, 1), train(x, 2)
+        evaluation = np.asarray(layer(x, mask, deterministic=True))
+        np.testing.assert_array_equal(a, again)
+        assert np.abs(a - other).max() > 0.1 and np.abs(a - evaluation).max() > 0.1
+        assert np.isfinite(a).all() and (a[~np.asarray(mask)] == 0).all()
+        x_other = jnp.where(mask[..., None], x, 100.0)
+        np.testing.assert_allclose(train(x_other, 1)[np.asarray(mask)], a[np.asarray(mask)], atol=1e-5)

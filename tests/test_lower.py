@@ -36,8 +36,16 @@ KERNELS = {
         q, k, v, key_mask=m, block_mask=jnp.eye(16, dtype=bool) | (jnp.arange(16)[None, :] == 0), block=64,
         impl="pallas", platform=p),
     "linear": lambda q, k, v, m, p: linear_attention(q, k, v, key_mask=m, impl="pallas", platform=p),
+    "flash-dropout": lambda q, k, v, m, p: flash_attention(q, k, v, key_mask=m, impl="pallas", platform=p,
+                                                           dropout_rate=0.1, dropout_seed=SEED),
+    "longformer-dropout": lambda q, k, v, m, p: block_sparse_attention(
+        q, k, v, key_mask=m, window=100, global_keys=np.arange(N) < 1, impl="pallas", platform=p,
+        dropout_rate=0.1, dropout_seed=SEED),
 }
-CASES = [(name, p) for name in KERNELS for p in ("cuda", "tpu") if not (name == "linear" and p == "tpu")]
+SEED = np.array([7], np.uint32)
+# No linear kernel on TPU, and splash attention has no dropout.
+CASES = [(name, p) for name in KERNELS for p in ("cuda", "tpu")
+         if not (p == "tpu" and (name == "linear" or name.endswith("-dropout")))]
 
 
 @pytest.mark.parametrize("name,platform", CASES)
@@ -70,13 +78,16 @@ def test_full_scale_pathx_train_step_lowers_for_gpu_and_tpu(variant):
         assert described.startswith(f"encoder/blocks/attention={kernel}"), (platform, described)
 
 
-def test_attention_dropout_trains_with_xla_and_says_why():
+def test_attention_dropout_trains_with_the_triton_kernel_and_on_tpu_with_xla_saying_why():
     config = lower.load_config(lower.config_files()["local"], "pathx", "mini")
     config.model.attention_dropout_rate = 0.1
     described, result = lower.lower_one(config, "tpu")
     assert result == "ok"
-    assert described == ("encoder/blocks/0/attention=xla (attention dropout is not in the kernels), "
+    assert described == ("encoder/blocks/0/attention=xla (attention dropout is not in the mosaic kernel), "
                          "eval pallas-mosaic-splash")
+    described, result = lower.lower_one(config, "cuda")
+    assert result == "ok"
+    assert described.startswith(f"encoder/blocks/0/attention={kernels.TRITON}") and "eval" not in described
 
 
 def test_bad_input_is_one_line_and_exit_2(capsys):

@@ -43,6 +43,7 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 from lra_jax import kernels
 from lra_jax.errors import ConfigError
 from lra_jax.kernels import IMPLS
+from lra_jax.kernels.dropout import seed_from_key as kernel_dropout_seed
 from lra_jax.kernels.masking import MASK_VALUE  # one logit for masked pairs, kernels and variants alike
 
 # MASK_VALUE is finite, so a row with every key masked gives a uniform (not NaN)
@@ -144,6 +145,9 @@ class TokenMixer(nnx.Module):
       kernel_names: the variant's Pallas kernel per backend ("triton": GPU, "mosaic": TPU),
         named as runs record them (lra_jax/kernels); a variant without any refuses
         impl="pallas" and treats "auto" as "xla".
+      kernel_dropout_backends: the backends whose kernel call takes the attention dropout
+        (`**self.kernel_dropout(plan, rngs)`); in training with dropout, any other
+        backend's layer runs the XLA form.
       cost_exponent: e such that the compiled forward and backward passes' FLOPs and
         temporary memory grow as n^e (log factors aside) when the layer is built for
         length n with `settings_at_length(n)`. 2, the default, is full attention's; a
@@ -160,6 +164,7 @@ class TokenMixer(nnx.Module):
 
     length_invariant = True
     kernel_names: dict[str, str] = {}
+    kernel_dropout_backends: frozenset[str] = frozenset()
     uses_attention_dropout = True  # False where no attention weights are formed (nothing to drop)
     cost_exponent = 2.0
     data_dependent_pattern = False
@@ -209,8 +214,18 @@ class TokenMixer(nnx.Module):
             return kernels.KernelPlan(kernels.XLA, self.target.platform)
         return kernels.plan(self.impl, self.target, self.kernel_names,
                             dropout_active=self.uses_attention_dropout and self.dropout_rate > 0
-                            and not deterministic,
+                            and not deterministic, dropout_backends=self.kernel_dropout_backends,
                             unsupported=self.kernel_limits(self.target.platform))
+
+    def kernel_dropout(self, plan: kernels.KernelPlan, rngs: nnx.Rngs | None) -> dict:
+        """Keyword arguments that give a kernel call its attention dropout ({} where the plan has none);
+        each call draws its own key from `rngs`' "dropout" stream (else its "default" one, as nnx.Dropout)."""
+        if not plan.dropout:
+            return {}
+        if rngs is None:
+            raise ValueError("attention dropout in training needs rngs (an nnx.Rngs with a 'dropout' stream)")
+        key = stream_key(rngs, "dropout", "dropout", "attention dropout")
+        return {"dropout_rate": self.dropout_rate, "dropout_seed": kernel_dropout_seed(key)}
 
 
 class Attention(TokenMixer):

@@ -44,11 +44,12 @@ class SoftmaxAttention(Attention):
     """Full scaled dot-product attention over all real tokens; impl="pallas" runs the flash kernel."""
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}
+    kernel_dropout_backends = frozenset({"triton"})
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         plan = self.kernel_plan(deterministic)
         if plan.uses_pallas:
             return flash_attention(q, k, v, key_mask=mask, impl="pallas", interpret=plan.interpret,
-                                   platform=plan.platform)
+                                   platform=plan.platform, **self.kernel_dropout(plan, rngs))
         probs = self.drop(attention_weights(q, k, mask), deterministic=deterministic, rngs=rngs)
         return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)

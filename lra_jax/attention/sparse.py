@@ -32,9 +32,10 @@ the block-sparse kernel of `lra_jax.kernels.block_sparse`: on GPU our Triton
 kernel (the FlashAttention online softmax over a block layout), on TPU jax's
 splash attention with the pattern as its mask (see the api docstring for how
 each pattern maps onto them): the same function, never materialising even the
-blocked scores. Attention dropout is not in the kernels, so training with
-dropout > 0 uses XLA, as do the merged single-head strided pattern and, on GPU,
-BigBird with a block size that is not a power of two >= 16.
+blocked scores. The Triton kernel applies attention dropout itself
+(`lra_jax.kernels.dropout`); splash has none, so on TPU training with dropout > 0
+uses XLA, as do the merged single-head strided pattern and, on GPU, BigBird
+with a block size that is not a power of two >= 16.
 """
 
 from __future__ import annotations
@@ -147,6 +148,7 @@ class LocalAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
+    kernel_dropout_backends = frozenset({"triton"})
     cost_exponent = 1.0  # n * (2w + 1) scores
 
     def __init__(self, dim: int, num_heads: int, *, window: int = 128, rngs: nnx.Rngs, **common):
@@ -159,7 +161,8 @@ class LocalAttention(Attention):
         plan = self.kernel_plan(deterministic)
         if plan.uses_pallas:
             return block_sparse_attention(q, k, v, key_mask=mask, window=self.window, impl="pallas",
-                                          interpret=plan.interpret, platform=plan.platform)
+                                          interpret=plan.interpret, platform=plan.platform,
+                                          **self.kernel_dropout(plan, rngs))
         b, n, h, d = v.shape
         probs, block, padded = local_weights(q, k, mask, self.window)
         probs = self.drop(probs, deterministic=deterministic, rngs=rngs)
@@ -205,6 +208,7 @@ class StridedAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
+    kernel_dropout_backends = frozenset({"triton"})
     cost_exponent = 1.5  # n * (l + n / l) scores: n^1.5 at the paper's l = sqrt(n)
 
     @classmethod
@@ -224,7 +228,7 @@ class StridedAttention(Attention):
         padded = num_blocks * stride
         plan = self.kernel_plan(deterministic)
         if plan.uses_pallas:
-            return self._attend_kernel(q, k, v, mask, stride, num_blocks, plan)
+            return self._attend_kernel(q, k, v, mask, stride, num_blocks, plan, rngs)
         grid = lambda x: _blocks(_pad_to(x, padded), num_blocks, stride)  # noqa: E731  [b c l ...]
         q, k, v, key_mask = grid(q), grid(k), grid(v), grid(mask)
         scale = jnp.sqrt(d).astype(q.dtype)
@@ -266,13 +270,13 @@ class StridedAttention(Attention):
             return "the merged single-head strided pattern (num_heads=1) is not in the kernels"
         return None
 
-    def _attend_kernel(self, q, k, v, mask, stride: int, num_blocks: int, plan):
+    def _attend_kernel(self, q, k, v, mask, stride: int, num_blocks: int, plan, rngs):
         """Both head groups as segment attention: blocks i // l, and i mod l in a permuted order."""
         n, h = q.shape[1], q.shape[2]
         def attend(q, k, v, mask, segments):
             return block_sparse_attention(q, k, v, key_mask=mask, query_segments=segments,
                                           key_segments=segments, impl="pallas", interpret=plan.interpret,
-                                          platform=plan.platform)
+                                          platform=plan.platform, **self.kernel_dropout(plan, rngs))
 
         local_heads, strided_heads = slice(0, h // 2), slice(h // 2, h)
         local_out = attend(q[..., local_heads, :], k[..., local_heads, :], v[..., local_heads, :], mask,
@@ -321,6 +325,7 @@ class LongformerAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
+    kernel_dropout_backends = frozenset({"triton"})
     cost_exponent = 1.0  # window band + a fixed number of global tokens
 
     def __init__(
@@ -364,12 +369,14 @@ class LongformerAttention(Attention):
         if plan.uses_pallas:
             out = block_sparse_attention(q, k, v, key_mask=mask, window=self.window,
                                          global_keys=np.arange(n) < num_global, impl="pallas",
-                                         interpret=plan.interpret, platform=plan.platform)
+                                         interpret=plan.interpret, platform=plan.platform,
+                                         **self.kernel_dropout(plan, rngs))
             if not num_global:
                 return out
             global_out = flash_attention(q_global, k_global, v_global.astype(v.dtype), key_mask=mask,
                                          query_mask=mask[:, :num_global], impl="pallas",
-                                         interpret=plan.interpret, platform=plan.platform)
+                                         interpret=plan.interpret, platform=plan.platform,
+                                         **self.kernel_dropout(plan, rngs))
             return jnp.concatenate([global_out.astype(out.dtype), out[:, num_global:]], axis=1)
 
         # Every row: its window and the global keys, in one softmax.
@@ -465,6 +472,7 @@ class BigBirdAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
+    kernel_dropout_backends = frozenset({"triton"})
     cost_exponent = 1.0  # a fixed number of key blocks per query block
 
     def __init__(
@@ -529,7 +537,7 @@ class BigBirdAttention(Attention):
         if plan.uses_pallas:
             return block_sparse_attention(q, k, v, key_mask=mask, block_mask=self.block_mask(num_blocks),
                                           block=block, impl="pallas", interpret=plan.interpret,
-                                          platform=plan.platform)
+                                          platform=plan.platform, **self.kernel_dropout(plan, rngs))
         q, k, v, mask = (_pad_to(x, padded) for x in (q, k, v, mask))
         drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
         scale = jnp.sqrt(d).astype(q.dtype)

@@ -117,12 +117,14 @@ def tpu_available() -> bool:
 @dataclasses.dataclass(frozen=True)
 class KernelPlan:
     """What one attention layer runs: `kernel` ("xla", "pallas-triton", ...), on which platform,
-    interpreted or not, and why not a kernel where the impl asked for one (None otherwise)."""
+    interpreted or not, whether the kernel applies the attention dropout, and why not a kernel
+    where the impl asked for one (None otherwise)."""
 
     kernel: str
     platform: str
     interpret: bool = False
     reason: str | None = None
+    dropout: bool = False
 
     @property
     def uses_pallas(self) -> bool:
@@ -130,7 +132,7 @@ class KernelPlan:
 
 
 def plan(impl: str, target: Target, kernels: dict[str, str], *, dropout_active: bool = False,
-         unsupported: str | None = None) -> KernelPlan:
+         dropout_backends: frozenset[str] = frozenset(), unsupported: str | None = None) -> KernelPlan:
     """The kernel of one layer on `target`.
 
     Args:
@@ -138,7 +140,9 @@ def plan(impl: str, target: Target, kernels: dict[str, str], *, dropout_active: 
       target: the platform the layer is built for (`current_target()` at build time).
       kernels: the variant's kernel per Pallas backend, e.g. {"triton": TRITON, "mosaic": SPLASH};
         a backend missing here has no kernel for this variant.
-      dropout_active: attention dropout in this call (no kernel has it).
+      dropout_active: attention dropout in this call.
+      dropout_backends: the backends whose kernel for this variant applies attention dropout
+        (the Triton flash and block-sparse kernels; splash has none).
       unsupported: why the variant's kernel cannot serve its settings on this target, or None.
     """
     if resolve_impl(impl, platform=target.platform) == XLA:
@@ -146,8 +150,8 @@ def plan(impl: str, target: Target, kernels: dict[str, str], *, dropout_active: 
     backend = pallas_backend(target.platform)
     if backend not in kernels:
         return KernelPlan(XLA, target.platform, reason=f"no {backend} kernel for this variant on {target.platform}")
-    if dropout_active:
-        return KernelPlan(XLA, target.platform, reason="attention dropout is not in the kernels")
+    if dropout_active and backend not in dropout_backends:
+        return KernelPlan(XLA, target.platform, reason=f"attention dropout is not in the {backend} kernel")
     if unsupported:
         return KernelPlan(XLA, target.platform, reason=unsupported)
-    return KernelPlan(kernels[backend], target.platform, interpret=target.interpret)
+    return KernelPlan(kernels[backend], target.platform, interpret=target.interpret, dropout=dropout_active)

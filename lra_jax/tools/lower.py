@@ -14,8 +14,9 @@ Retrieval 2 x 4000, Image 1024, Pathfinder 1024, Path-X 16384.
 
 Prints one row per combination: variant, task, platform, the kernel each
 attention layer lowered to in the train step (and in the evaluation step where it
-differs: attention dropout is not in the kernels, so a config with attention
-dropout trains with XLA attention and evaluates with the kernel) (checked against the lowered module: a Pallas kernel
+differs: splash attention has no attention dropout, so on TPU a config with
+attention dropout trains with XLA attention and evaluates with the kernel; the
+Triton kernels apply it) (checked against the lowered module: a Pallas kernel
 must appear in it as its custom call) and ok or the error's first line. Exits 1
 if any row fails, 2 on bad input. Export's refusal to serialize the kernels'
 custom calls is disabled: only the lowering matters here.

@@ -26,7 +26,9 @@ block pairs that may hold an allowed pair, intersected with block_mask) and runs
 the Triton kernel; on TPU it maps the pattern onto jax's splash attention
 (`pallas_tpu`: band, global rows and columns and block matrix as its mask,
 segments and key padding as its segment ids). impl="xla" is the dense n x n
-reference; "auto" is the kernel on GPU/TPU and XLA on CPU. Shapes: q [b, nq, h, d],
+reference; "auto" is the kernel on GPU/TPU and XLA on CPU. Attention dropout
+(`dropout_rate`, `dropout_seed`) runs in the Triton kernel and the reference
+with the same mask, as in `flash_attention`; splash has none. Shapes: q [b, nq, h, d],
 k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
 """
 
@@ -41,6 +43,7 @@ from lra_jax.kernels import pallas_backend, resolve_impl
 from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.block_sparse import pallas_gpu, pallas_tpu, reference
 from lra_jax.kernels.flash.api import (
+    check_dropout,
     kernel_block,
     masks_from,
     pad_axis,
@@ -67,6 +70,8 @@ def block_sparse_attention(
     impl: str = "auto",
     interpret: bool = False,
     platform: str | None = None,
+    dropout_rate: float = 0.0,
+    dropout_seed: Array | None = None,
 ) -> Float[Array, "b q h d"]:
     """Softmax attention restricted to the pattern (module docstring); padded query rows are 0.
 
@@ -79,13 +84,17 @@ def block_sparse_attention(
       scale: softmax scale, default 1 / sqrt(d).
       impl: "auto" | "xla" | "pallas". interpret: Pallas interpreter (CPU tests).
       platform: "gpu" (Triton) or "tpu" (splash); default: the current kernel target.
+      dropout_rate, dropout_seed: attention dropout, as in `flash_attention`.
     """
     b, nq, _, d = q.shape
     nk = k.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     key_mask, query_mask = masks_from(nq, nk, b, key_mask, query_mask, lengths)
+    dropout_seed = check_dropout(dropout_rate, dropout_seed)
     resolved = resolve_impl(impl, interpret, platform)
     if resolved == "pallas" and pallas_backend(platform) == "mosaic":
+        if dropout_rate > 0.0:
+            raise ValueError("the TPU kernel (splash attention) has no attention dropout: use impl='xla'")
         out = pallas_tpu.attention(
             q, k, v, key_mask, query_mask, window=window, query_segments=query_segments,
             key_segments=key_segments, global_queries=global_queries, global_keys=global_keys,
@@ -115,7 +124,7 @@ def block_sparse_attention(
 
     if resolved == "xla":
         return reference.attention(q, k, v, key_code[:, :nk], query_code[:nq], q_seg[:nq], k_seg[:nk],
-                                   query_mask, rule, block_mask, block, scale)
+                                   query_mask, rule, block_mask, block, scale, dropout_rate, dropout_seed)
 
     dense_blocks = layouts.from_rule(nq_pad, nk_pad, block, block, rule, query_code, key_code, q_seg, k_seg)
     if block_mask is not None:
@@ -125,5 +134,6 @@ def block_sparse_attention(
     kp = pad_axis(pad_axis(k, 1, nk_pad), 3, d_pad)
     vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
     out = pallas_gpu.attention(qp, kp, vp, key_code, query_code, q_seg, k_seg, dense_blocks, scale=scale,
-                               rule=rule, block_q=block, block_k=block, interpret=interpret)[:, :nq, :, :d]
+                               rule=rule, block_q=block, block_k=block, interpret=interpret,
+                               dropout_rate=dropout_rate, dropout_seed=dropout_seed)[:, :nq, :, :d]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

@@ -22,9 +22,11 @@ from lra_jax.kernels.flash import pallas_gpu as flash
 
 
 def attention(q, k, v, key_code, query_code, q_seg, k_seg, dense_blocks, *, scale, rule, block_q, block_k,
-              interpret):
-    """Block-sparse attention over the block pairs `dense_blocks` [nq / B_q, nk / B_k] and the element rule."""
+              interpret, dropout_rate=0.0, dropout_seed=None):
+    """Block-sparse attention over the block pairs `dense_blocks` [nq / B_q, nk / B_k] and the element rule,
+    with attention dropout at `dropout_rate` from the uint32 seed `dropout_seed` [1]."""
     layout = layouts.compact(dense_blocks)
     layout_t = layouts.compact(dense_blocks.T)
-    return flash.attention(q, k, v, key_code, query_code, q_seg, k_seg, layout, layout_t, scale, rule, block_q,
-                           block_k, interpret)
+    seed = flash.no_seed() if dropout_seed is None else dropout_seed
+    return flash.attention(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule,
+                           block_q, block_k, dropout_rate, interpret)

@@ -4,7 +4,7 @@
 
 allowed(i, j) = block_mask[i // B, j // B] and the element rule of
 `lra_jax.kernels.masking` (key padding, band |i - j| <= window, equal segments,
-global queries/keys). Shapes: q [b, nq, h, d], k, v [b, nk, h, d].
+global queries/keys), with the attention dropout of `lra_jax.kernels.dropout` if asked. Shapes: q [b, nq, h, d], k, v [b, nk, h, d].
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ def attention(
     block_mask: Bool[Array, "qb kb"] | None,
     block: int,
     scale: float,
+    dropout_rate: float = 0.0,
+    dropout_seed: Array | None = None,
 ) -> Float[Array, "b q h d"]:
     """Attention over the allowed pairs (float32 inside); padded query rows and keyless rows are 0."""
     nq, nk = q.shape[1], k.shape[1]
     ok = masking.allowed(jnp.arange(nq), jnp.arange(nk), key_code, query_code, q_seg, k_seg, rule)  # [b q k]
     if block_mask is not None:
         ok &= jnp.repeat(jnp.repeat(block_mask, block, 0), block, 1)[None, :nq, :nk]
-    out = masked_attention(q, k, v, ok[:, None], scale)
+    out = masked_attention(q, k, v, ok[:, None], scale, dropout_rate, dropout_seed)
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

@@ -4,7 +4,9 @@ impl="pallas" runs a FlashAttention kernel (Dao et al. 2022, Alg. 1/2; O(n)
 memory): `pallas_gpu` (Triton) for a GPU target, jax's splash attention
 (`pallas_tpu`, Mosaic) for a TPU target; impl="xla" the jnp reference (an
 explicit n x n matrix); impl="auto" the kernel on GPU/TPU and XLA on CPU. The
-target is `platform`, by default `lra_jax.kernels.current_target()`. Shapes: q [b, nq, h, d],
+target is `platform`, by default `lra_jax.kernels.current_target()`. Attention
+dropout (`dropout_rate`, `dropout_seed`) runs in the Triton kernel and the
+reference, with the same mask (`lra_jax.kernels.dropout`); splash has none. Shapes: q [b, nq, h, d],
 k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
 """
 
@@ -16,7 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import pallas_backend, resolve_impl
+from lra_jax.kernels import dropout, pallas_backend, resolve_impl
 from lra_jax.kernels.flash import pallas_gpu, pallas_tpu, reference
 
 
@@ -37,6 +39,16 @@ def masks_from(
     if query_mask is None:
         query_mask = key_mask if nq == nk else jnp.ones((batch, nq), bool)
     return jnp.asarray(key_mask, bool), jnp.asarray(query_mask, bool)
+
+
+def check_dropout(rate: float, seed: Array | None) -> Array:
+    """The seed a call passes on: `seed` as uint32 [1] when rate > 0 (required), zeros otherwise."""
+    dropout.threshold(rate)  # checks 0 <= rate < 1
+    if rate == 0.0:
+        return pallas_gpu.no_seed()
+    if seed is None:
+        raise ValueError(f"attention dropout at rate {rate} needs a dropout_seed (dropout.seed_from_key(key))")
+    return jnp.asarray(seed, jnp.uint32).reshape(1)
 
 
 def kernel_block(n: int, block: int) -> int:
@@ -72,6 +84,8 @@ def flash_attention(
     block_k: int = 64,
     interpret: bool = False,
     platform: str | None = None,
+    dropout_rate: float = 0.0,
+    dropout_seed: Array | None = None,
 ) -> Float[Array, "b q h d"]:
     """softmax(scale q k^T) v over the real keys; padded query rows and rows without keys are 0.
 
@@ -83,14 +97,19 @@ def flash_attention(
       block_q, block_k: kernel block sizes (rounded to powers of two >= 16).
       interpret: run the Pallas kernel in the interpreter (CPU tests).
       platform: "gpu" (Triton) or "tpu" (splash); default: the current kernel target.
+      dropout_rate, dropout_seed: attention dropout rate and its uint32 seed [1]
+        (`dropout.seed_from_key`); not on the TPU kernel.
     """
     b, nq, _, d = q.shape
     nk = k.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     key_mask, query_mask = masks_from(nq, nk, b, key_mask, query_mask, lengths)
+    dropout_seed = check_dropout(dropout_rate, dropout_seed)
     if resolve_impl(impl, interpret, platform) == "xla":
-        return reference.attention(q, k, v, key_mask, query_mask, scale)
+        return reference.attention(q, k, v, key_mask, query_mask, scale, dropout_rate, dropout_seed)
     if pallas_backend(platform) == "mosaic":
+        if dropout_rate > 0.0:
+            raise ValueError("the TPU kernel (splash attention) has no attention dropout: use impl='xla'")
         nq_pad, nk_pad = (-(-x // pallas_tpu.BLOCK) * pallas_tpu.BLOCK for x in (nq, nk))
         out = pallas_tpu.attention(
             pad_axis(q, 1, nq_pad), pad_axis(k, 1, nk_pad), pad_axis(v, 1, nk_pad),
@@ -107,6 +126,6 @@ def flash_attention(
     vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
     key_code = pad_axis(key_mask.astype(jnp.int32), 1, nk_pad)
     zeros_q, zeros_k = jnp.zeros((nq_pad,), jnp.int32), jnp.zeros((nk_pad,), jnp.int32)
-    out = pallas_gpu.attention(qp, kp, vp, key_code, zeros_q, zeros_q, zeros_k, None, None, scale, None,
-                               block_q, block_k, interpret)[:, :nq, :, :d]
+    out = pallas_gpu.attention(qp, kp, vp, key_code, zeros_q, zeros_q, zeros_k, dropout_seed, None, None, scale,
+                               None, block_q, block_k, dropout_rate, interpret)[:, :nq, :, :d]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
