@@ -71,11 +71,13 @@ def _head(seed_ref, rate):
     return dropout.head_bits(seed_ref[0], pl.program_id(1) * pl.num_programs(2) + pl.program_id(2))
 
 
-def _dropped(x, head, q_pos, k_pos, rate):
-    """Tile `x` [B_q, B_k] times keep / (1 - rate) (`x` itself without dropout)."""
+def _dropped(x, head, q_pos, k_pos, rate, kept=None):
+    """Tile `x` [B_q, B_k] times keep / (1 - rate) (`x` itself without dropout); `kept`: the tile's
+    mask if already drawn."""
     if rate == 0.0:
         return x
-    return jnp.where(dropout.keep(head, q_pos, k_pos, rate), x * (1.0 / (1.0 - rate)), 0.0)
+    kept = dropout.keep(head, q_pos, k_pos, rate) if kept is None else kept
+    return jnp.where(kept, x * (1.0 / (1.0 - rate)), 0.0)
 
 
 def _fwd_kernel(layout_ref, q_ref, k_ref, v_ref, key_code_ref, query_code_ref, q_seg_ref, k_seg_ref, seed_ref,
@@ -155,8 +157,9 @@ def _dkv_kernel(layout_ref, q_ref, k_ref, v_ref, key_code_ref, query_code_ref, q
         q_pos = i * block_q + jnp.arange(block_q)
         s, ok = _scores(q, k, q_pos, k_pos, key_code, query_code_ref[rows], q_seg_ref[rows], k_seg, scale, rule)
         p = jnp.where(ok, jnp.exp(s - lse[:, None]), 0.0)
-        dv = dv + _dot(_dropped(p, head, q_pos, k_pos, rate).astype(do.dtype), do, trans_a=True)
-        dp = _dropped(_dot(do, v, trans_b=True), head, q_pos, k_pos, rate)
+        kept = dropout.keep(head, q_pos, k_pos, rate) if rate else None  # drawn once for dV and dP
+        dv = dv + _dot(_dropped(p, head, q_pos, k_pos, rate, kept).astype(do.dtype), do, trans_a=True)
+        dp = _dropped(_dot(do, v, trans_b=True), head, q_pos, k_pos, rate, kept)
         ds = p * (dp - delta[:, None])
         dk = dk + _dot(ds.astype(q.dtype), q, trans_a=True)
         return dk, dv
