@@ -8,7 +8,9 @@ For every length n and head dim d it times jit(value_and_grad) of sum(out * r)
 (one forward and one backward) for
 
     flash         jax.nn.dot_product_attention (implementation "xla", and "cudnn" on
-                  GPU), the softmax variant's XLA form, and the flash Pallas kernel
+                  GPU), the softmax variant's XLA form, and the flash Pallas kernel;
+                  both of the last two also with attention dropout 0.1 (training at
+                  the full-scale configs' rate)
     block_sparse  the local (window 128) and BigBird (block 64) variants' XLA forms
                   and the same variants with impl="pallas"
     linear        the two-einsum XLA form (elu + 1 features) and the fused kernel
@@ -43,10 +45,12 @@ from lra_jax.kernels.linear import linear_attention
 KERNELS = ("flash", "block_sparse", "linear")
 
 
-def _variant(name: str, impl: str, heads: int, d: int, n: int, **settings):
+def _variant(name: str, impl: str, heads: int, d: int, n: int, dropout_rate: float = 0.0, **settings):
     layer = registry.build(name, dim=heads * d, num_heads=heads, rngs=nnx.Rngs(0), impl=impl, max_len=n,
-                           **settings)
-    return lambda q, k, v, mask: layer.attend(q, k, v, mask, deterministic=True, rngs=None)
+                           dropout_rate=dropout_rate, **settings)
+    training = dropout_rate > 0
+    return lambda q, k, v, mask: layer.attend(q, k, v, mask, deterministic=not training,
+                                              rngs=nnx.Rngs(dropout=0) if training else None)
 
 
 def candidates(kernel: str, heads: int, d: int, n: int, with_pallas: bool, interpret: bool):
@@ -59,9 +63,13 @@ def candidates(kernel: str, heads: int, d: int, n: int, with_pallas: bool, inter
         if jax.default_backend() == "gpu":
             out.append(("dot_product_attention[cudnn]", dpa("cudnn")))
         out.append(("softmax[xla]", _variant("softmax", "xla", heads, d, n)))
+        out.append(("softmax[xla,dropout=0.1]", _variant("softmax", "xla", heads, d, n, dropout_rate=0.1)))
         if with_pallas:
-            out.append(("flash[pallas]", lambda q, k, v, mask: flash_attention(
-                q, k, v, key_mask=mask, impl="pallas", interpret=interpret)))
+            for rate in (0.0, 0.1):
+                out.append((f"flash[pallas{f',dropout={rate}' if rate else ''}]",
+                            lambda q, k, v, mask, rate=rate: flash_attention(
+                                q, k, v, key_mask=mask, impl="pallas", interpret=interpret, dropout_rate=rate,
+                                dropout_seed=jnp.zeros((1,), jnp.uint32) if rate else None)))
     elif kernel == "block_sparse":
         for name, settings in (("local", {"window": 128}), ("bigbird", {"block": 64})):
             out.append((f"{name}[xla]", _variant(name, "xla", heads, d, n, **settings)))
