@@ -48,13 +48,19 @@ def test_two_device_run_validates_saves_and_tests_without_deadlock(tmp_path):
 
 # A one-layer, 16-wide mini ListOps that trains in seconds; batch 8 is split over two devices. 300
 # steps, so that a test which signals once the first metrics appear (step 2) still finds the run
-# training when the busiest machine lets it act (40 steps were over before it did, under pytest -n).
+# training when the busiest machine lets it act (40 steps were over before it did, under pytest -n);
+# the resumed run and its reference then stop a few log windows after the stop (`small_flags`).
 SMALL = {"max_len": 32, "attention.k": 8, "data.generator.num_train": 256, "data.generator.num_val": 40,
          "data.generator.num_test": 40, "data.generator.min_length": 5, "data.generator.max_length": 32,
          "model.num_layers": 1, "model.num_heads": 2, "model.emb_dim": 16, "model.mlp_dim": 32,
          "model.dropout_rate": 0.1, "batch_size": 8, "num_train_steps": 300, "eval_every": 100,
          "checkpoint_every": 100, "log_every": 2}
-SMALL_FLAGS = ["--config=configs/linformer.py:listops,mini", *(f"--config.{k}={v}" for k, v in SMALL.items())]
+def small_flags(**changes) -> list[str]:
+    settings = {**SMALL, **changes}
+    return ["--config=configs/linformer.py:listops,mini", *(f"--config.{k}={v}" for k, v in settings.items())]
+
+
+SMALL_FLAGS = small_flags()
 
 
 def free_port() -> int:
@@ -63,7 +69,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_processes(workdir, cache, count=2):
+def start_processes(workdir, cache, count=2, flags=SMALL_FLAGS):
     """`count` processes of one run over localhost, one CPU device each."""
     port = free_port()
     procs = []
@@ -72,7 +78,7 @@ def start_processes(workdir, cache, count=2):
                    XLA_FLAGS="--xla_force_host_platform_device_count=1",
                    JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(count),
                    JAX_PROCESS_ID=str(index))
-        procs.append(subprocess.Popen([sys.executable, "-m", "lra_jax.train", *SMALL_FLAGS, "--distributed",
+        procs.append(subprocess.Popen([sys.executable, "-m", "lra_jax.train", *flags, "--distributed",
                                        f"--workdir={workdir}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     return procs
@@ -116,9 +122,6 @@ def last_state(workdir):
 @pytest.mark.multiprocess
 def test_two_processes_match_one_process_on_two_devices_and_resume_after_sigterm(tmp_path):
     cache = tmp_path / "cache"
-    one = run_train(SMALL_FLAGS, tmp_path / "one", cache, devices=2)
-    assert one.returncode == 0, one.stderr[-3000:]
-
     workdir = tmp_path / "two"
     procs = start_processes(workdir, cache)
     try:  # SIGTERM both as soon as training is under way, as a pod preemption would
@@ -137,7 +140,12 @@ def test_two_processes_match_one_process_on_two_devices_and_resume_after_sigterm
     assert last_state(workdir)[0] == int(stopped.group(1))  # one consistent checkpoint of that step
     assert not os.path.exists(workdir / "results.json")
 
-    finish(start_processes(workdir, cache))  # the same command resumes
+    # The same command resumes; it and the one-process reference end 10 steps after the stop
+    # (num_train_steps may change on resume), several log windows, not the 300 steps of the start.
+    steps = int(stopped.group(1)) + 10
+    finish(start_processes(workdir, cache, flags=small_flags(num_train_steps=steps)))
+    one = run_train(small_flags(num_train_steps=steps), tmp_path / "one", cache, devices=2)
+    assert one.returncode == 0, one.stderr[-3000:]
     reference, resumed = metric_lines(tmp_path / "one"), metric_lines(workdir)
     assert [sorted(line) for line in resumed] == [sorted(line) for line in reference]
     for ref, got in zip(reference, resumed):
@@ -145,7 +153,7 @@ def test_two_processes_match_one_process_on_two_devices_and_resume_after_sigterm
         for key in ref:
             assert got[key] == pytest.approx(ref[key], rel=1e-4, abs=1e-6), (ref["step"], key)
     (step_1, params_1), (step_2, params_2) = last_state(tmp_path / "one"), last_state(workdir)
-    assert step_1 == step_2 == SMALL["num_train_steps"]
+    assert step_1 == step_2 == steps
     worst = max(float(np.abs(a - b).max() / (np.abs(a).max() + 1e-12)) for a, b in zip(params_1, params_2))
     print("largest parameter difference relative to the tensor's magnitude", worst)
     assert worst < 1e-4
