@@ -256,7 +256,7 @@ def test_state_space_reference_is_drawn_apart(tmp_path):
     paths = chart.make_chart(str(root), str(tmp_path / "out"), bench_path=str(bench), length=1024)
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
-    assert "| s4d (state-space model, not attention (the reference)) | 80.00" in table
+    assert "| s4d (the reference: a state-space model, not attention) | 80.00" in table
     assert "| S4D-Lin | s4d | 60.52 | 86.97 | 90.96 | 87.93 | 93.96 | FAIL | 84.07 | 78.39 |" in table
     assert "2206.11893" in table and "annotated-s4" in table
     with open(paths["svg"], encoding="utf-8") as f:
