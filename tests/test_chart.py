@@ -261,7 +261,7 @@ def test_state_space_reference_is_drawn_apart(tmp_path):
     assert "2206.11893" in table and "annotated-s4" in table
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
-    assert "s4d: state-space model, not attention" in svg
+    assert "s4d, the reference: a state-space model, not attention" in svg
 
 
 def test_ssm_reference_file_is_consistent():

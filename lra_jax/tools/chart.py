@@ -274,7 +274,7 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
         for variant, what in REFERENCE_VARIANTS.items():
             if any(v == variant for v, _, _ in points):
                 handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none",
-                                      markeredgecolor="black", markersize=10, label=f"{variant}: {what}"))
+                                      markeredgecolor="black", markersize=10, label=f"{variant}, {what}"))
         _legend(ax, handles, "peak memory / step")
     else:
         ax.text(0.5, 0.5, "no variant has both results and a bench entry", ha="center",
