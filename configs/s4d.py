@@ -7,7 +7,7 @@ The layer is bidirectional S4D-Lin with state size N = 64, GELU and a GLU output
 (lra_jax/attention/ssm.py). Its A and log step sizes train with no weight decay under the main
 schedule, scaled so that their peak rate is min(`optimizer.ssm_max_learning_rate` = 0.001, the main
 peak), the authors' rule; every other parameter at `optimizer.learning_rate` with the task's weight
-decay. The SSM rate is derived when the optimizer is built (`trainer.ssm_learning_rate`), so it
+decay. The SSM rate is derived when the optimizer is built (`optimizer.ssm_learning_rate`), so it
 follows a `--config.optimizer.learning_rate` override or a sweep's learning-rate grid.
 
 Full scale follows the S4D paper's LRA settings, as in the authors' configs

@@ -15,7 +15,8 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from lra_jax import trainer
+from lra_jax import memory, trainer
+from lra_jax.steps import make_train_step
 from lra_jax.data.tasks import TaskSpec
 
 
@@ -36,7 +37,7 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
                     warmup: int, steps: int) -> dict[str, Any]:
     """Compiles the train step once, runs `warmup` untimed steps, then times `steps` steps.
 
-    Raises ConfigError (from `trainer.check_fits`) when XLA's memory estimate of the step
+    Raises ConfigError (from `memory.check_fits`) when XLA's memory estimate of the step
     exceeds the device's memory, before running anything. Returns seconds_per_step,
     compile_seconds, the compiled step's memory figures, num_parameters, the attention
     settings as built (`trainer.attention_settings`) and `compiled`
@@ -49,10 +50,10 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
     batch = jax.device_put(random_batch(task, config.batch_size, config.max_len, config.seed),
                            NamedSharding(mesh, PartitionSpec("data")))
     start = time.perf_counter()
-    compiled = trainer.make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
+    compiled = make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
     compile_seconds = time.perf_counter() - start
-    memory = trainer.peak_memory(compiled)
-    trainer.check_fits(memory, config)
+    step_memory = memory.peak_memory(compiled)
+    memory.check_fits(step_memory, config)
     for _ in range(warmup):
         state, _ = compiled(state, batch)
     jax.block_until_ready(state)
@@ -64,7 +65,7 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
     return {
         "seconds_per_step": seconds / steps,
         "compile_seconds": compile_seconds,
-        **memory,
+        **step_memory,
         "num_parameters": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
         "attention": attention,
         "compiled": compiled,

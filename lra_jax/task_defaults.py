@@ -53,6 +53,10 @@ def _common(task: str, scale: str) -> ml_collections.ConfigDict:
     # (optax.apply_if_finite); 0 stops the run at the first one.
     c.optimizer = dict(schedule="rsqrt", learning_rate=0.05, warmup_steps=8_000, weight_decay=0.1, b1=0.9,
                        b2=0.98, eps=1e-9, grad_clip_norm=0.0, skip_nonfinite_updates=0)
+    # batch_size is the global batch of one update; grad_accum_steps = k computes it as k
+    # micro-batches of batch_size / k, for a device that cannot hold the whole batch
+    # (`python -m lra_jax.tools.compile` prints the k that fits a target).
+    c.grad_accum_steps = 1
     c.eval_every = 500
     c.val_examples = 0  # validate on this many examples drawn once from the val split (0: all of it)
     c.checkpoint_every = 500

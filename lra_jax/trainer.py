@@ -16,10 +16,8 @@ from __future__ import annotations
 import importlib.metadata
 import itertools
 import json
-import math
 import os
 import platform
-import resource
 import signal
 import threading
 import time
@@ -29,15 +27,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
-from lra_jax import checkpointing, metrics
+from lra_jax import checkpointing, memory, metrics, optimizer, steps
 from lra_jax.attention import registry
-from lra_jax.attention.core import SSMParam
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, TrainingDiverged
 from lra_jax.models.classifier import build_model
@@ -46,157 +42,12 @@ from lra_jax.models.classifier import build_model
 # attention.query_chunk (additive) trades speed for memory and leaves the function unchanged.
 RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_every", "data.data_dir",
                      "data.cache_dir", "val_examples", "attention.query_chunk",
-                     "attention.impl"}  # a kernel computes the same function: a run may resume on another
+                     "attention.impl",  # a kernel computes the same function: a run may resume on another
+                     "grad_accum_steps"}  # the same update in another number of micro-batches
 
 # Settings added after runs were recorded, with the value that behaves as those runs did: a saved
 # config without the key is read as having that value.
-ADDED_SETTINGS = {"optimizer.skip_nonfinite_updates": 0}
-
-
-SCHEDULES = ("rsqrt", "cosine")
-
-
-def lra_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
-    """LRA's "constant * linear_warmup * rsqrt_decay": lr * min(1, s/w) / sqrt(max(s, w))."""
-
-    def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
-        warmup = jnp.minimum(1.0, step / max(warmup_steps, 1))
-        return learning_rate * warmup * jax.lax.rsqrt(jnp.maximum(step, max(warmup_steps, 1)))
-
-    return schedule
-
-
-def cosine_schedule(learning_rate: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
-    """LRA's image tasks, "constant * linear_warmup * cosine_decay":
-    lr * min(1, s/w) * (1 + cos(pi * p)) / 2 with p = max(0, s - w) / total_steps."""
-
-    def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
-        warmup = jnp.minimum(1.0, step / max(warmup_steps, 1))
-        progress = jnp.clip(jnp.maximum(step - warmup_steps, 0.0) / max(total_steps, 1), 0.0, 1.0)
-        return learning_rate * warmup * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
-
-    return schedule
-
-
-def make_schedule(config: ml_collections.ConfigDict, learning_rate: float | None = None) -> optax.Schedule:
-    """The learning-rate schedule `config.optimizer.schedule` names, at `learning_rate`
-    (default `optimizer.learning_rate`)."""
-    opt = config.optimizer
-    rate = opt.learning_rate if learning_rate is None else learning_rate
-    if opt.schedule == "rsqrt":
-        return lra_schedule(rate, opt.warmup_steps)
-    if opt.schedule == "cosine":
-        return cosine_schedule(rate, opt.warmup_steps, config.num_train_steps)
-    raise ConfigError(f"unknown optimizer.schedule {opt.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-
-
-def peak_learning_rate(config: ml_collections.ConfigDict) -> float:
-    """The largest rate the schedule reaches: lr / sqrt(warm-up) for rsqrt, lr for cosine."""
-    opt = config.optimizer
-    return opt.learning_rate / math.sqrt(max(opt.warmup_steps, 1)) if opt.schedule == "rsqrt" else opt.learning_rate
-
-
-def ssm_learning_rate(config: ml_collections.ConfigDict) -> float:
-    """The base rate of the state-space parameters: the schedule's, scaled so that its peak is
-    min(`optimizer.ssm_max_learning_rate`, the main peak), the S4 authors' rule (0.001 on LRA). Derived
-    when the optimizer is built, so it follows any override of the main rate."""
-    opt = config.optimizer
-    return opt.learning_rate * min(1.0, opt.ssm_max_learning_rate / peak_learning_rate(config))
-
-
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """AdamW with the configured schedule, optional global-norm clipping and, with
-    `optimizer.skip_nonfinite_updates` = k > 0, up to k consecutive non-finite updates skipped.
-
-    A config with `optimizer.ssm_max_learning_rate` (configs/s4d.py) trains state-space parameters
-    (`SSMParam`) with their own AdamW: the same schedule at `ssm_learning_rate(config)`, no weight decay.
-    """
-    opt = config.optimizer
-
-    def adamw(learning_rate: float, weight_decay: float) -> optax.GradientTransformation:
-        return optax.adamw(make_schedule(config, learning_rate), b1=opt.b1, b2=opt.b2, eps=opt.eps,
-                           weight_decay=weight_decay)
-
-    tx = adamw(opt.learning_rate, opt.weight_decay)
-    if "ssm_max_learning_rate" in opt:
-        tx = optax.multi_transform({"default": tx, "ssm": adamw(ssm_learning_rate(config), 0.0)}, parameter_groups)
-    if opt.grad_clip_norm > 0:
-        tx = optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), tx)
-    if skipped_updates_allowed(config):
-        tx = optax.apply_if_finite(tx, max_consecutive_errors=skipped_updates_allowed(config))
-    return tx
-
-
-def parameter_groups(params):
-    """The optimizer group of each parameter: "ssm" for an `SSMParam`, else "default"."""
-    return jax.tree.map(lambda v: "ssm" if isinstance(v, SSMParam) else "default", params,
-                        is_leaf=lambda x: isinstance(x, nnx.Variable))
-
-
-def skipped_updates_allowed(config: ml_collections.ConfigDict) -> int:
-    """How many consecutive non-finite updates may be skipped (0: none, the first stops the run)."""
-    allowed = config.optimizer.get("skip_nonfinite_updates", 0)
-    if allowed < 0:
-        raise ConfigError(f"optimizer.skip_nonfinite_updates must be >= 0, got {allowed}")
-    return allowed
-
-
-def cross_entropy(logits, labels):
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-
-
-def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, key: jax.Array,
-                    skipped_updates: int = 0):
-    """(state, batch) -> (state, metrics); the dropout key of step s is fold_in(key, s).
-
-    metrics: loss, accuracy, grad_norm (global L2 norm of the gradient), skipped and finite: False
-    when the step left a non-finite state, i.e. its loss or gradient norm is not finite and the
-    update was not skipped (`tx` wrapped in optax.apply_if_finite with `skipped_updates` > 0 skips
-    up to that many in a row; a skipped step also keeps the non-Param state it had).
-    """
-    key_data, key_impl = np.asarray(jax.random.key_data(key)), jax.random.key_impl(key)  # host constant
-
-    def train_step(state, batch):
-        step_key = jax.random.fold_in(jax.random.wrap_key_data(key_data, impl=key_impl), state["step"])
-
-        def loss_fn(params):
-            # copy=True: a fresh model whose non-Param state (e.g. Routing's centroids) may be updated here
-            model = nnx.merge(graphdef, params, state["rest"], copy=True)
-            logits = model(batch["inputs"], deterministic=False, rngs=nnx.Rngs(step_key))
-            _, _, rest = nnx.split(model, nnx.Param, ...)
-            return cross_entropy(logits, batch["label"]).mean(), (logits, rest)
-
-        (loss, (logits, rest)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
-        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-        params = optax.apply_updates(state["params"], updates)
-        accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
-        grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        skipped = jnp.zeros((), bool)
-        if skipped_updates:
-            skipped = ~finite & (opt_state.notfinite_count <= skipped_updates)
-            rest = jax.tree.map(lambda old, new: jnp.where(skipped, old, new), state["rest"], rest)
-        new_state = dict(step=state["step"] + 1, params=params, rest=rest, opt_state=opt_state)
-        return new_state, {"loss": loss, "accuracy": accuracy, "grad_norm": grad_norm,
-                           "finite": finite | skipped, "skipped": skipped}
-
-    return jax.jit(train_step, donate_argnums=0)
-
-
-def make_eval_step(graphdef: nnx.GraphDef):
-    """(state, batch) -> summed loss, correct count and example count (padding weighs 0)."""
-
-    def eval_step(state, batch):
-        model = nnx.merge(graphdef, state["params"], state["rest"])
-        logits = model(batch["inputs"], deterministic=True)
-        weight = batch["weight"]
-        correct = (jnp.argmax(logits, -1) == batch["label"]) * weight
-        return {"loss": jnp.sum(cross_entropy(logits, batch["label"]) * weight),
-                "correct": jnp.sum(correct), "count": jnp.sum(weight)}
-
-    return jax.jit(eval_step)
+ADDED_SETTINGS = {"optimizer.skip_nonfinite_updates": 0, "grad_accum_steps": 1}
 
 
 def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) -> dict[str, float]:
@@ -233,51 +84,6 @@ def library_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = "unknown"
     return versions
-
-
-def peak_memory(compiled) -> dict[str, Any]:
-    """Device peak bytes where the backend reports them, else XLA's compiled estimate of the step."""
-    stats = jax.local_devices()[0].memory_stats() or {}
-    analysis = compiled.memory_analysis()
-    estimate = None
-    if analysis is not None:
-        estimate = (analysis.temp_size_in_bytes + analysis.argument_size_in_bytes
-                    + analysis.output_size_in_bytes - analysis.alias_size_in_bytes)
-    device_peak = stats.get("peak_bytes_in_use")
-    return {
-        "peak_memory_bytes": device_peak if device_peak is not None else estimate,
-        "peak_memory_source": "device" if device_peak is not None else "xla_compiled_step",
-        "compiled_step_memory_bytes": estimate,
-        "host_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-    }
-
-
-def available_memory() -> tuple[int | None, str]:
-    """Bytes the step may use: the accelerator's limit, or the host's available memory on CPU."""
-    device = jax.local_devices()[0]
-    limit = (device.memory_stats() or {}).get("bytes_limit")
-    if limit:
-        return limit, f"the {device.device_kind}"
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            fields = dict(line.split(":", 1) for line in f)
-        return int(fields["MemAvailable"].split()[0]) * 1024, "this machine's available memory"
-    except (OSError, KeyError, ValueError):
-        return None, ""
-
-
-def check_fits(memory: dict[str, Any], config: ml_collections.ConfigDict) -> None:
-    """Refuses a train step that XLA says needs more memory than there is (instead of an OOM kill)."""
-    need = memory["compiled_step_memory_bytes"]
-    have, where = available_memory()
-    if need and have and need > have:
-        gib = 2**30
-        hint = ("set --config.model.scan_layers=True --config.model.remat=True, or "
-                if not (config.model.scan_layers and config.model.remat) else "")
-        raise ConfigError(
-            f"the train step needs about {need / gib:.1f} GiB but {where} has {have / gib:.1f} GiB; "
-            f"{hint}lower --config.batch_size (now {config.batch_size}) or --config.max_len"
-        )
 
 
 def check_workdir_config(config: ml_collections.ConfigDict, workdir: str, resuming: bool) -> None:
@@ -365,15 +171,17 @@ def create_train_state(config: ml_collections.ConfigDict, task: tasks.TaskSpec, 
     state = {"step", "params" (nnx.Param), "rest" (other model state), "opt_state"}.
     Initialisation is jitted: one compilation instead of many small eager ones.
     """
-    if config.batch_size % mesh.size:
-        raise ConfigError(f"batch_size {config.batch_size} is not divisible by the {mesh.size} devices; "
-                          f"set --config.batch_size to a multiple of {mesh.size}")
+    accum = config.get("grad_accum_steps", 1)
+    if accum < 1 or config.batch_size % (mesh.size * accum):
+        raise ConfigError(f"batch_size {config.batch_size} is not divisible by the {mesh.size} devices times "
+                          f"grad_accum_steps {accum}; set --config.batch_size to a multiple of {mesh.size * accum} "
+                          "(grad_accum_steps must be >= 1)")
     init_key = jax.random.fold_in(jax.random.key(config.seed), 0)
     build = lambda key: build_model(config, vocab_size=task.vocab_size,  # noqa: E731
                                     num_classes=task.num_classes, rngs=nnx.Rngs(key), dual=task.dual)
     # configuration errors surface here, before any compilation
     graphdef = nnx.split(nnx.eval_shape(build, init_key), nnx.Param, ...)[0]
-    tx = make_optimizer(config)
+    tx = optimizer.make_optimizer(config)
 
     def init():  # the key is made inside: a process-local array cannot enter a multi-process program
         _, params, rest = nnx.split(build(jax.random.fold_in(jax.random.key(config.seed), 0)), nnx.Param, ...)
@@ -435,18 +243,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     splits = task.load(config)
     splits["val"] = validation_subset(splits["val"], config.get("val_examples", 0), config.seed)
-    eval_step = make_eval_step(graphdef)
+    eval_step = steps.make_eval_step(graphdef)
     batches = pipeline.prefetch_to_mesh(
         pipeline.train_batches(*splits["train"], batch_size=config.batch_size, seed=config.seed,
                                start_step=start, rows=pipeline.process_rows(mesh, config.batch_size)), mesh)
     first = next(batches)
-    train_step = make_train_step(graphdef, tx, dropout_key(config), skipped_updates_allowed(config))
+    train_step = steps.make_train_step(graphdef, tx, dropout_key(config), optimizer.skipped_updates_allowed(config),
+                                       config.get("grad_accum_steps", 1))
     train_step = train_step.lower(state, first).compile()
-    memory = peak_memory(train_step)
-    check_fits(memory, config)
+    step_memory = memory.peak_memory(train_step)
+    memory.check_fits(step_memory, config)
 
     writer = metrics.MetricsWriter(workdir, start_step=start, enabled=primary)
-    schedule = make_schedule(config)
+    schedule = optimizer.make_schedule(config)
     best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
     window = checkpoints.unlogged_metrics()  # a run resumed mid-window logs what it would have
     train_seconds, timed_steps, steps_since_tick = 0.0, 0, 0
@@ -519,7 +328,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     writer.close()
     checkpoints.close()
     steps_per_second = timed_steps / train_seconds if timed_steps else None  # None: no step ran here
-    results = summarize(config, test, best, splits["test"][1], steps_per_second, memory, num_parameters,
+    results = summarize(config, test, best, splits["test"][1], steps_per_second, step_memory, num_parameters,
                         attention)
     if primary:
         write_json(results_path, results)

@@ -14,7 +14,7 @@ from lra_jax.attention.clustering import Centroids
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
 from lra_jax.models.classifier import build_model
-from lra_jax.trainer import make_train_step
+from lra_jax.steps import make_train_step
 
 # float32 against a float64 reference or another float32 order of the same sums (jit, chunks,
 # blocks, padding appended): sums of at most 40 terms (positions, widths) chained through up to 8
@@ -127,7 +127,7 @@ def test_training_moves_centroids_by_the_ema_of_real_tokens_only():
 
 
 def test_a_trainer_style_jit_step_carries_the_updated_centroids():
-    """As trainer.make_train_step: split, merge inside jax.jit, split the non-Param state back out."""
+    """As steps.make_train_step: split, merge inside jax.jit, split the non-Param state back out."""
     x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 10, HEADS * HEAD_DIM)), jnp.float32)
     mask = jnp.arange(10)[None, :] < jnp.array([[10], [6]])
     layer = routing(2, 5, decay=0.5)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lra_jax import trainer
+from lra_jax import optimizer
 from lra_jax.attention import registry
 from lra_jax.attention.core import SSMParam
 from lra_jax.errors import ConfigError
@@ -139,7 +139,7 @@ def optimizer_config(**optimizer):
 def two_updates(config, grads_scale):
     layer = build(state_size=4)
     _, params, _ = nnx.split(layer, nnx.Param, ...)
-    tx = trainer.make_optimizer(config)
+    tx = optimizer.make_optimizer(config)
     state = tx.init(params)
     grads = jax.tree.map(lambda p: grads_scale * jnp.ones_like(p), params)
     for _ in range(2):  # the schedule's rate is 0 at step 0
@@ -170,7 +170,7 @@ def test_ssm_parameters_get_their_rate_and_no_weight_decay():
 def test_ssm_peak_rate_is_the_smaller_of_the_cap_and_the_main_peak(schedule, warmup, rate, expected_peak):
     config = optimizer_config(ssm_max_learning_rate=0.001)
     config.optimizer.update(schedule=schedule, warmup_steps=warmup, learning_rate=rate)
-    peak = trainer.make_schedule(config, trainer.ssm_learning_rate(config))(warmup)
+    peak = optimizer.make_schedule(config, optimizer.ssm_learning_rate(config))(warmup)
     np.testing.assert_allclose(float(peak), expected_peak, rtol=1e-5)
 
 
@@ -179,7 +179,7 @@ def test_s4d_config_ssm_rate_follows_a_learning_rate_override():
 
     def ssm_peak(*overrides):
         config = sweep.train_config(["--config=configs/s4d.py:listops,mini", *overrides])
-        return float(trainer.make_schedule(config, trainer.ssm_learning_rate(config))(config.optimizer.warmup_steps))
+        return float(optimizer.make_schedule(config, optimizer.ssm_learning_rate(config))(config.optimizer.warmup_steps))
 
     assert ssm_peak() == pytest.approx(0.001, rel=1e-5)  # main peak 0.05 / sqrt(200) = 0.0035
     assert ssm_peak("--config.optimizer.learning_rate=0.005") == pytest.approx(0.005 / np.sqrt(200), rel=1e-5)
@@ -196,6 +196,6 @@ def test_parameter_groups_follow_the_layers_inside_a_model():
     model = Encoder(vocab_size=5, max_len=8, dim=8, num_heads=1, mlp_dim=0, num_layers=2,
                     attention=dict(name="s4d", state_size=4), scan_layers=True, rngs=nnx.Rngs(0))
     _, params, _ = nnx.split(model, nnx.Param, ...)
-    groups = jax.tree.leaves(trainer.parameter_groups(params))
+    groups = jax.tree.leaves(optimizer.parameter_groups(params))
     assert groups.count("ssm") == 3 and groups.count("default") > 3
     assert not hasattr(model.blocks, "mlp") or model.blocks.mlp is None  # mlp_dim=0: no feed-forward sublayer

@@ -12,7 +12,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from helpers import F32_EPS, tiny_config
-from lra_jax import checkpointing, trainer
+from lra_jax import checkpointing, optimizer, steps, trainer
 from lra_jax import task_defaults as base
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, TrainingDiverged
@@ -28,7 +28,7 @@ def last_params(config, workdir):
 
 
 def test_lra_schedule_is_linear_warmup_then_rsqrt_decay():
-    schedule = trainer.lra_schedule(0.05, warmup_steps=1000)
+    schedule = optimizer.lra_schedule(0.05, warmup_steps=1000)
     assert float(schedule(0)) == 0.0
     # A few float32 operations (product, square root, quotient) against float64: 8 eps.
     np.testing.assert_allclose(schedule(500), 0.05 * 0.5 / np.sqrt(1000), rtol=8 * F32_EPS)
@@ -37,7 +37,7 @@ def test_lra_schedule_is_linear_warmup_then_rsqrt_decay():
 
 
 def test_cosine_schedule_warms_up_then_decays_to_zero():
-    schedule = trainer.cosine_schedule(1e-3, warmup_steps=100, total_steps=1000)
+    schedule = optimizer.cosine_schedule(1e-3, warmup_steps=100, total_steps=1000)
     # float32 against the formula: 8 eps; the cosine's argument carries its own rounding, x 10.
     np.testing.assert_allclose(float(schedule(50)), 0.5e-3, rtol=8 * F32_EPS)
     np.testing.assert_allclose(float(schedule(100)), 1e-3, rtol=8 * F32_EPS)
@@ -50,7 +50,7 @@ def test_unknown_schedule_names_the_choices():
     config = base.get_config("listops,mini")
     config.optimizer.schedule = "linear"
     with pytest.raises(ConfigError, match="rsqrt, cosine"):
-        trainer.make_optimizer(config)
+        optimizer.make_optimizer(config)
 
 
 def test_training_order_is_a_function_of_seed_and_epoch():
@@ -100,7 +100,7 @@ def test_finished_run_returns_its_results_without_training(tmp_path, data_cache,
     config = tiny_config(data_cache)
     workdir = str(tmp_path / "run")
     first = trainer.train_and_evaluate(config, workdir)
-    monkeypatch.setattr(trainer, "make_train_step", lambda *a: pytest.fail("trained again"))
+    monkeypatch.setattr(steps, "make_train_step", lambda *a, **k: pytest.fail("trained again"))
     assert trainer.train_and_evaluate(config, workdir) == json.loads(json.dumps(first))
 
 
@@ -176,7 +176,7 @@ def test_non_finite_updates_are_skipped_up_to_the_limit(data_cache):
     leaves[0] = leaves[0].at[(0,) * leaves[0].ndim].set(np.nan)  # every gradient is NaN from now on
     state["params"] = jax.tree.unflatten(treedef, leaves)
     poisoned = [np.asarray(x) for x in jax.tree.leaves(state["params"])]
-    step = trainer.make_train_step(graphdef, tx, trainer.dropout_key(config), skipped_updates=2)
+    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(config), skipped_updates=2)
     batch = {"inputs": np.ones((config.batch_size, config.max_len), np.int32),
              "label": np.zeros(config.batch_size, np.int32)}
     flags = []
@@ -202,7 +202,7 @@ def test_resuming_with_a_different_model_is_refused(tmp_path, data_cache):
 SHARDED_VS_SINGLE = r"""
 import jax, numpy as np
 from helpers import assert_close, reassociation_tol, tiny_config
-from lra_jax import trainer
+from lra_jax import steps, trainer
 from lra_jax.data import pipeline, tasks
 assert jax.device_count() == 4, jax.devices()
 config = tiny_config("/unused")
@@ -213,7 +213,7 @@ batches = [{"inputs": rng.integers(0, task.vocab_size, (16, 32)).astype(np.int32
 runs = []
 for mesh in (trainer.make_mesh(jax.devices()[:1]), trainer.make_mesh()):
     graphdef, tx, state = trainer.create_train_state(config, task, mesh)
-    step = trainer.make_train_step(graphdef, tx, trainer.dropout_key(config))
+    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(config))
     losses = []
     for batch in batches:
         state, metrics = step(state, jax.device_put(batch, pipeline.data_sharding(mesh)))

@@ -120,7 +120,7 @@ def unit_vectors(x: Float[Array, "... d"]) -> Float[Array, "... d"]:
 
 class SSMParam(nnx.Param):
     """A state-space parameter (S4D's A and log step size): the trainer gives these
-    their own rate (`trainer.ssm_learning_rate`) and no weight decay (Gu et al. 2022), the rest as configured."""
+    their own rate (`optimizer.ssm_learning_rate`) and no weight decay (Gu et al. 2022), the rest as configured."""
 
 
 class TokenMixer(nnx.Module):

@@ -71,7 +71,7 @@ def combinations(variants: list[str], tasks: list[str], scale: str) -> list[tupl
 def abstract_steps(config, platform: str) -> tuple[list[tuple[Any, tuple]], list[dict[str, Any]]]:
     """([(jitted train step, abstract (state, batch)), (eval step, (state, batch))], the attention
     layers' kernels) for `platform`."""
-    from lra_jax import trainer
+    from lra_jax import optimizer, steps
     from lra_jax.attention import registry
     from lra_jax.data import tasks
     from lra_jax.models.classifier import build_model
@@ -82,16 +82,15 @@ def abstract_steps(config, platform: str) -> tuple[list[tuple[Any, tuple]], list
                                                    rngs=nnx.Rngs(0), dual=task.dual))
     layer_kernels = registry.layer_kernels(model)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    tx = trainer.make_optimizer(config)
+    tx = optimizer.make_optimizer(config)
     state = dict(step=jax.ShapeDtypeStruct((), jnp.int32), params=params, rest=rest,
                  opt_state=jax.eval_shape(tx.init, params))
     shape = (config.batch_size, 2, config.max_len) if task.dual else (config.batch_size, config.max_len)
     batch = {"inputs": jax.ShapeDtypeStruct(shape, jnp.int32),
              "label": jax.ShapeDtypeStruct((config.batch_size,), jnp.int32)}
     eval_batch = {**batch, "weight": jax.ShapeDtypeStruct((config.batch_size,), jnp.float32)}
-    steps = [(trainer.make_train_step(graphdef, tx, jax.random.key(0)), (state, batch)),
-             (trainer.make_eval_step(graphdef), (state, eval_batch))]
-    return steps, layer_kernels
+    return [(steps.make_train_step(graphdef, tx, jax.random.key(0)), (state, batch)),
+            (steps.make_eval_step(graphdef), (state, eval_batch))], layer_kernels
 
 
 def lower_one(config, platform: str) -> tuple[str, str]:
