@@ -18,8 +18,7 @@ differs: splash attention has no attention dropout, so on TPU a config with
 attention dropout trains with XLA attention and evaluates with the kernel; the
 Triton kernels apply it) (checked against the lowered module: a Pallas kernel
 must appear in it as its custom call) and ok or the error's first line. Exits 1
-if any row fails, 2 on bad input. Export's refusal to serialize the kernels'
-custom calls is disabled: only the lowering matters here.
+if any row fails, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_jax import config_paths, kernels, task_defaults
+from lra_jax import compat, config_paths, kernels, task_defaults
 from lra_jax.attention import registry
 from lra_jax.errors import LraError
 
@@ -99,9 +98,8 @@ def lower_one(config, platform: str) -> tuple[str, str]:
     layer_kernels = []
     try:
         steps, layer_kernels = abstract_steps(config, platform)
-        checks = [jax.export.DisabledSafetyCheck.custom_call(call) for call in KERNEL_CALLS.values()]
         for (step, args), mode in zip(steps, ("train", "eval")):
-            text = jax.export.export(step, platforms=[platform], disabled_checks=checks)(*args).mlir_module()
+            text = lowered_text(step, platform, *args)
             planned = [entry[mode] for entry in layer_kernels if entry[mode] != kernels.XLA]
             if planned and KERNEL_CALLS.get(target, "\0") not in text:
                 return describe(layer_kernels), f"error: {planned[0]} planned but not in the lowered {mode} step"
@@ -109,6 +107,14 @@ def lower_one(config, platform: str) -> tuple[str, str]:
     except Exception as error:  # noqa: BLE001 - one row per failure, the others go on
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return describe(layer_kernels), f"error: {type(error).__name__}: {first[:300]}"
+
+
+def lowered_text(fn, platform: str, *args) -> str:
+    """The StableHLO text of `fn(*args)` lowered for `platform` (a GPU: for `compat.DEFAULT_GPU_KIND`).
+    Export's refusal to serialize the kernels' custom calls is disabled: only the lowering matters."""
+    checks = [jax.export.DisabledSafetyCheck.custom_call(call) for call in KERNEL_CALLS.values()]
+    with compat.lowering_target(platform):
+        return jax.export.export(fn, platforms=[platform], disabled_checks=checks)(*args).mlir_module()
 
 
 def describe(layer_kernels: list[dict[str, Any]]) -> str:

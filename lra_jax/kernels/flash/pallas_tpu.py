@@ -31,6 +31,8 @@ import numpy as np
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
 
+from lra_jax import compat
+
 # Splash's block: 128 queries x 128 keys (the TPU's lane width), forward and backward.
 BLOCK = 128
 PAD_SEGMENT = -1
@@ -69,7 +71,7 @@ def attention(q, k, v, q_segments, k_segments, mask, scale: float, interpret: bo
         mask = jnp.asarray(mask, bool)[None]
     kernel = splash.make_splash_mha(mask, block_sizes=block_sizes(), head_shards=1, q_seq_shards=1,
                                     interpret=interpret)
-    if not isinstance(mask, splash_mask.Mask):
+    if compat.SPLASH_DYNAMIC_FLAG_IS_ARRAY and not isinstance(mask, splash_mask.Mask):
         kernel = _dynamic_flag_static(kernel)
     q = (q.astype(jnp.float32) * scale).astype(q.dtype)
 
