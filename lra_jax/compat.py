@@ -3,9 +3,6 @@
 - Lowering Triton kernels without a GPU. jax 0.10 lowers them for compute capability 9.0
   when no GPU is present; jax 0.12 refuses unless the target GPU is named by an abstract device
   in the context mesh. `gpu_target(kind)` names it on every version (0.10 ignores it).
-- jax's splash attention (TPU): jax 0.10's `make_splash_mha` stores `MaskInfo.is_dynamic_mask`
-  as an array, which a traced kernel cannot branch on; `SPLASH_DYNAMIC_FLAG_IS_ARRAY` says when
-  the kernel needs it turned back into a Python bool (`kernels/flash/pallas_tpu.py`).
 """
 
 from __future__ import annotations
@@ -14,9 +11,6 @@ import contextlib
 
 import jax
 from jax.sharding import AbstractDevice, AbstractMesh
-
-JAX_VERSION = tuple(int(part) for part in jax.__version__.split(".")[:2])
-SPLASH_DYNAMIC_FLAG_IS_ARRAY = JAX_VERSION < (0, 11)
 
 # The GPU a Triton kernel is lowered for when none is present (jax 0.10's own fallback: sm_90).
 DEFAULT_GPU_KIND = "NVIDIA H100"

@@ -31,8 +31,6 @@ import numpy as np
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
 
-from lra_jax import compat
-
 # Splash's block: 128 queries x 128 keys (the TPU's lane width), forward and backward.
 BLOCK = 128
 PAD_SEGMENT = -1
@@ -71,7 +69,7 @@ def attention(q, k, v, q_segments, k_segments, mask, scale: float, interpret: bo
         mask = jnp.asarray(mask, bool)[None]
     kernel = splash.make_splash_mha(mask, block_sizes=block_sizes(), head_shards=1, q_seq_shards=1,
                                     interpret=interpret)
-    if compat.SPLASH_DYNAMIC_FLAG_IS_ARRAY and not isinstance(mask, splash_mask.Mask):
+    if not isinstance(mask, splash_mask.Mask):
         kernel = _dynamic_flag_static(kernel)
     q = (q.astype(jnp.float32) * scale).astype(q.dtype)
 
@@ -86,9 +84,10 @@ def attention(q, k, v, q_segments, k_segments, mask, scale: float, interpret: bo
 
 
 def _dynamic_flag_static(kernel: splash.SplashAttentionKernel) -> splash.SplashAttentionKernel:
-    """Keeps `is_dynamic_mask` a Python bool: jax 0.10's make_splash_mha turns every MaskInfo field
-    into an array, so under jit the kernel's `if mask_info.is_dynamic_mask` meets a tracer."""
-    infos = [info if info is None else info._replace(is_dynamic_mask=True)
+    """Keeps `is_dynamic_mask` a Python bool: `make_splash_mha` (jax 0.10 through 0.12 at least) turns
+    every MaskInfo field into an array, so under jit the kernel's `if mask_info.is_dynamic_mask` meets a
+    tracer. A no-op for a jax whose flag is already a bool."""
+    infos = [info if info is None or isinstance(info.is_dynamic_mask, bool) else info._replace(is_dynamic_mask=True)
              for info in (kernel.fwd_mask_info, kernel.dq_mask_info, kernel.dkv_mask_info)]
     return splash.SplashAttentionKernel(*infos, **kernel.kwargs)
 
