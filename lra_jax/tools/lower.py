@@ -35,25 +35,13 @@ from flax import nnx
 from lra_jax import compat, config_paths, kernels, task_defaults
 from lra_jax.attention import registry
 from lra_jax.errors import LraError
+from lra_jax.tools.choices import choose, config_files, config_path
 
 PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
 SCALES = ("full", "mini")
 # The custom-call targets of the Pallas kernels: Triton on GPU, Mosaic on TPU.
 KERNEL_CALLS = {"gpu": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
 TEXT_LONG = 4000  # the LRA paper's second Text length, lowered at full scale besides the config's 1000
-
-
-def config_files() -> dict[str, str]:
-    """attention name -> its config file (`config_paths.variant_path`), for the variants that have one."""
-    return {name: path for name in registry.names() if (path := config_paths.variant_path(name))}
-
-
-def _select(spec: str, known: list[str], what: str) -> list[str]:
-    chosen = known if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in known]
-    if unknown or not chosen:
-        raise LraError(f"unknown {what} {', '.join(unknown) or repr(spec)}; choose from all, {', '.join(known)}")
-    return chosen
 
 
 def combinations(variants: list[str], tasks: list[str], scale: str) -> list[tuple[str, str, int | None]]:
@@ -88,7 +76,8 @@ def abstract_steps(config, platform: str) -> tuple[list[tuple[Any, tuple]], list
     batch = {"inputs": jax.ShapeDtypeStruct(shape, jnp.int32),
              "label": jax.ShapeDtypeStruct((config.batch_size,), jnp.int32)}
     eval_batch = {**batch, "weight": jax.ShapeDtypeStruct((config.batch_size,), jnp.float32)}
-    return [(steps.make_train_step(graphdef, tx, jax.random.key(0)), (state, batch)),
+    train_step = steps.make_train_step(graphdef, tx, jax.random.key(0), accum_steps=config.get("grad_accum_steps", 1))
+    return [(train_step, (state, batch)),
             (steps.make_eval_step(graphdef), (state, eval_batch))], layer_kernels
 
 
@@ -133,7 +122,7 @@ def describe(layer_kernels: list[dict[str, Any]]) -> str:
 def load_config(path: str, task: str, scale: str, max_len: int | None = None,
                 attention_dropout_rate: float | None = None):
     """The config `<path>:<task>,<scale>`, with max_len and the attention dropout overridden where given."""
-    config = config_paths.load(f"{path}:{task},{scale}")
+    config = config_paths.load(f"{config_path(path)}:{task},{scale}")
     if max_len is not None:
         config.max_len = max_len
     if attention_dropout_rate is not None:
@@ -155,10 +144,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     try:
-        platforms = _select(args.platforms, list(PLATFORMS), "platform")
+        platforms = choose(args.platforms, list(PLATFORMS), "platform")
         files = config_files()
-        variants = _select(args.variants, sorted(files), "variant")
-        tasks = _select(args.tasks, list(task_defaults.TASKS), "task")
+        variants = choose(args.variants, sorted(files), "variant")
+        tasks = choose(args.tasks, list(task_defaults.TASKS), "task")
         if args.scale not in SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
     except LraError as error:

@@ -68,6 +68,7 @@ from ml_collections import config_flags
 from lra_jax import config_paths
 from lra_jax.errors import ConfigError, LraError
 from lra_jax.tools import device_slots, selection
+from lra_jax.tools.choices import choose, config_files
 from lra_jax.tools.progress import print_now
 
 REPO = config_paths.REPO_ROOT  # where the runs' relative config paths start
@@ -100,18 +101,6 @@ def define_flags() -> None:
     flags.DEFINE_bool("estimate", False, "Train nothing: time a few steps of each distinct unfinished run "
                       "shape on random tokens (`train --estimate`, no data needed) and print each run's "
                       "projected training time and the total.")
-
-
-# ----------------------------------------------------------------------------- variants -> config files
-
-def config_files(configs_dir: str | None = None) -> dict[str, str]:
-    """Registered variant -> its config file relative to the repository root, for those that have one.
-
-    A path lookup (`config_paths.variant_path`): no config file is imported to find it."""
-    from lra_jax.attention import registry
-
-    found = {name: config_paths.variant_path(name, configs_dir) for name in registry.names()}
-    return {name: os.path.relpath(path, REPO) for name, path in found.items() if path is not None}
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -211,16 +200,6 @@ def read_json(path: str) -> dict | None:
         return None
 
 
-def _select(spec: str, known: list[str], what: str) -> list[str]:
-    if spec.strip() == "all":
-        return list(known)
-    chosen = [s.strip() for s in spec.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in known]
-    if unknown or not chosen:
-        raise ConfigError(f"unknown {what} {', '.join(unknown) or repr(spec)}; known: {', '.join(known)}")
-    return chosen
-
-
 def parse_grid(specs: list[str], overrides: list[str] = ()) -> list[tuple[str, list[str]]]:
     """['optimizer.learning_rate=1e-3,5e-3', ...] -> [('optimizer.learning_rate', ['1e-3', '5e-3']), ...]."""
     axes = []
@@ -253,7 +232,7 @@ def plan(variants: str, tasks: str, scales: list[str], seeds: list[str], root: s
     from lra_jax.data import tasks as task_registry
 
     files = config_files() if files is None else files
-    chosen = _select(variants, registry.names(), "variant")
+    chosen = choose(variants, registry.names(), "variant")
     missing = [v for v in chosen if v not in files]
     if missing and variants.strip() != "all":
         raise ConfigError(f"no config file for variant {', '.join(missing)}: add configs/<file>.py whose "
@@ -261,7 +240,7 @@ def plan(variants: str, tasks: str, scales: list[str], seeds: list[str], root: s
     for v in missing:
         print(f"note: variant {v} has no configs/ file; skipped", file=sys.stderr)
     chosen = [v for v in chosen if v in files]
-    task_list = _select(tasks, task_names or task_registry.names(), "task")
+    task_list = choose(tasks, task_names or task_registry.names(), "task")
     bad_scales = [s for s in scales if s not in ("full", "mini")]
     if bad_scales:
         raise ConfigError(f"unknown scale {', '.join(bad_scales)}; known: full, mini")
