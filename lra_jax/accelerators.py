@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
+import os
 import re
 from typing import Any
 
@@ -138,11 +140,48 @@ def get(name: str) -> Target:
     generation, shape = match.groups()
     if not _has_libtpu():
         raise LraError(f"compiling for {name} needs libtpu: pip install -e \".[tpu]\"")
+    quiet_libtpu()
     try:
         topology = topologies.get_topology_desc(topology_name=f"{generation}:{shape}", platform="tpu")
     except Exception as error:  # noqa: BLE001 - libtpu's message names the bad topology
         raise LraError(f"libtpu has no topology {generation}:{shape}: {str(error).splitlines()[0]}") from None
-    return Target(f"tpu-{generation}:{shape}", "tpu", TPU_CHIPS[generation], tuple(topology.devices))
+    devices = tuple(topology.devices)
+    return Target(f"tpu-{generation}:{shape}", "tpu", per_device(TPU_CHIPS[generation], devices), devices)
+
+
+def per_device(chip: Chip, devices: tuple[Any, ...]) -> Chip:
+    """`chip`'s figures per compile-only device. libtpu's v4 and v5p topologies have a device per
+    TensorCore (two per chip), where jax on the VM sees one megacore device per chip; the
+    per-core program is compiled against its half of the chip's HBM, so its figures are halved."""
+    chips = len({tuple(d.coords) for d in devices})
+    cores = len(devices) // max(chips, 1)
+    if cores <= 1 or chip.name.endswith("core"):
+        return chip
+    return Chip(f"{chip.name} core (1/{cores} chip)", chip.memory_bytes // cores, chip.bandwidth / cores,
+                {k: v / cores for k, v in chip.peak_flops.items()})
+
+
+def on_tpu_vm() -> bool:
+    """True where TPU chips are attached (/dev/accel* or VFIO devices), as on a Cloud TPU VM."""
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def quiet_libtpu() -> None:
+    """Environment for libtpu on a machine with no TPU, set before it loads (where not already set):
+
+    - TPU_ACCELERATOR_TYPE and TPU_WORKER_HOSTNAMES: libtpu otherwise asks the GCE metadata server,
+      fails, and prints two warnings ("could not determine TPU accelerator type", "unexpected worker
+      hostname"). The values do not change the topology of a compile-only target (named explicitly).
+    - ALLOW_MULTIPLE_LIBTPU_LOAD: libtpu otherwise locks /tmp/libtpu_lockfile and refuses a second
+      process; compile-only devices hold no chip, so several compiling processes are safe.
+
+    Nothing is set on a TPU VM, where the runtime needs the real values.
+    """
+    if on_tpu_vm():
+        return
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 def _has_libtpu() -> bool:

@@ -1,0 +1,426 @@
+"""Compiles every train and eval step for real TPU slices and GPUs, from any machine:
+`python -m lra_jax.tools.compile` (`lra-compile`).
+
+    python -m lra_jax.tools.compile --targets=tpu-v5e:2x2,tpu-v4:2x2x1,h100,a100 --variants=all \
+        --tasks=all --scale=full --out=experiments/results/compile-full.json
+
+`lower` is the cheap check (the kernels translate); this command runs the accelerator compilers
+themselves (libtpu's TPU compiler with its Mosaic kernels; XLA:GPU through Triton and ptxas), which
+is where a step is refused: HBM, shared memory, registers. Targets are `lra_jax.accelerators` names.
+
+For each (variant, task, target) the train step and the eval step of `configs/<variant>.py:<task>,<scale>`
+(full-scale Text twice, at 1000 and 4000 tokens, as in `lower`) are compiled over the data-parallel
+mesh the trainer builds on that slice: the global batch split over the target's devices, the state
+replicated, with the attention kernels chosen for the target's platform. Per row:
+
+- result: `ok`, `does not fit` (the compiler's RESOURCE_EXHAUSTED on TPU; on GPU, where XLA:GPU does
+  not refuse, the compiled step's memory above the device's) or `error` and its first line;
+- memory per device (arguments, temporaries, total = arguments + outputs - aliased + temporaries),
+  from the compiled step (`memory_analysis()`), against the device's HBM (`accelerators`);
+- FLOPs per device, XLA's count of the compiled step (for GPU, whose executables have no cost
+  analysis, XLA's HLO cost analysis of the compiled module). XLA counts a loop body once and a custom call (a Pallas
+  kernel) as zero: where the step has either, the figure is marked partial and says why;
+- kernels: the kernel each attention layer compiled to; a Pallas kernel must appear in the compiled
+  module as its custom call, else the row is an error;
+- modeled (TPU only): the TPU compiler's modeled step time (`cost_analysis()["optimal_seconds"]`),
+  a model, not a measurement. It is left out for a step containing a Mosaic kernel, which the cost
+  model does not model (it comes out negative there): such rows say "not modeled";
+- compile seconds on this machine.
+
+A train step that does not fit is planned (`lra_jax.fit`, unless --plan=false): the largest per-device
+micro-batch that fits (bisection over the divisors of the per-device batch, compiling each probe)
+and the exact overrides that keep the global batch, `--config.batch_size=B --config.grad_accum_steps=K`,
+which were compiled and fit; or, where one example per device does not fit, the memory it needs.
+
+Exit status 0 when every row compiled (fitting or planned), 1 if any row is an error, 2 on bad input.
+`JAX_PLATFORMS` defaults to cpu here: the targets are compile-only, no local accelerator is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform as host_platform
+import re
+import sys
+import time
+from typing import Any
+
+from lra_jax.errors import LraError
+
+GIB = 2**30
+DEFAULT_TARGETS = "tpu-v5e:2x2,tpu-v4:2x2x1,h100,a100"
+NOT_MODELED = "not modeled: the step has a Mosaic kernel, which the TPU cost model gives negative time"
+MODES = ("train", "eval")
+
+
+@dataclasses.dataclass
+class Row:
+    """One compiled step; JSON-ready (`dataclasses.asdict`)."""
+
+    variant: str
+    task: str  # "text:4000" for the long Text
+    target: str
+    mode: str  # train | eval
+    result: str  # ok | does not fit | error
+    global_batch: int
+    devices: int
+    per_device_batch: int
+    accum_steps: int = 1
+    memory: dict[str, int] | None = None  # argument, output, alias, temp, total (bytes per device)
+    device_memory: int | None = None
+    flops: float | None = None
+    flops_partial: str | None = None  # why the FLOPs are a lower bound; None: complete
+    kernels: str = "-"
+    kernel_calls: int = 0  # Pallas custom calls in the compiled module
+    modeled_seconds: float | None = None  # TPU compiler's modeled step time
+    modeled_note: str | None = None
+    compile_seconds: float = 0.0
+    error: str | None = None
+    plan: dict[str, Any] | None = None  # for a train step that does not fit
+
+    @property
+    def failed(self) -> bool:
+        return self.result == "error"
+
+
+# ----------------------------------------------------------------------------- compiling one step
+
+def target_mesh(target):
+    """The trainer's mesh (`trainer.make_mesh`) on the target's devices: 1-D, axis "data"."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(target.devices), ("data",))
+
+
+def abstract_on(target, tree, sharded: bool):
+    """`tree` of ShapeDtypeStructs placed on the target's 1-D "data" mesh: batch split, state replicated."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = target_mesh(target)
+    sharding = NamedSharding(mesh, PartitionSpec("data") if sharded else PartitionSpec())
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree)
+
+
+def memory_of(compiled) -> dict[str, int] | None:
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return None
+    memory = {"argument": analysis.argument_size_in_bytes, "output": analysis.output_size_in_bytes,
+              "alias": analysis.alias_size_in_bytes, "temp": analysis.temp_size_in_bytes}
+    memory["total"] = memory["argument"] + memory["output"] - memory["alias"] + memory["temp"]
+    return memory
+
+
+def cost_of(compiled) -> dict[str, float]:
+    """XLA's cost analysis of the compiled step; for a GPU executable, which has none, XLA's HLO cost
+    analysis of its optimized module (`compat.hlo_cost_analysis`)."""
+    from lra_jax import compat
+
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 - unimplemented for some backends
+        cost = None
+    if isinstance(cost, list):  # older jax: one dict per program
+        cost = cost[0] if cost else None
+    return dict(cost) if cost else compat.hlo_cost_analysis(compiled)
+
+
+def flops_partial(hlo_text: str, kernel_calls: int) -> str | None:
+    """Why XLA's FLOP count of `hlo_text` is a lower bound, or None."""
+    reasons = []
+    loops = len(re.findall(r"\bwhile\(", hlo_text))
+    if loops:
+        reasons.append(f"{loops} loop(s) counted for one iteration")
+    if kernel_calls:
+        reasons.append(f"{kernel_calls} Pallas kernel call(s) counted as 0")
+    return "partial: " + ", ".join(reasons) if reasons else None
+
+
+def needed_bytes(message: str) -> int | None:
+    """The memory a RESOURCE_EXHAUSTED message says the program needs (largest size it names)."""
+    sizes = []
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)\s*([KMG])i?B?\b", message):
+        sizes.append(float(number) * {"K": 2**10, "M": 2**20, "G": 2**30}[unit])
+    return int(max(sizes)) if sizes else None
+
+
+def is_oom(message: str) -> bool:
+    return "RESOURCE_EXHAUSTED" in message or "Ran out of memory" in message
+
+
+def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: Row) -> Row:
+    """Compiles `step(*args)` for `target` into `row` (memory, FLOPs, kernels, modeled time, result)."""
+    from lra_jax import compat, kernels
+    from lra_jax.tools.lower import KERNEL_CALLS
+
+    state, batch = args
+    started = time.perf_counter()
+    try:
+        # The target's own mesh as the context mesh: its compile-only devices name the GPU the Triton
+        # kernels are lowered for (`compat.lowering_target` would name another mesh than the arguments').
+        with kernels.target_platform(target.platform), compat.abstract_mesh(target_mesh(target)):
+            lowered = step.lower(abstract_on(target, state, False), abstract_on(target, batch, True))
+            compiled = lowered.compile()
+    except Exception as error:  # noqa: BLE001 - one row per failure
+        row.compile_seconds = time.perf_counter() - started
+        message = str(error).strip()
+        if is_oom(message):
+            row.result = "does not fit"
+            need = needed_bytes(message)
+            row.memory = {"total": need} if need else None
+        else:
+            row.result = "error"
+        first = (message.splitlines() or [type(error).__name__])[0]
+        row.error = f"{type(error).__name__}: {first[:400]}"
+        return row
+    row.compile_seconds = time.perf_counter() - started
+    text = compiled.as_text()
+    call = KERNEL_CALLS[kernels.platform_of(target.platform)]
+    row.kernel_calls = text.count(f'custom_call_target="{call}"')
+    row.memory = memory_of(compiled)
+    row.device_memory = target.memory_per_device
+    cost = cost_of(compiled)
+    row.flops = cost.get("flops")
+    row.flops_partial = flops_partial(text, row.kernel_calls)
+    if target.platform == "tpu":
+        seconds = cost.get("optimal_seconds")
+        if row.kernel_calls:
+            row.modeled_note = NOT_MODELED
+        elif seconds is None or seconds < 0:
+            row.modeled_note = f"not modeled: the TPU cost model gave {seconds}"
+        else:
+            row.modeled_seconds = float(seconds)
+    planned = [entry[mode] for entry in layer_kernels if entry[mode] != kernels.XLA]
+    if planned and not row.kernel_calls:
+        row.result, row.error = "error", f"{planned[0]} planned but {call} is not in the compiled {mode} step"
+    elif row.memory and row.memory["total"] > target.memory_per_device:
+        row.result = "does not fit"
+    else:
+        row.result = "ok"
+    return row
+
+
+# ----------------------------------------------------------------------------- one config on one target
+
+def compile_config(variant: str, label: str, config, target, modes=MODES) -> list[Row]:
+    """The rows of `config`'s steps compiled for `target` (one error row if the steps cannot be built)."""
+    from lra_jax import kernels
+    from lra_jax.tools import lower
+
+    devices = len(target.devices)
+    accum = config.get("grad_accum_steps", 1)
+    base = dict(variant=variant, task=label, target=target.name, global_batch=config.batch_size, devices=devices,
+                per_device_batch=config.batch_size // devices, device_memory=target.memory_per_device)
+    if config.batch_size % devices:
+        return [Row(**base, mode=mode, result="error",
+                    error=f"batch_size {config.batch_size} is not divisible by the target's {devices} devices")
+                for mode in modes]
+    try:
+        built, layer_kernels = lower.abstract_steps(config, target.platform)
+    except Exception as error:  # noqa: BLE001
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return [Row(**base, mode=mode, result="error", error=f"{type(error).__name__}: {first[:400]}")
+                for mode in modes]
+    rows = []
+    for (step, args), mode in zip(built, MODES):
+        if mode not in modes:
+            continue
+        row = Row(**base, mode=mode, result="", accum_steps=accum if mode == "train" else 1)
+        if mode == "train":
+            row.per_device_batch //= accum
+        row.kernels = describe(layer_kernels, mode)
+        rows.append(compile_step(step, args, target, mode, layer_kernels, row))
+    del kernels
+    return rows
+
+
+def describe(layer_kernels: list[dict], mode: str) -> str:
+    """The kernels of the attention layers in `mode`, collapsed where all layers agree."""
+    names = [entry[mode] for entry in layer_kernels]
+    if not names:
+        return "-"
+    if len(set(names)) == 1:
+        return f"{names[0]} x{len(names)}"
+    return ", ".join(names)
+
+
+def plan_fit(variant: str, label: str, config, target, row: Row) -> dict[str, Any]:
+    """Fit planning for a train step `row` that does not fit: the override that fits, or the memory needed."""
+    from lra_jax import fit
+
+    def probe(micro: int, accum: int) -> dict[str, Any]:
+        trial = config.copy_and_resolve_references()
+        trial.grad_accum_steps = accum
+        (result,) = compile_config(variant, label, trial, target, modes=("train",))
+        if result.failed:
+            raise RuntimeError(f"probe at {micro} per device failed: {result.error}")
+        return {"fits": result.result == "ok", "bytes": (result.memory or {}).get("total")}
+
+    try:
+        planned = fit.plan(config.batch_size, len(target.devices), probe)
+    except RuntimeError as error:
+        return {"status": "error", "error": str(error)}
+    probes = [{k: p[k] for k in ("per_device_batch", "accum_steps", "fits", "bytes")} for p in planned.probes]
+    if planned.accum_steps is None:
+        need = planned.min_bytes or (row.memory or {}).get("total")
+        return {"status": "one example does not fit", "bytes_for_one_example": need, "probes": probes}
+    chosen = next(p for p in probes if p["per_device_batch"] == planned.per_device_batch)
+    return {"status": "planned", "per_device_batch": planned.per_device_batch, "accum_steps": planned.accum_steps,
+            "overrides": planned.overrides, "verified_bytes": chosen["bytes"], "probes": probes}
+
+
+# ----------------------------------------------------------------------------- printing
+
+HEADER = (f"{'variant':<15}{'task':<11}{'target':<14}{'step':<6}{'result':<13}{'b/dev':>5} {'args':>6} {'temp':>7} "
+          f"{'total':>7} {'of':>5}  {'GFLOP':>9} {'modeled':>9} {'comp s':>6}  kernels")
+
+
+def gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GIB:.2f}"
+
+
+def format_row(row: Row) -> str:
+    """One line per row (GiB per device), plus indented lines for an error, partial FLOPs, a plan."""
+    memory = row.memory or {}
+    flops = "-" if row.flops is None else f"{row.flops / 1e9:.1f}" + ("*" if row.flops_partial else "")
+    modeled = f"{row.modeled_seconds * 1e3:.2f}ms" if row.modeled_seconds is not None else "-"
+    batch = f"{row.per_device_batch}" + (f"x{row.accum_steps}" if row.accum_steps > 1 else "")
+    line = (f"{row.variant:<15}{row.task:<11}{row.target:<14}{row.mode:<6}{row.result:<13}{batch:>5} "
+            f"{gib(memory.get('argument')):>6} {gib(memory.get('temp')):>7} {gib(memory.get('total')):>7} "
+            f"{gib(row.device_memory):>5}  {flops:>9} {modeled:>9} {row.compile_seconds:>6.1f}  {row.kernels}")
+    if row.error:
+        line += f"\n    {row.error}"
+    if row.plan:
+        line += "\n    " + describe_plan(row.plan)
+    return line
+
+
+def describe_plan(plan: dict[str, Any]) -> str:
+    if plan["status"] == "planned":
+        return (f"does not fit: use per-device batch {plan['per_device_batch']} with accumulation "
+                f"{plan['accum_steps']}: {plan['overrides']} (compiled: {gib(plan['verified_bytes'])} GiB per device)")
+    if plan["status"] == "one example does not fit":
+        return (f"does not fit even with one example per device: it needs {gib(plan['bytes_for_one_example'])} "
+                "GiB per device (a larger slice or device, or a shorter --config.max_len)")
+    return f"fit planning failed: {plan['error']}"
+
+
+def summary(rows: list[Row]) -> str:
+    """Per target: rows ok, planned (does not fit as configured), unfittable, errors."""
+    lines = []
+    for target in dict.fromkeys(r.target for r in rows):
+        mine = [r for r in rows if r.target == target]
+        ok = sum(r.result == "ok" for r in mine)
+        planned = sum(r.result == "does not fit" and (r.plan or {}).get("status") == "planned" for r in mine)
+        unfit = sum(r.result == "does not fit" for r in mine) - planned
+        errors = sum(r.failed for r in mine)
+        lines.append(f"{target}: {len(mine)} steps, {ok} fit, {planned} fit with accumulation, "
+                     f"{unfit} do not fit, {errors} errors")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the command
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m lra_jax.tools.compile", description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default=DEFAULT_TARGETS, help="comma-separated lra_jax.accelerators names")
+    parser.add_argument("--variants", default="all", help="'all' or comma-separated attention names")
+    parser.add_argument("--tasks", default="all", help="'all' or comma-separated LRA tasks")
+    parser.add_argument("--scale", default="full", help="full | mini")
+    parser.add_argument("--steps", default="train,eval", help="train, eval or both")
+    parser.add_argument("--plan", default="true", choices=("true", "false"),
+                        help="plan a train step that does not fit (compiles a few more times)")
+    parser.add_argument("--out", default="", help="write the rows as JSON here (e.g. experiments/results/...)")
+    return parser.parse_args(argv)
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata
+
+    import jax
+
+    found = {"jax": jax.__version__, "python": host_platform.python_version()}
+    for package in ("jaxlib", "libtpu", "jax-cuda12-plugin", "flax"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def write_json(path: str, argv: list[str], rows: list[Row], seconds: float) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    document = {"command": "python -m lra_jax.tools.compile " + " ".join(argv),
+                "date": datetime.date.today().isoformat(), "machine": f"{host_platform.machine()}, "
+                f"{os.cpu_count()} cores (compile-only targets: nothing ran on the accelerators)",
+                "versions": versions(), "seconds": round(seconds, 1),
+                "note": "memory in bytes per device; flops per device (XLA's count, flops_partial says where it is "
+                        "a lower bound); modeled_seconds: the TPU compiler's modeled step time, not measured",
+                "rows": [dataclasses.asdict(r) for r in rows]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=1)
+        f.write("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    if "JAX_PLATFORMS" not in os.environ:
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")  # compile-only targets; no local accelerator needed
+    from lra_jax import accelerators, task_defaults
+    from lra_jax.tools import lower
+    from lra_jax.tools.choices import choose, config_files
+
+    try:
+        files = config_files()
+        variants = choose(args.variants, sorted(files), "variant")
+        tasks = choose(args.tasks, list(task_defaults.TASKS), "task")
+        modes = tuple(choose(args.steps, list(MODES), "step"))
+        if args.scale not in lower.SCALES:
+            raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
+        names = [n.strip() for n in args.targets.split(",") if n.strip()]
+        if not names:
+            raise LraError(f"no targets given; choose from {accelerators.describe_names()}")
+        targets = [accelerators.get(name) for name in names]
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+    start, rows = time.perf_counter(), []
+    print(HEADER, flush=True)
+    for variant, task, max_len in lower.combinations(variants, tasks, args.scale):
+        config = lower.load_config(files[variant], task, args.scale, max_len)
+        label = f"{task}:{config.max_len}" if max_len else task
+        for target in targets:
+            for row in compile_config(variant, label, config, target, modes):
+                if row.mode == "train" and row.result == "does not fit" and args.plan == "true":
+                    row.plan = plan_fit(variant, label, config, target, row)
+                    if row.plan["status"] == "error":
+                        row.result = "error"
+                rows.append(row)
+                print(format_row(row), flush=True)
+    seconds = time.perf_counter() - start
+    print(summary(rows))
+    print(f"{len(rows)} steps compiled ({args.scale} scale) in {seconds:.0f} s; GiB and GFLOP per device, "
+          "* = partial FLOPs (loops counted once, kernels as 0); modeled = the TPU compiler's model, not measured")
+    if args.out:
+        write_json(args.out, argv, rows, seconds)
+        print(f"wrote {args.out}")
+    return 1 if any(r.failed for r in rows) else 0
+
+
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.compile`, `lra-compile`)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
