@@ -193,7 +193,10 @@ def _has_libtpu() -> bool:
 def _has_cuda_plugin() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    try:
+        return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    except ModuleNotFoundError:  # no jax_plugins package at all
+        return False
 
 
 def available() -> dict[str, str]:
