@@ -212,3 +212,29 @@ def test_fit_planning_finds_the_batch_that_fits_and_compiles_it():
     assert plan["per_device_batch"] * plan["accum_steps"] == 8
     assert plan["overrides"] == f"--config.batch_size=8 --config.grad_accum_steps={plan['accum_steps']}"
     assert plan["verified_bytes"] <= small.memory_per_device
+
+
+def test_sweep_estimate_for_a_target_gives_modeled_chip_hours(monkeypatch, capsys):
+    from lra_jax.tools import sweep
+
+    class Device:
+        def __init__(self, x):
+            self.coords = (x, 0, 0)
+
+    runs = sweep.plan("softmax,linformer", "listops", ["mini"], ["0", "1"], "/nonexistent-root")
+    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(devices=tuple(Device(x) for x in range(4))))
+    compiled = []
+
+    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+        compiled.append(variant)
+        modeled = dict(modeled_seconds=0.5) if variant == "linformer" else dict(modeled_note=compile_cmd.NOT_MODELED)
+        return [make_row(variant=variant, **modeled)]
+
+    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    lines = []
+    assert compile_cmd.estimate_sweep(runs, "tpu-v5e:2x2", log=lines.append) == 0
+    assert compiled == ["softmax", "linformer"]  # once per shape: seeds share one compilation
+    steps = sweep.train_config(runs[-1].command).num_train_steps
+    assert lines[-1].startswith(f"total: {2 * steps * 0.5 * 4 / 3600:.2f} chip-hours modeled")
+    assert "not counted: 2 runs not modeled" in lines[-1]
+    assert "modeled for tpu-v5e:2x2, 4 chips; not measured" in lines[0]

@@ -325,6 +325,63 @@ def summary(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- sweep --estimate --target
+
+def estimate_sweep(runs, target_name: str, log=print) -> int:
+    """`sweep --estimate --target=NAME`: each unfinished run's chip-hours on a TPU target, modeled:
+    num_train_steps x the TPU compiler's modeled train step time x the slice's chips, the step compiled
+    once per distinct run shape (`sweep.shape_key`). Evaluation, data and compilation are not counted.
+    Returns the exit status: 2 on a bad target, 1 if a step did not compile, else 0."""
+    from lra_jax import accelerators
+    from lra_jax.tools import sweep
+
+    if "JAX_PLATFORMS" not in os.environ:
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
+    try:
+        target = accelerators.get(target_name)
+        if target.platform != "tpu":
+            raise LraError(f"--target={target_name}: only TPU targets have a modeled step time (the TPU compiler's)")
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    chips = len({tuple(d.coords) for d in target.devices})
+    measured: dict[str, Row] = {}
+    total, failed, unmodeled, unfit = 0.0, 0, 0, 0
+    log(f"{'run':<48} {'modeled ms':>10} {'steps':>7} {'chip-hours':>11}   (modeled for {target.name}, "
+        f"{chips} chips; not measured)")
+    for r in runs:
+        if r.state() in sweep.FINAL:
+            continue
+        key = sweep.shape_key(r)
+        if key not in measured:
+            config = sweep.train_config(r.command)
+            (measured[key],) = compile_config(r.variant, r.task, config, target, modes=("train",))
+        row = measured[key]
+        steps = sweep.train_config(r.command).num_train_steps
+        if row.modeled_seconds is None:
+            if row.failed:
+                failed += 1
+                why = f"error: {row.error}"
+            elif row.result == "does not fit":
+                unfit += 1
+                why = "does not fit as configured (`compile` prints the accumulation that fits)"
+            else:
+                unmodeled += 1
+                why = row.modeled_note or "not modeled"
+            log(f"{r.name:<48} {why}")
+            continue
+        hours = steps * row.modeled_seconds * chips / 3600
+        total += hours
+        log(f"{r.name:<48} {row.modeled_seconds * 1e3:>10.2f} {steps:>7} {hours:>11.3f}")
+    log(f"total: {total:.2f} chip-hours modeled by the XLA TPU compiler for {target.name} (training steps only)"
+        + (f"; not counted: {unmodeled} runs not modeled (Mosaic kernels in the step)" if unmodeled else "")
+        + (f"; not counted: {unfit} runs that do not fit as configured" if unfit else "")
+        + (f"; {failed} runs failed to compile" if failed else ""))
+    return 1 if failed else 0
+
+
 # ----------------------------------------------------------------------------- the command
 
 def parse(argv: list[str]) -> argparse.Namespace:

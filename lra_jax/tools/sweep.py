@@ -42,7 +42,9 @@ SIGINT/SIGTERM: every running child gets SIGTERM, saves a checkpoint and exits; 
 `--estimate` runs `train --estimate` once for each distinct run shape (runs that differ only in seed
 or optimizer settings share one): the train step is compiled and timed on random tokens, and each
 run's training time is projected as compilation + num_train_steps x seconds per step (evaluation and
-data preparation excluded).
+data preparation excluded). With `--target=tpu-v5e:2x2` (a compile target) nothing is timed here: each
+shape's train step is compiled for that slice and the runs are given in chip-hours from the TPU
+compiler's modeled step time (`lra_jax.tools.compile.estimate_sweep`), labelled modeled.
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ def define_flags() -> None:
     flags.DEFINE_bool("estimate", False, "Train nothing: time a few steps of each distinct unfinished run "
                       "shape on random tokens (`train --estimate`, no data needed) and print each run's "
                       "projected training time and the total.")
+    flags.DEFINE_string("target", "", "With --estimate: no timing here; chip-hours modeled by the TPU compiler for "
+                        "this compile target (e.g. tpu-v5e:2x2; lra_jax.tools.compile), labelled modeled.")
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -587,6 +591,10 @@ def main(argv: list[str]) -> None:
         if pending:
             print(f"note: {pending}; emit again once those runs are finished", file=sys.stderr)
         return
+    if FLAGS.estimate and FLAGS.target:
+        from lra_jax.tools import compile as compile_cmd
+
+        sys.exit(compile_cmd.estimate_sweep(now + second_stage_stand_ins(runs, waiting), FLAGS.target))
     if FLAGS.estimate:
         stand_ins = second_stage_stand_ins(runs, waiting)
         rows = estimate_runs(now + stand_ins, capture_output)
