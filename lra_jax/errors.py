@@ -23,3 +23,11 @@ class TrainingDiverged(LraError):
     def __init__(self, message: str, *, step: int, loss: float, grad_norm: float, last_checkpoint: int | None):
         super().__init__(message)
         self.step, self.loss, self.grad_norm, self.last_checkpoint = step, loss, grad_norm, last_checkpoint
+
+
+class CheckpointError(LraError):
+    """No checkpoint of a run restores (each damaged): the run cannot resume from its workdir."""
+
+
+class DiskFull(LraError):
+    """Not enough free space at the workdir for the next checkpoint or log line; nothing saved is lost."""

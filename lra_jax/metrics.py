@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import sys
 
 from tensorboardX import SummaryWriter
 
@@ -13,7 +15,9 @@ class MetricsWriter:
     """`write(step, {"train/loss": 0.7, ...})` appends one JSON line and one scalar per key.
 
     A run resumed at step s first drops the JSON lines of steps after s, written
-    before the interruption and about to be written again. With `enabled=False` (every process
+    before the interruption and about to be written again, and the test metrics (written again at
+    the end); a damaged line (a truncated file) is reported in one line, dropped with the lines
+    after it, and the file as it was kept as metrics.jsonl.damaged. With `enabled=False` (every process
     of a multi-process run but the first) it writes nothing.
     """
 
@@ -23,8 +27,14 @@ class MetricsWriter:
             return
         path = os.path.join(workdir, "metrics.jsonl")
         if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                kept = [line for line in f if line.strip() and json.loads(line)["step"] <= start_step]
+            lines, damaged = read_lines(path)
+            if damaged:
+                shutil.copyfile(path, f"{path}.damaged")
+                print(f"warning: {damaged}; the lines before it are kept, the file as it was is in "
+                      f"{path}.damaged", file=sys.stderr, flush=True)
+            # test metrics are written once training is over, and again by a run that resumes
+            kept = [json.dumps(line) + "\n" for line in lines
+                    if line["step"] <= start_step and not any(key.startswith("test/") for key in line)]
             with open(f"{path}.tmp", "w", encoding="utf-8") as f:
                 f.writelines(kept)
             os.replace(f"{path}.tmp", path)
@@ -48,3 +58,27 @@ class MetricsWriter:
             return
         self.jsonl.close()
         self.tensorboard.close()
+
+
+def read_lines(path: str | os.PathLike) -> tuple[list[dict], str | None]:
+    """The JSON objects of a metrics.jsonl up to its first damaged line, and one line naming that
+    damage (None when the file is whole)."""
+    lines = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                line = json.loads(text)
+                if not isinstance(line, dict) or not isinstance(line.get("step"), int):
+                    raise ValueError("no integer 'step'")
+            except ValueError as error:
+                return lines, f"{path} line {number} is damaged ({error})"
+            lines.append(line)
+    return lines, None
+
+
+def whole(workdir: str | os.PathLike) -> bool:
+    """Whether the workdir's metrics.jsonl has no damaged line (True when there is none)."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    return not os.path.exists(path) or read_lines(path)[1] is None

@@ -57,6 +57,7 @@ def _common(task: str, scale: str) -> ml_collections.ConfigDict:
     # micro-batches of batch_size / k, for a device that cannot hold the whole batch
     # (`python -m lra_jax.tools.compile` prints the k that fits a target).
     c.grad_accum_steps = 1
+    c.keep_checkpoints = 2  # last checkpoints kept: an older one is the fallback when the newest is damaged
     c.eval_every = 500
     c.val_examples = 0  # validate on this many examples drawn once from the val split (0: all of it)
     c.checkpoint_every = 500

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -35,7 +36,7 @@ from tqdm import tqdm
 from lra_jax import checkpointing, memory, metrics, optimizer, steps
 from lra_jax.attention import registry
 from lra_jax.data import pipeline, tasks
-from lra_jax.errors import ConfigError, TrainingDiverged
+from lra_jax.errors import ConfigError, DiskFull, TrainingDiverged
 from lra_jax.models.classifier import build_model
 
 # Settings that may change between a run and its resumption; any other change is refused.
@@ -43,11 +44,12 @@ from lra_jax.models.classifier import build_model
 RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_every", "data.data_dir",
                      "data.cache_dir", "val_examples", "attention.query_chunk",
                      "attention.impl",  # a kernel computes the same function: a run may resume on another
-                     "grad_accum_steps"}  # the same update in another number of micro-batches
+                     "grad_accum_steps",  # the same update in another number of micro-batches
+                     "keep_checkpoints"}
 
 # Settings added after runs were recorded, with the value that behaves as those runs did: a saved
 # config without the key is read as having that value.
-ADDED_SETTINGS = {"optimizer.skip_nonfinite_updates": 0, "grad_accum_steps": 1}
+ADDED_SETTINGS = {"optimizer.skip_nonfinite_updates": 0, "grad_accum_steps": 1, "keep_checkpoints": 2}
 
 
 def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) -> dict[str, float]:
@@ -216,8 +218,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM.
 
     With several processes (`jax.distributed`), all run this together on a shared `workdir`;
-    process 0 alone prints and writes metrics, config.json and results.json.
+    process 0 alone prints and writes metrics, config.json and results.json. A full disk raises
+    DiskFull (one line) with the checkpoints saved before it intact; a damaged checkpoint is
+    reported and the run resumes from an older one (`checkpointing.Checkpoints`).
     """
+    try:
+        return _train_and_evaluate(config, workdir)
+    except OSError as error:
+        if not checkpointing.out_of_space(error):
+            raise
+        raise DiskFull(f"disk full: writing {error.filename or workdir} failed ({error.strerror}), "
+                       f"{checkpointing.megabytes(checkpointing.free_bytes(workdir))} free; the last checkpoint is "
+                       "kept. Free space there (or move the workdir to a larger disk) and run the same command "
+                       "to resume") from None
+
+
+def finished_results(path: str) -> dict[str, Any] | None:
+    """The results.json of a finished run; None (with one line saying so if it exists) when it is
+    missing or unreadable, e.g. truncated: the run then finishes again from its checkpoints."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        if jax.process_index() == 0:
+            print(f"warning: {path} is damaged ({error}); the run's end is done again", file=sys.stderr)
+        return None
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
     primary = jax.process_index() == 0
     task = tasks.get_task(config.task)
     mesh = make_mesh()
@@ -229,15 +259,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     os.makedirs(workdir, exist_ok=True)
     results_path = os.path.join(workdir, "results.json")
 
-    checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"))
+    checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"), config.get("keep_checkpoints", 2))
     check_workdir_config(config, workdir, resuming=checkpoints.last_step() is not None)
     state = checkpoints.restore_last(state) or state
     start = int(state["step"])
-    if start >= config.num_train_steps and os.path.exists(results_path):
-        with open(results_path, encoding="utf-8") as f:
-            if primary:
-                print(f"{workdir}: finished at step {start}; results in {results_path}")
-            return json.load(f)
+    finished = finished_results(results_path) if start >= config.num_train_steps else None
+    if finished is not None and metrics.whole(workdir):
+        if primary:
+            print(f"{workdir}: finished at step {start}; results in {results_path}")
+        return finished
     if start and primary:
         print(f"{workdir}: resuming from step {start}")
 
@@ -257,7 +287,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     writer = metrics.MetricsWriter(workdir, start_step=start, enabled=primary)
     schedule = optimizer.make_schedule(config)
     best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
-    window = checkpoints.unlogged_metrics()  # a run resumed mid-window logs what it would have
+    # a run resumed mid-window logs what it would have: the saved metrics as the step gave them (float32)
+    window = [{key: np.float32(value) for key, value in m.items()} for m in checkpoints.unlogged_metrics()]
     train_seconds, timed_steps, steps_since_tick = 0.0, 0, 0
     progress = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
                     desc=f"{config.attention.name} {config.task}", mininterval=1.0, disable=not primary)
@@ -328,6 +359,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     writer.close()
     checkpoints.close()
     steps_per_second = timed_steps / train_seconds if timed_steps else None  # None: no step ran here
+    if steps_per_second is None and finished is not None:  # ending again: the speed measured when it trained
+        steps_per_second = finished.get("steps_per_second")
     results = summarize(config, test, best, splits["test"][1], steps_per_second, step_memory, num_parameters,
                         attention)
     if primary:

@@ -1,0 +1,129 @@
+"""Damaged checkpoints: the run reports each in one line, moves it aside and resumes exactly from
+the newest one that restores; when none does, it stops with one line saying what to do."""
+
+import glob
+import json
+import os
+import shutil
+
+import pytest
+
+from helpers import tiny_config
+from lra_jax import trainer
+from lra_jax.errors import CheckpointError
+
+
+def truncate_data_files(step_dir: str, count: int = 3) -> None:
+    """Cuts `count` of the checkpoint's array data files to half their size, as a bad copy or a
+    dying disk leaves them."""
+    files = sorted(glob.glob(os.path.join(step_dir, "state", "ocdbt.process_0", "d", "*")),
+                   key=os.path.getsize, reverse=True)[:count]
+    assert files, f"no data files under {step_dir}"
+    for path in files:
+        os.truncate(path, os.path.getsize(path) // 2)
+
+
+def lines(workdir: str) -> list[dict]:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, data_cache):
+    """A config saving at steps 4, 8 and 12 (the last two kept) and its undisturbed run."""
+    config = tiny_config(data_cache)
+    config.checkpoint_every = 4  # step 8, the fallback, is in the middle of a log window (every 3)
+    workdir = str(tmp_path_factory.mktemp("undisturbed") / "run")
+    trainer.train_and_evaluate(config, workdir)
+    return config, workdir
+
+
+def test_the_last_two_checkpoints_are_kept(finished):
+    _, workdir = finished
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints", "last"))) == ["12", "8"]
+
+
+def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_exactly(finished, tmp_path, capfd):
+    config, undisturbed = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(undisturbed, workdir)
+    os.remove(os.path.join(workdir, "results.json"))  # as if killed once its last checkpoint was written
+    last = os.path.join(workdir, "checkpoints", "last")
+    truncate_data_files(os.path.join(last, "12"))
+    capfd.readouterr()
+
+    resumed = trainer.train_and_evaluate(config, workdir)
+
+    err = capfd.readouterr().err
+    warnings = [line for line in err.splitlines() if "does not restore" in line]
+    assert len(warnings) == 1 and "step 12" in warnings[0] and last in warnings[0], err
+    assert "resuming from step 8" in warnings[0]
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
+    damaged = os.path.join(workdir, "checkpoints", "damaged", "last-12")
+    assert os.path.isdir(damaged) and "moved to " + damaged in warnings[0]  # kept, not deleted
+    assert lines(workdir) == lines(undisturbed)  # same cores, same compiled steps: the same numbers
+    with open(os.path.join(undisturbed, "results.json")) as f:
+        expected = json.load(f)
+    for key in ("test_accuracy", "test_loss", "val_accuracy", "best_step"):
+        assert resumed[key] == expected[key], key
+
+
+def test_when_no_checkpoint_restores_the_run_stops_with_one_line_and_moves_nothing(finished, tmp_path, capfd):
+    config, undisturbed = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(undisturbed, workdir)
+    os.remove(os.path.join(workdir, "results.json"))
+    last = os.path.join(workdir, "checkpoints", "last")
+    for step in ("8", "12"):
+        truncate_data_files(os.path.join(last, step))
+    capfd.readouterr()
+
+    with pytest.raises(CheckpointError) as caught:
+        trainer.train_and_evaluate(config, workdir)
+
+    message = str(caught.value)
+    assert "\n" not in message and "step 12" in message and "step 8" in message
+    assert "new --workdir" in message and f"delete {os.path.join(workdir, 'checkpoints')}" in message
+    assert sorted(os.listdir(last)) == ["12", "8"]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_damaged_results_json_is_reported_and_the_run_ends_again(finished, tmp_path, capfd):
+    config, undisturbed = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(undisturbed, workdir)
+    path = os.path.join(workdir, "results.json")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text[: len(text) // 2])
+    capfd.readouterr()
+
+    results = trainer.train_and_evaluate(config, workdir)
+
+    assert [line for line in capfd.readouterr().err.splitlines() if "damaged" in line][0].startswith(
+        f"warning: {path} is damaged")
+    with open(os.path.join(undisturbed, "results.json")) as f:
+        assert results["test_accuracy"] == json.load(f)["test_accuracy"]
+    assert lines(workdir) == lines(undisturbed)  # the test line is written once, not twice
+
+
+def test_a_truncated_metrics_file_keeps_its_whole_lines_and_the_original(finished, tmp_path, capfd):
+    config, undisturbed = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(undisturbed, workdir)
+    path = os.path.join(workdir, "metrics.jsonl")
+    with open(path) as f:
+        text = f.read()
+    cut = text.rindex("\n", 0, len(text) - 1) + 5  # a few characters into the last (test) line
+    with open(path, "w") as f:
+        f.write(text[:cut])
+    capfd.readouterr()
+
+    trainer.train_and_evaluate(config, workdir)
+
+    err = capfd.readouterr().err
+    assert f"warning: {path} line {text[:cut].count(chr(10)) + 1} is damaged" in err
+    with open(f"{path}.damaged") as f:
+        assert f.read() == text[:cut]
+    assert lines(workdir) == lines(undisturbed)
