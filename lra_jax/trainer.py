@@ -13,6 +13,7 @@ parameter count, the attention settings as built, the config and library version
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import itertools
 import json
@@ -341,6 +342,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         if primary:
             write_json(results_path, diverged_record(config, diverged))
         writer.close()
+        checkpoints.close()
+        raise
+    except (DiskFull, OSError):  # files closed, so that the disk can be unmounted or its space freed
+        with contextlib.suppress(OSError):
+            writer.close()
         checkpoints.close()
         raise
     finally:

@@ -1,0 +1,106 @@
+"""A full disk is a clear stop: one line with the path, the space needed and the space free; no
+partial checkpoint left behind; the earlier checkpoints intact; the same command resumes exactly
+once there is room. The disk is a small tmpfs mounted by the test (root only; skipped otherwise)."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from helpers import tiny_config
+from lra_jax import checkpointing, trainer
+from lra_jax.errors import DiskFull
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(size) mounts a tmpfs of `size` (e.g. '600k') at tmp_path/disk and returns its path;
+    remount(size) resizes it, as freeing space would. Unmounted afterwards."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = []
+
+    def mount(size: str) -> str:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode:
+            pytest.skip(f"cannot mount a small tmpfs to fill ({done.stderr.strip() or done.returncode}); "
+                        "the full-disk tests need root")
+        mounted.append(disk)
+        return str(disk)
+
+    def remount(size: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
+
+    yield mount, remount
+    if mounted:
+        if subprocess.run(["umount", str(disk)], check=False).returncode:
+            subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory, data_cache):
+    config = tiny_config(data_cache)
+    workdir = str(tmp_path_factory.mktemp("undisturbed") / "run")
+    trainer.train_and_evaluate(config, workdir)
+    return config, workdir
+
+
+def lines(workdir: str) -> list[dict]:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def debris(workdir: str) -> list[str]:
+    return [os.path.join(root, d) for root, dirs, _ in os.walk(workdir) for d in dirs
+            if d.endswith(checkpointing.TMP_SUFFIX)]
+
+
+def stops_for_lack_of_space(config, workdir: str, capfd) -> str:
+    """Runs until DiskFull; its message, checked to be one line with the path and both sizes."""
+    with pytest.raises(DiskFull) as caught:
+        trainer.train_and_evaluate(config, workdir)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("disk full: saving step ")
+    assert os.path.join(workdir, "checkpoints") in message and " free;" in message and "needs about" in message
+    err = capfd.readouterr().err
+    for noise in ("Traceback", "Event loop is closed", "RESOURCE_EXHAUSTED", "Exception ignored"):
+        assert noise not in err, err[-3000:]
+    assert debris(workdir) == []
+    return message
+
+
+def test_a_save_that_would_not_fit_stops_before_writing_and_the_run_resumes_exactly(
+        undisturbed, small_disk, capfd):
+    config, expected = undisturbed
+    mount, remount = small_disk
+    workdir = os.path.join(mount("1600k"), "run")  # room for a checkpoint or two of the tiny model, plus a margin
+
+    stops_for_lack_of_space(config, workdir, capfd)
+
+    saved = sorted(os.listdir(os.path.join(workdir, "checkpoints", "last")))
+    assert saved and all(step.isdigit() for step in saved)
+    remount("16m")  # space freed
+    results = trainer.train_and_evaluate(config, workdir)
+    assert lines(workdir) == lines(expected)
+    with open(os.path.join(expected, "results.json")) as f:
+        assert results["test_accuracy"] == json.load(f)["test_accuracy"]
+
+
+def test_a_save_that_fails_for_lack_of_space_leaves_no_debris_and_the_run_resumes_exactly(
+        undisturbed, small_disk, capfd, monkeypatch):
+    config, expected = undisturbed
+    mount, remount = small_disk
+    workdir = os.path.join(mount("600k"), "run")
+    monkeypatch.setattr(checkpointing, "free_bytes", lambda path: 1 << 40)  # the check is fooled: Orbax's write fails
+
+    stops_for_lack_of_space(config, workdir, capfd)
+
+    for kind in ("last", "best"):  # only whole checkpoints: each has Orbax's commit marker
+        for step in os.listdir(os.path.join(workdir, "checkpoints", kind)):
+            assert os.path.exists(os.path.join(workdir, "checkpoints", kind, step, "commit_success.txt"))
+    monkeypatch.undo()
+    remount("16m")
+    trainer.train_and_evaluate(config, workdir)
+    assert lines(workdir) == lines(expected)
