@@ -65,8 +65,8 @@ def read_result(path: str) -> Result:
 
 
 def load(runs_dir: str, scale: str | None = None) -> list[Result]:
-    """Every results.json under `runs_dir` (recursively) of `scale`; an unreadable one is skipped
-    with a warning that names it."""
+    """Every results.json under `runs_dir` (recursively) of `scale`; an unreadable one (truncated by a
+    full disk or a bad copy) is skipped as an unfinished run, with a one-line warning that names it."""
     found = []
     for root, _, files in sorted(os.walk(runs_dir)):
         if "results.json" not in files:
@@ -75,7 +75,9 @@ def load(runs_dir: str, scale: str | None = None) -> list[Result]:
         try:
             result = read_result(path)
         except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"warning: skipping {path}: {error!r}", file=sys.stderr)
+            why = f"{type(error).__name__}: {error}".splitlines()[0]
+            print(f"warning: skipping {path} as an unfinished run: it is damaged or incomplete ({why})",
+                  file=sys.stderr)
             continue
         if scale is None or result.scale == scale:
             found.append(result)

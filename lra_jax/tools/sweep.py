@@ -35,7 +35,11 @@ again the same way. A finished run is judged against the config its command
 trains now: if that asks for more steps, it resumes; if it differs in what a run cannot change on
 resume (model, optimizer, data, ...), the run is "stale": skipped and reported with the settings
 that differ, its results kept (delete its workdir to train it again with the current config). A
-failed run is logged and the sweep goes on; the exit status is 1 if any run failed.
+failed run is logged and the sweep goes on; the exit status is 1 if any run failed. A run whose process
+died from a signal (SIGKILL from the out-of-memory killer, a segfault) is recorded as `crashed` with the
+last lines of its output, and the sweep goes on; run the sweep again to resume it from its checkpoint.
+A results.json or metrics.jsonl that cannot be read (truncated by a full disk or a bad copy) is reported
+in one line and its run treated as unfinished: it is started again and ends again from its checkpoints.
 SIGINT/SIGTERM: every running child gets SIGTERM, saves a checkpoint and exits; the sweep then stops
 (run the same command to continue).
 
@@ -134,6 +138,8 @@ class Run:
         or diverged with a config that differs in `changes`), 'resume' (has checkpoints, or
         finished fewer steps than the config now asks) or 'new'."""
         results = self.results()
+        if results is not None and not self.metrics_whole():
+            return "resume"  # the trainer repairs metrics.jsonl and ends the run again
         if results is not None:
             if self.changes():
                 return "stale"
@@ -147,7 +153,23 @@ class Run:
         return "new"
 
     def results(self) -> dict | None:
-        return read_json(os.path.join(self.workdir, "results.json"))
+        """results.json; None when missing, or damaged (then said once, and the run is unfinished)."""
+        return read_json(os.path.join(self.workdir, "results.json"), report=True)
+
+    def metrics_whole(self) -> bool:
+        """Whether metrics.jsonl is missing or whole; a damaged one is said once."""
+        from lra_jax import metrics
+
+        path = os.path.join(self.workdir, "metrics.jsonl")
+        if not os.path.exists(path):
+            return True
+        try:
+            damaged = metrics.read_lines(path)[1]
+        except OSError as error:
+            damaged = f"{path} cannot be read ({error})"
+        if damaged:
+            report_once(path, f"note: {damaged}; {self.name} is treated as unfinished")
+        return damaged is None
 
     def result(self) -> selection.Result | None:
         """The finished run's accuracies, for selection; None if unfinished or unreadable."""
@@ -195,13 +217,33 @@ def train_config(command: list[str]) -> ml_collections.ConfigDict:
         return values.config
 
 
-def read_json(path: str) -> dict | None:
-    """The JSON object in `path`; None if there is none (or it is unreadable: then the run is redone)."""
+_reported: set[str] = set()
+
+
+def report_once(key: str, line: str) -> None:
+    """Prints `line` to stderr the first time `key` is seen (a run's state is read many times)."""
+    if key not in _reported:
+        _reported.add(key)
+        print(line, file=sys.stderr, flush=True)
+
+
+def read_json(path: str, report: bool = False) -> dict | None:
+    """The JSON object in `path`; None if there is none, or it is unreadable (then the run is redone;
+    with `report`, one line says so)."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
+            found = json.load(f)
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as error:
+        if report:
+            report_once(path, f"note: {path} is damaged ({error}); its run is treated as unfinished")
+        return None
+    if not isinstance(found, dict):
+        if report:
+            report_once(path, f"note: {path} holds no JSON object; its run is treated as unfinished")
+        return None
+    return found
 
 
 def parse_grid(specs: list[str], overrides: list[str] = ()) -> list[tuple[str, list[str]]]:
@@ -334,33 +376,82 @@ class _Stop:
             signal.signal(sig, handler)
 
 
-Runner = Callable[[list[str], str, device_slots.Slot | None], int]
+# A runner returns the exit status, or (exit status, the last lines of the run's output).
+Runner = Callable[[list[str], str, device_slots.Slot | None], "int | tuple[int, str]"]
+TAIL_BYTES = 4096  # of a run's output kept for its summary row
+TAIL_LINES = 5
+
+
+def last_lines(text: str, count: int = TAIL_LINES) -> str:
+    """The last `count` non-empty lines of `text`, progress-bar redraws (carriage returns) split too."""
+    lines = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    return "\n".join(lines[-count:])
+
+
+def _pump(source, sink, tail: bytearray) -> None:
+    """Copies `source` to `sink` as it comes, keeping its last TAIL_BYTES in `tail`."""
+    while chunk := os.read(source.fileno(), 65536):
+        if hasattr(sink, "buffer"):
+            sink.buffer.write(chunk)
+        else:  # a text stream without bytes underneath (a test's capture)
+            sink.write(chunk.decode("utf-8", errors="replace"))
+        sink.flush()
+        tail += chunk
+        del tail[:-TAIL_BYTES]
 
 
 def subprocess_runner(stop: _Stop, log_to_workdir: bool = False) -> Runner:
     """Runs a command in its own session (a terminal Ctrl-C reaches only the sweep, which forwards it),
-    on its slot's devices; with `log_to_workdir`, its output goes to <workdir>/train.log."""
+    on its slot's devices; with `log_to_workdir`, its output goes to <workdir>/train.log. Returns the
+    exit status and the last lines of the run's stderr (of train.log with `log_to_workdir`)."""
 
-    def run(command: list[str], cwd: str, slot: device_slots.Slot | None = None) -> int:
+    def run(command: list[str], cwd: str, slot: device_slots.Slot | None = None) -> tuple[int, str]:
         env = {**os.environ, **slot.env} if slot else None
-        log = None
+        log, log_path = None, None
         if log_to_workdir:
             workdir = os.path.join(cwd, next(a.split("=", 1)[1] for a in command if a.startswith("--workdir=")))
             os.makedirs(workdir, exist_ok=True)
-            log = open(os.path.join(workdir, "train.log"), "a", encoding="utf-8")  # noqa: SIM115
+            log_path = os.path.join(workdir, "train.log")
+            log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115
+        tail = bytearray()
         try:
             child = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True, stdout=log,
-                                     stderr=subprocess.STDOUT if log else None)
+                                     stderr=subprocess.STDOUT if log else subprocess.PIPE)
             stop.children.add(child)
+            pump = None
+            if log is None:
+                pump = threading.Thread(target=_pump, args=(child.stderr, sys.stderr, tail), daemon=True)
+                pump.start()
             try:
-                return child.wait()
+                code = child.wait()
             finally:
                 stop.children.discard(child)
+            if pump is not None:
+                pump.join()
+                child.stderr.close()
         finally:
             if log:
                 log.close()
+        if log_path:
+            with open(log_path, "rb") as f:
+                f.seek(max(os.path.getsize(log_path) - TAIL_BYTES, 0))
+                tail = bytearray(f.read())
+        return code, last_lines(tail.decode("utf-8", errors="replace"))
 
     return run
+
+
+def crash_cause(code: int) -> str | None:
+    """'killed by SIGKILL (out of memory?)' for an exit status that is a signal's; None otherwise
+    (a negative status is Popen's signal number, 128 + n a shell's)."""
+    number = -code if code < 0 else code - 128 if 128 < code < 160 else None
+    if number is None:
+        return None
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    return f"killed by {name}" + (" (out of memory?)" if number == signal.SIGKILL else "")
 
 
 def _final_row(r: Run, before: str) -> dict | None:
@@ -379,21 +470,32 @@ def _train(r: Run, before: str, runner: Runner, slot, stop: _Stop | None, cwd: s
     """Trains one run; its summary row."""
     row = {"run": r.name, "before": before, "status": "failed", "seconds": 0.0, "workdir": r.workdir}
     start = time.perf_counter()
+    tail = ""
     try:
         code = runner(r.command, cwd, slot)
+        if isinstance(code, tuple):
+            code, tail = code
     except OSError as error:
         code, row["error"] = -1, str(error)
     row["seconds"] = time.perf_counter() - start
     row["exit_code"] = code
+    if tail:
+        row["last_lines"] = tail
     after = r.state()
+    crashed = crash_cause(code)
     if after == "done":
         row["status"] = "finished"
     elif after == "diverged":
         row["status"], row["error"] = "diverged", r.divergence()
     elif stop is not None and stop.requested:
         row["status"] = "stopped"
+    elif crashed:
+        row["status"] = "crashed"
+        row["error"] = (f"{crashed}; run the sweep again to resume it from its checkpoint"
+                        + (f"; its last lines: {' | '.join(tail.splitlines())}" if tail else ""))
     else:
-        row.setdefault("error", f"exit status {code}" + (" without results.json" if code == 0 else ""))
+        row.setdefault("error", f"exit status {code}" + (" without results.json" if code == 0 else "")
+                       + (f"; its last lines: {' | '.join(tail.splitlines())}" if tail else ""))
     return row
 
 
@@ -449,7 +551,7 @@ def run_sweep(runs: list[Run] | Callable[[], list[Run]], runner: Runner, stop: _
             say(f"{r.name}: {'resuming' if before == 'resume' else 'starting'}{where}\n  " + shlex.join(r.command))
             row = _train(r, before, runner, slot, stop, cwd)
             say(f"{r.name}: {row['status']} ({row['seconds']:.0f} s)"
-                + (f": {row['error']}" if row["status"] in ("failed", "diverged") else ""))
+                + (f": {row['error']}" if row["status"] in ("failed", "crashed", "diverged") else ""))
             with changed:
                 rows[r.name] = row
                 in_flight[0] -= 1
@@ -533,7 +635,7 @@ def summary_table(summary: list[dict]) -> str:
     width = max([len(s["run"]) for s in summary] + [3])
     lines = [f"{'run':<{width}}  {'status':<12} {'time':>8}  note"]
     for s in summary:
-        note = s.get("error", "") if s["status"] in ("failed", "stale", "diverged") else s["workdir"]
+        note = s.get("error", "") if s["status"] in ("failed", "crashed", "stale", "diverged") else s["workdir"]
         lines.append(f"{s['run']:<{width}}  {s['status']:<12} {s['seconds']:>7.0f}s  {note}")
     counts = {k: sum(s["status"] == k for s in summary) for k in dict.fromkeys(s["status"] for s in summary)}
     hours = sum(s["seconds"] for s in summary) / 3600
@@ -620,7 +722,7 @@ def main(argv: list[str]) -> None:
         print("sweep stopped; run the same command to continue (finished runs are skipped, "
               "interrupted ones resume)")
         sys.exit(130)
-    if any(s["status"] == "failed" for s in summary):
+    if any(s["status"] in ("failed", "crashed") for s in summary):
         sys.exit(1)
 
 
