@@ -172,8 +172,8 @@ def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: 
         message = str(error).strip()
         if is_oom(message):
             row.result = "does not fit"
-            need = needed_bytes(message)
-            row.memory = {"total": need} if need else None
+            need = needed_bytes(message)  # what the compiler's message names: the temporaries
+            row.memory = {"temp": need} if need else None
         else:
             row.result = "error"
         first = (message.splitlines() or [type(error).__name__])[0]
@@ -260,7 +260,10 @@ def plan_fit(variant: str, label: str, config, target, row: Row) -> dict[str, An
         (result,) = compile_config(variant, label, trial, target, modes=("train",))
         if result.failed:
             raise RuntimeError(f"probe at {micro} per device failed: {result.error}")
-        return {"fits": result.result == "ok", "bytes": (result.memory or {}).get("total")}
+        print(f"    planning {variant} {label} on {target.name}: {micro} per device x {accum}: {result.result} "
+              f"({gib((result.memory or {}).get('total'))} GiB, {result.compile_seconds:.0f} s)", file=sys.stderr, flush=True)
+        memory = result.memory or {}
+        return {"fits": result.result == "ok", "bytes": memory.get("total") or memory.get("temp")}
 
     try:
         planned = fit.plan(config.batch_size, len(target.devices), probe)
@@ -268,7 +271,7 @@ def plan_fit(variant: str, label: str, config, target, row: Row) -> dict[str, An
         return {"status": "error", "error": str(error)}
     probes = [{k: p[k] for k in ("per_device_batch", "accum_steps", "fits", "bytes")} for p in planned.probes]
     if planned.accum_steps is None:
-        need = planned.min_bytes or (row.memory or {}).get("total")
+        need = planned.min_bytes or (row.memory or {}).get("total") or (row.memory or {}).get("temp")
         return {"status": "one example does not fit", "bytes_for_one_example": need, "probes": probes}
     chosen = next(p for p in probes if p["per_device_batch"] == planned.per_device_batch)
     return {"status": "planned", "per_device_batch": planned.per_device_batch, "accum_steps": planned.accum_steps,
@@ -307,7 +310,8 @@ def describe_plan(plan: dict[str, Any]) -> str:
                 f"{plan['accum_steps']}: {plan['overrides']} (compiled: {gib(plan['verified_bytes'])} GiB per device)")
     if plan["status"] == "one example does not fit":
         return (f"does not fit even with one example per device: it needs {gib(plan['bytes_for_one_example'])} "
-                "GiB per device (a larger slice or device, or a shorter --config.max_len)")
+                "GiB per device (on TPU the temporaries the compiler names; a larger device or a shorter "
+                "--config.max_len)")
     return f"fit planning failed: {plan['error']}"
 
 
