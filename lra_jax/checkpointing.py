@@ -57,7 +57,8 @@ def directory_bytes(path: str) -> int:
 
 
 def megabytes(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
+    """'1.23 MB' (or GB), with digits enough to tell a need from what is free."""
+    return f"{n / 1e6:.2f} MB" if n < 1e9 else f"{n / 1e9:.2f} GB"
 
 
 def reason(error: BaseException) -> str:
@@ -145,10 +146,28 @@ class Checkpoints:
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         options = lambda keep: ocp.CheckpointManagerOptions(  # noqa: E731
             max_to_keep=keep, enable_async_checkpointing=False, cleanup_tmp_directories=True)
-        self.last = ocp.CheckpointManager(os.path.join(self.directory, "last"), options=options(self.keep),
-                                          item_names=("state", "unlogged"))
-        self.best = ocp.CheckpointManager(os.path.join(self.directory, "best"), options=options(1))
+        self.last = self._open("last", options(self.keep), item_names=("state", "unlogged"))
+        self.best = self._open("best", options(1))
         self._unlogged: dict[int, list[dict[str, float]]] = {}
+
+    def _open(self, kind: str, options: ocp.CheckpointManagerOptions, **kwargs) -> ocp.CheckpointManager:
+        """The manager of `directory/kind`; CheckpointError in one line when a checkpoint there is
+        too damaged for Orbax to list it (it reads each step's metadata and `metrics` item)."""
+        where = os.path.join(self.directory, kind)
+        try:
+            with quiet():
+                return ocp.CheckpointManager(where, options=options, **kwargs)
+        except Exception as error:  # noqa: BLE001 - name it in one line
+            steps = sorted((d for d in os.listdir(where) if d.isdigit()), key=int) if os.path.isdir(where) else []
+            raise CheckpointError(self._damaged_message(kind, where, ", ".join(steps) or "?", error)) from None
+
+    def _damaged_message(self, kind: str, where: str, step: str, error: BaseException) -> str:
+        if kind == "best":
+            return (f"the best checkpoint, step {step} in {os.path.join(where, step)}, does not restore "
+                    f"({reason(error)}); delete {os.path.join(where, step)} to go on (the best is then chosen among "
+                    "the validations still to come), or start over with a new --workdir")
+        return (f"the checkpoints in {where} (steps {step}) cannot be read ({reason(error)}); start over with a "
+                f"new --workdir, or delete {self.directory} to train this workdir from step 0")
 
     def last_step(self) -> int | None:
         """Step of the newest checkpoint, or None."""
@@ -282,11 +301,7 @@ class Checkpoints:
             with quiet():
                 return self.best.restore(step, args=args)
         except Exception as error:  # noqa: BLE001 - name it in one line
-            where = os.path.join(str(self.best.directory), str(step))
-            raise CheckpointError(
-                f"the best checkpoint, step {step} in {where}, does not restore ({reason(error)}); delete {where} "
-                "to go on (the best is then chosen among the validations still to come), or start over with a "
-                "new --workdir") from None
+            raise CheckpointError(self._damaged_message("best", str(self.best.directory), str(step), error)) from None
 
     def close(self) -> None:
         self.last.close()

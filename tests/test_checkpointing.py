@@ -127,3 +127,23 @@ def test_a_truncated_metrics_file_keeps_its_whole_lines_and_the_original(finishe
     with open(f"{path}.damaged") as f:
         assert f.read() == text[:cut]
     assert lines(workdir) == lines(undisturbed)
+
+
+def test_a_damaged_best_checkpoint_stops_the_run_with_one_line(finished, tmp_path, capfd):
+    config, undisturbed = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(undisturbed, workdir)
+    os.remove(os.path.join(workdir, "results.json"))
+    best = os.path.join(workdir, "checkpoints", "best")
+    (step,) = os.listdir(best)
+    for path in glob.glob(os.path.join(best, step, "metrics", "*")):
+        os.truncate(path, os.path.getsize(path) // 2)
+    capfd.readouterr()
+
+    with pytest.raises(CheckpointError) as caught:
+        trainer.train_and_evaluate(config, workdir)
+
+    message = str(caught.value)
+    assert "\n" not in message and f"best checkpoint, step {step} in {os.path.join(best, step)}" in message
+    assert "new --workdir" in message and os.listdir(best) == [step]
+    assert "Traceback" not in capfd.readouterr().err
