@@ -107,7 +107,7 @@ def metric_lines(workdir):
 def last_state(workdir):
     """(step, parameters as numpy arrays) of the newest checkpoint."""
     directory = os.path.join(workdir, "checkpoints", "last")
-    (step,) = [int(name) for name in os.listdir(directory) if name.isdigit()]  # one consistent checkpoint
+    step = max(int(name) for name in os.listdir(directory) if name.isdigit())  # the newest of those kept
     checkpointer = ocp.StandardCheckpointer()
     path = os.path.join(directory, str(step), "state")
     metadata = checkpointer.metadata(path)
