@@ -56,6 +56,10 @@ def test_ci_runs_the_readme_install_and_test_commands():
     ci = open(os.path.join(REPO, ".ci", "run"), encoding="utf-8").read()
     assert commands[0].startswith("pip install") and commands[0] in ci
     assert commands[2].startswith("pytest") and commands[2] in ci
+    stacks = readme.split("## Supported stacks", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in stacks.splitlines() if line.startswith("|"))
+    installs = re.findall(r"`(pip install [^`]*)`", table)  # the install column of the stacks table
+    assert len(installs) == 2 and all(install in ci for install in installs), installs
 
 
 SMALL = ["--config=configs/linformer.py:listops,mini", "--config.num_train_steps=8", "--config.eval_every=4",
