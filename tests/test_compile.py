@@ -185,8 +185,8 @@ def test_splash_eval_step_compiles_on_a_four_chip_slice():
 
 @pytest.mark.parametrize("name", ["tpu-v5e:2x2", "h100"])
 def test_a_full_scale_train_step_compiles_and_fits(name):
-    """Full-scale Image (1,024 tokens, batch 256 split over the slice) with Linformer, whose train step
-    has no kernel, so the TPU compiler's modeled time is reported."""
+    """Full-scale Image (1,024 tokens, batch 256 split over the slice) with Linformer (no kernel). On the
+    4-chip slice the TPU cost model gives this step a negative time: it must not be reported."""
     target = target_or_skip(name)
     config = lower.load_config(lower.config_files()["linformer"], "image", "full")
     (row,) = compile_cmd.compile_config("linformer", "image", config, target, modes=("train",))
@@ -194,8 +194,9 @@ def test_a_full_scale_train_step_compiles_and_fits(name):
     assert row.per_device_batch == config.batch_size // len(target.devices)
     assert 0 < row.memory["total"] <= target.memory_per_device
     assert row.flops > 0
-    if target.platform == "tpu":
-        assert row.modeled_seconds > 0
+    assert row.modeled_seconds is None or row.modeled_seconds > 0
+    if target.platform == "tpu" and row.modeled_seconds is None:
+        assert row.modeled_note.startswith("not modeled")
 
 
 def test_fit_planning_finds_the_batch_that_fits_and_compiles_it():
