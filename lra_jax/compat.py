@@ -48,7 +48,8 @@ def lowering_target(platform: str, gpu_kind: str = DEFAULT_GPU_KIND):
 
 
 def abstract_mesh(mesh):
-    """`mesh`'s abstract mesh as the context mesh where jax has one (0.11+), else nothing."""
+    """`mesh`'s abstract mesh as the context mesh of what is traced inside: the target GPU for Triton
+    lowering (`gpu_target`) and the batch axis over which kernels run per device (`kernels.sharding`)."""
     use = getattr(jax.sharding, "use_abstract_mesh", None)
     return use(mesh.abstract_mesh) if use is not None else contextlib.nullcontext()
 

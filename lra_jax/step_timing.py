@@ -15,7 +15,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from lra_jax import memory, trainer
+from lra_jax import compat, memory, trainer
 from lra_jax.steps import make_train_step
 from lra_jax.data.tasks import TaskSpec
 
@@ -50,7 +50,8 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
     batch = jax.device_put(random_batch(task, config.batch_size, config.max_len, config.seed),
                            NamedSharding(mesh, PartitionSpec("data")))
     start = time.perf_counter()
-    compiled = make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
+    with compat.abstract_mesh(mesh):  # kernels per device (`kernels.sharding`)
+        compiled = make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
     compile_seconds = time.perf_counter() - start
     step_memory = memory.peak_memory(compiled)
     memory.check_fits(step_memory, config)

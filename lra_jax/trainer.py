@@ -34,7 +34,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
-from lra_jax import checkpointing, memory, metrics, optimizer, steps
+from lra_jax import checkpointing, compat, memory, metrics, optimizer, steps
 from lra_jax.attention import registry
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, DiskFull, TrainingDiverged
@@ -223,8 +223,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     DiskFull (one line) with the checkpoints saved before it intact; a damaged checkpoint is
     reported and the run resumes from an older one (`checkpointing.Checkpoints`).
     """
+    mesh = make_mesh()
     try:
-        return _train_and_evaluate(config, workdir)
+        with compat.abstract_mesh(mesh):  # the steps' kernels run per device on its rows (`kernels.sharding`)
+            return _train_and_evaluate(config, workdir, mesh)
     except OSError as error:
         if not checkpointing.out_of_space(error):
             raise
@@ -248,10 +250,9 @@ def finished_results(path: str) -> dict[str, Any] | None:
         return None
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> dict[str, Any] | None:
     primary = jax.process_index() == 0
     task = tasks.get_task(config.task)
-    mesh = make_mesh()
     graphdef, tx, state = create_train_state(config, task, mesh)
     num_parameters = sum(x.size for x in jax.tree.leaves(state["params"]))
     attention = attention_settings(graphdef, state)

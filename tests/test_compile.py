@@ -158,7 +158,6 @@ def mini(variant: str, task: str = "listops"):
     return lower.load_config(lower.config_files()[variant], task, "mini")
 
 
-# One chip for the TPU kernels: over several chips jit cannot partition a Mosaic call (see the xfail below).
 @pytest.mark.parametrize("name, kernel", [("tpu-v5e:1x1", "pallas-mosaic-splash"), ("h100", "pallas-triton")])
 @pytest.mark.parametrize("variant", ["softmax", "performer", "local"])
 def test_mini_train_steps_compile_with_their_kernels_and_fit(variant, name, kernel):
@@ -175,9 +174,8 @@ def test_mini_train_steps_compile_with_their_kernels_and_fit(variant, name, kern
         assert row.modeled_seconds > 0
 
 
-@pytest.mark.xfail(strict=True, reason="jit cannot partition a Mosaic (splash) call over a multi-chip mesh: "
-                   "the kernel needs a shard_map over the batch axis (issue 25)")
 def test_splash_eval_step_compiles_on_a_four_chip_slice():
+    """jit cannot partition a Mosaic call over several chips; the kernel runs per chip (`kernels.sharding`)."""
     target = target_or_skip("tpu-v5e:2x2")
     (row,) = compile_cmd.compile_config("softmax", "listops", mini("softmax"), target, modes=("eval",))
     assert row.result == "ok", row.error

@@ -18,7 +18,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lra_jax import config_errors, steps, trainer
+from lra_jax import compat, config_errors, steps, trainer
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import LraError
 
@@ -50,7 +50,8 @@ def train_examples_per_second(config, task: tasks.TaskSpec, train_split: tasks.S
         pipeline.train_batches(*train_split, batch_size=config.batch_size, seed=config.seed), mesh)
     try:
         first = next(batches)
-        step = steps.make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, first).compile()
+        with compat.abstract_mesh(mesh):  # kernels per device (`kernels.sharding`)
+            step = steps.make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, first).compile()
         state, metrics = step(state, first)
         jax.block_until_ready(metrics)
         start = time.perf_counter()

@@ -39,7 +39,7 @@ import math
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import pallas_backend, resolve_impl
+from lra_jax.kernels import pallas_backend, resolve_impl, sharding
 from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.block_sparse import pallas_gpu, pallas_tpu, reference
 from lra_jax.kernels.flash.api import (
@@ -95,10 +95,13 @@ def block_sparse_attention(
     if resolved == "pallas" and pallas_backend(platform) == "mosaic":
         if dropout_rate > 0.0:
             raise ValueError("the TPU kernel (splash attention) has no attention dropout: use impl='xla'")
-        out = pallas_tpu.attention(
-            q, k, v, key_mask, query_mask, window=window, query_segments=query_segments,
-            key_segments=key_segments, global_queries=global_queries, global_keys=global_keys,
-            block_mask=block_mask, block=block, scale=scale, interpret=interpret)
+        splash = lambda q, k, v, key_mask, query_mask, **traced: pallas_tpu.attention(  # noqa: E731
+            q, k, v, key_mask, query_mask, window=window, global_queries=global_queries, global_keys=global_keys,
+            block=block, scale=scale, interpret=interpret,
+            **{"query_segments": None, "key_segments": None, "block_mask": None, **traced})
+        traced = dict(query_segments=query_segments, key_segments=key_segments, block_mask=block_mask)
+        out = sharding.over_batch(splash)(q, k, v, key_mask, query_mask,
+                                          **{name: x for name, x in traced.items() if x is not None})
         return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
     if block_mask is None:
         block = kernel_block(max(nq, nk), block)

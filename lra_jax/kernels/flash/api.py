@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import dropout, pallas_backend, resolve_impl
+from lra_jax.kernels import dropout, pallas_backend, resolve_impl, sharding
 from lra_jax.kernels.flash import pallas_gpu, pallas_tpu, reference
 
 
@@ -111,11 +111,12 @@ def flash_attention(
         if dropout_rate > 0.0:
             raise ValueError("the TPU kernel (splash attention) has no attention dropout: use impl='xla'")
         nq_pad, nk_pad = (-(-x // pallas_tpu.BLOCK) * pallas_tpu.BLOCK for x in (nq, nk))
-        out = pallas_tpu.attention(
+        splash = lambda q, k, v, q_ids, k_ids: pallas_tpu.attention(  # noqa: E731
+            q, k, v, q_ids, k_ids, pallas_tpu.full_mask(nq_pad, nk_pad), scale, interpret)
+        out = sharding.over_batch(splash)(
             pad_axis(q, 1, nq_pad), pad_axis(k, 1, nk_pad), pad_axis(v, 1, nk_pad),
             pallas_tpu.segment_ids(pad_axis(query_mask, 1, nq_pad, False)),
-            pallas_tpu.segment_ids(pad_axis(key_mask, 1, nk_pad, False)),
-            pallas_tpu.full_mask(nq_pad, nk_pad), scale, interpret)[:, :nq]
+            pallas_tpu.segment_ids(pad_axis(key_mask, 1, nk_pad, False)))[:, :nq]
         keep = query_mask & key_mask.any(1, keepdims=True)  # a row with no real key is 0, as in the reference
         return jnp.where(keep[:, :, None, None], out, jnp.zeros((), out.dtype))
 
