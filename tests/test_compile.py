@@ -181,10 +181,12 @@ def test_splash_eval_step_compiles_on_a_four_chip_slice():
     assert row.result == "ok", row.error
 
 
-@pytest.mark.parametrize("name", ["tpu-v5e:2x2", "h100"])
+@pytest.mark.parametrize("name", ["tpu-v5e:1x1", "h100"])
 def test_a_full_scale_train_step_compiles_and_fits(name):
-    """Full-scale Image (1,024 tokens, batch 256 split over the slice) with Linformer (no kernel). On the
-    4-chip slice the TPU cost model gives this step a negative time: it must not be reported."""
+    """Full-scale Image (1,024 tokens, batch 256) with Linformer (no kernel), on one chip: over the
+    4-chip slice the same compile takes three times as long (143 s against 50 s here), and slices of
+    several chips are covered by the splash test above. The TPU cost model gives this step a negative
+    time even on one chip and without a kernel: it must never be reported."""
     target = target_or_skip(name)
     config = lower.load_config(lower.config_files()["linformer"], "image", "full")
     (row,) = compile_cmd.compile_config("linformer", "image", config, target, modes=("train",))
@@ -192,8 +194,8 @@ def test_a_full_scale_train_step_compiles_and_fits(name):
     assert row.per_device_batch == config.batch_size // len(target.devices)
     assert 0 < row.memory["total"] <= target.memory_per_device
     assert row.flops > 0
-    assert row.modeled_seconds is None or row.modeled_seconds > 0
-    if target.platform == "tpu" and row.modeled_seconds is None:
+    assert row.modeled_seconds is None or row.modeled_seconds > 0  # never a negative figure
+    if target.platform == "tpu" and row.modeled_seconds is None:  # the cost model gave -15.9 s here
         assert row.modeled_note.startswith("not modeled")
 
 
