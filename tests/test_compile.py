@@ -138,6 +138,7 @@ def test_an_error_row_exits_1(monkeypatch, tmp_path, capsys):
     (["--targets=tpu-v9:2x2"], "error: unknown compile target 'tpu-v9:2x2'"),
     (["--scale=huge"], "error: unknown scale 'huge'"),
     (["--steps=both"], "error: unknown step both"),
+    (["--per_device_batch=-1"], "error: --per_device_batch must be >= 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert compile_cmd.main(argv) == 2

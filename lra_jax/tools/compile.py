@@ -400,6 +400,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", default="train,eval", help="train, eval or both")
     parser.add_argument("--plan", default="true", choices=("true", "false"),
                         help="plan a train step that does not fit (compiles a few more times)")
+    parser.add_argument("--per_device_batch", type=int, default=0,
+                        help="examples per device instead of the config's global batch split over the target "
+                             "(the LRA paper's Table 2: 32 per TPU v3 core); 0: the config's")
     parser.add_argument("--out", default="", help="write the rows as JSON here (e.g. experiments/results/...)")
     return parser.parse_args(argv)
 
@@ -448,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         variants = choose(args.variants, sorted(files), "variant")
         tasks = choose(args.tasks, list(task_defaults.TASKS), "task")
         modes = tuple(choose(args.steps, list(MODES), "step"))
+        if args.per_device_batch < 0:
+            raise LraError(f"--per_device_batch must be >= 0, got {args.per_device_batch}")
         if args.scale not in lower.SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
         names = [n.strip() for n in args.targets.split(",") if n.strip()]
@@ -464,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         config = lower.load_config(files[variant], task, args.scale, max_len)
         label = f"{task}:{config.max_len}" if max_len else task
         for target in targets:
+            if args.per_device_batch:
+                config = config.copy_and_resolve_references()
+                config.batch_size = args.per_device_batch * len(target.devices)
             for row in compile_config(variant, label, config, target, modes):
                 if row.mode == "train" and row.result == "does not fit" and args.plan == "true":
                     row.plan = plan_fit(variant, label, config, target, row)
