@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 
 from lra_jax import accelerators, fit
+from lra_jax.errors import LraError
 from lra_jax.tools import compile as compile_cmd
-from lra_jax.tools import lower
+from lra_jax.tools import lower, table2
 
 GIB = 2**30
 
@@ -139,11 +141,61 @@ def test_an_error_row_exits_1(monkeypatch, tmp_path, capsys):
     (["--scale=huge"], "error: unknown scale 'huge'"),
     (["--steps=both"], "error: unknown step both"),
     (["--per_device_batch=-1"], "error: --per_device_batch must be >= 0"),
+    (["--lengths=1024,4k"], "error: --lengths must be positive integers"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert compile_cmd.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(message)
+
+
+# ----------------------------------------------------------------------------- the LRA paper's Table 2
+
+def test_table2_protocol_rows_are_relative_to_softmax_beside_the_paper(monkeypatch, tmp_path, capsys):
+    """--lengths compiles the bench's Text model at each length; the table divides by softmax's row."""
+    seen = []
+
+    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+        seen.append((variant, label, config.max_len, config.task, config.attention.impl, config.model.num_layers))
+        slow = variant == "softmax"
+        return [make_row(variant=variant, task=label, mode=m, target=target.name, global_batch=config.batch_size,
+                         modeled_seconds=0.4 if slow else 0.1, kernels="xla x4",
+                         memory={"argument": 0, "output": 0, "alias": 0, "temp": 0, "total": (8 if slow else 2) * GIB})
+                for m in modes]
+
+    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(name=name))
+    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    out = tmp_path / "table2.json"
+    code = compile_cmd.main(["--targets=tpu-v3:4x4", "--variants=softmax,linformer", "--lengths=1024,4096",
+                             "--per_device_batch=32", "--impl=xla", "--steps=train", f"--out={out}"])
+    assert code == 0
+    assert seen == [("softmax", "table2:1024", 1024, "text", "xla", 4), ("softmax", "table2:4096", 4096, "text", "xla", 4),
+                    ("linformer", "table2:1024", 1024, "text", "xla", 4),
+                    ("linformer", "table2:4096", 4096, "text", "xla", 4)]
+    document = json.loads(out.read_text())
+    assert document["complete"] is True
+    linformer_4k = next(e for e in document["table2"] if e["variant"] == "linformer" and e["length"] == 4096)
+    assert linformer_4k["relative_speed"] == pytest.approx(4.0) and linformer_4k["relative_memory"] == pytest.approx(0.25)
+    printed = capsys.readouterr().out
+    table = printed[printed.index("Table 2 on tpu-v3:4x4"):]
+    # linformer: 4x softmax's speed at both lengths, 2 GiB; the paper's 5.5x and 0.99 GB at 4K
+    assert re.search(r"linformer\s+4\.00\s+4\.00\s+2\.00\s+2\.00\s+5\.5\s+0\.99", table), table
+
+    length, target, modeled = table2.load_modeled(str(out), None)
+    assert (length, target) == (4096, "tpu-v3:4x4")
+    assert modeled["linformer"] == {"examples_per_second": pytest.approx(4 * 32 / 0.1), "peak_memory_bytes": 2 * GIB}
+    with pytest.raises(LraError, match="length 2048 is not in"):
+        table2.load_modeled(str(out), 2048)
+
+
+def test_a_row_without_a_modeled_time_has_no_relative_speed():
+    rows = [make_row(task="table2:1024", modeled_seconds=0.2),
+            make_row(variant="local", task="table2:1024", modeled_seconds=None, modeled_note=compile_cmd.NOT_MODELED),
+            make_row(variant="linear", task="table2:1024", result="does not fit", modeled_seconds=0.1)]
+    entries = {e["variant"]: e for e in table2.relative(rows)}
+    assert entries["local"]["relative_speed"] is None and entries["local"]["note"] == compile_cmd.NOT_MODELED
+    assert entries["linear"]["relative_speed"] == pytest.approx(2.0) and entries["linear"]["memory_bytes"] is None
+    assert "does not" in table2.format_table(list(entries.values()), {})
 
 
 # ----------------------------------------------------------------------------- real compilers

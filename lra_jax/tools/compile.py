@@ -32,6 +32,17 @@ micro-batch that fits (bisection over the divisors of the per-device batch, comp
 and the exact overrides that keep the global batch, `--config.batch_size=B --config.grad_accum_steps=K`,
 which were compiled and fit; or, where one example per device does not fit, the memory it needs.
 
+With `--lengths` the configs are the LRA paper's Table 2 protocol instead of the tasks: the bench's
+Text model (`lra_jax.tools.bench`: 4 layers, width 256, 4 heads, MLP 1024, dropout 0.1) at each
+length, with each variant's full-scale attention settings; the train steps are then printed as Table 2
+(modeled steps/s and memory per device, relative to softmax) next to the paper's figures at 4K:
+
+    python -m lra_jax.tools.compile --targets=tpu-v3:4x4 --variants=all --lengths=1024,2048,3072,4096 \
+        --per_device_batch=32 --impl=xla --steps=train --plan=false --out=experiments/results/table2-tpu-v3.json
+
+`--impl=xla` is the paper's setting (its models ran XLA attention; none had a kernel). `--impl`
+sets `config.attention.impl` of every config (auto, the default, leaves each config's own).
+
 Exit status 0 when every row compiled (fitting or planned), 1 if any row is an error, 2 on bad input.
 `JAX_PLATFORMS` defaults to cpu here: the targets are compile-only, no local accelerator is used.
 """
@@ -50,6 +61,7 @@ import time
 from typing import Any
 
 from lra_jax.errors import LraError
+from lra_jax.tools import table2
 
 GIB = 2**30
 DEFAULT_TARGETS = "tpu-v5e:2x2,tpu-v4:2x2x1,h100,a100"
@@ -403,8 +415,40 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--per_device_batch", type=int, default=0,
                         help="examples per device instead of the config's global batch split over the target "
                              "(the LRA paper's Table 2: 32 per TPU v3 core); 0: the config's")
+    parser.add_argument("--lengths", default="",
+                        help="the LRA paper's Table 2 protocol at these lengths (e.g. 1024,2048,3072,4096) "
+                             "instead of --tasks: the bench's Text model")
+    parser.add_argument("--impl", default="auto", choices=("auto", "xla", "pallas"),
+                        help="config.attention.impl of every config; auto leaves each config's own "
+                             "(xla: the LRA paper's Table 2 setting)")
     parser.add_argument("--out", default="", help="write the rows as JSON here (e.g. experiments/results/...)")
     return parser.parse_args(argv)
+
+
+def parse_lengths(text: str) -> list[int]:
+    """`--lengths` as positive ints; [] when not given."""
+    try:
+        lengths = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        lengths = [0]
+    if any(n < 1 for n in lengths):
+        raise LraError(f"--lengths must be positive integers, e.g. --lengths=1024,2048; got {text!r}")
+    return lengths
+
+
+def configs(variants: list[str], tasks: list[str], lengths: list[int], scale: str, files: dict[str, str]):
+    """(variant, row label, config) to compile: each task's config (full-scale Text twice, as `lower`),
+    or with `lengths` the Table 2 protocol (`table2.config`) at each length, labelled "table2:<n>"."""
+    from lra_jax.tools import lower
+
+    if lengths:
+        for variant in variants:
+            for n in lengths:
+                yield variant, f"{table2.LABEL}:{n}", table2.config(variant, n)
+        return
+    for variant, task, max_len in lower.combinations(variants, tasks, scale):
+        config = lower.load_config(files[variant], task, scale, max_len)
+        yield variant, (f"{task}:{config.max_len}" if max_len else task), config
 
 
 def versions() -> dict[str, str]:
@@ -421,18 +465,22 @@ def versions() -> dict[str, str]:
     return found
 
 
-def write_json(path: str, argv: list[str], rows: list[Row], seconds: float) -> None:
+def write_json(path: str, argv: list[str], rows: list[Row], seconds: float, complete: bool) -> None:
+    """The rows as JSON at `path`, replaced atomically; `complete` False while the command still runs."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    document = {"command": "python -m lra_jax.tools.compile " + " ".join(argv),
+    document = {"command": "python -m lra_jax.tools.compile " + " ".join(argv), "complete": complete,
                 "date": datetime.date.today().isoformat(), "machine": f"{host_platform.machine()}, "
                 f"{os.cpu_count()} cores (compile-only targets: nothing ran on the accelerators)",
                 "versions": versions(), "seconds": round(seconds, 1),
                 "note": "memory in bytes per device; flops per device (XLA's count, flops_partial says where it is "
                         "a lower bound); modeled_seconds: the TPU compiler's modeled step time, not measured",
                 "rows": [dataclasses.asdict(r) for r in rows]}
-    with open(path, "w", encoding="utf-8") as f:
+    if any(table2.length_of(r.task) for r in rows):
+        document["table2"] = table2.relative(rows)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(document, f, indent=1)
         f.write("\n")
+    os.replace(path + ".tmp", path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         variants = choose(args.variants, sorted(files), "variant")
         tasks = choose(args.tasks, list(task_defaults.TASKS), "task")
         modes = tuple(choose(args.steps, list(MODES), "step"))
+        lengths = parse_lengths(args.lengths)
         if args.per_device_batch < 0:
             raise LraError(f"--per_device_batch must be >= 0, got {args.per_device_batch}")
         if args.scale not in lower.SCALES:
@@ -465,9 +514,10 @@ def main(argv: list[str] | None = None) -> int:
 
     start, rows = time.perf_counter(), []
     print(HEADER, flush=True)
-    for variant, task, max_len in lower.combinations(variants, tasks, args.scale):
-        config = lower.load_config(files[variant], task, args.scale, max_len)
-        label = f"{task}:{config.max_len}" if max_len else task
+    for variant, label, config in configs(variants, tasks, lengths, args.scale, files):
+        if args.impl != "auto":
+            config = config.copy_and_resolve_references()
+            config.attention.impl = args.impl
         for target in targets:
             if args.per_device_batch:
                 config = config.copy_and_resolve_references()
@@ -479,12 +529,16 @@ def main(argv: list[str] | None = None) -> int:
                         row.result = "error"
                 rows.append(row)
                 print(format_row(row), flush=True)
+                if args.out:  # after every row: a long matrix cut short keeps what it compiled
+                    write_json(args.out, argv, rows, time.perf_counter() - start, complete=False)
     seconds = time.perf_counter() - start
     print(summary(rows))
+    if lengths:
+        print(table2.format_table(table2.relative(rows), table2.paper_figures()))
     print(f"{len(rows)} steps compiled ({args.scale} scale) in {seconds:.0f} s; GiB and GFLOP per device, "
           "* = partial FLOPs (loops counted once, kernels as 0); modeled = the TPU compiler's model, not measured")
     if args.out:
-        write_json(args.out, argv, rows, seconds)
+        write_json(args.out, argv, rows, seconds, complete=True)
         print(f"wrote {args.out}")
     return 1 if any(r.failed for r in rows) else 0
 

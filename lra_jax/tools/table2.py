@@ -1,0 +1,130 @@
+"""The LRA paper's Table 2 (Tay et al. 2021) compiled for its hardware: speed and memory per variant.
+
+Table 2 trains the Text model (4 layers, width 256, 4 heads, MLP 1024) at 1K to 4K tokens on a
+4x4 TPU v3 slice and reports steps/s and peak memory per device, each relative to the Transformer.
+`python -m lra_jax.tools.compile --lengths=...` compiles that protocol for a target (`config`); this
+module turns its train rows into the table (`relative`), prints it beside the paper's figures at 4K
+(`paper_figures`, experiments/reference/lra_paper.json) and gives the chart its modeled speeds
+(`load_modeled`). Speeds here are the TPU compiler's modeled step times, never measurements.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lra_jax.errors import LraError
+
+LABEL = "table2"  # compile rows of this protocol are labelled "table2:<length>"
+BASELINE = "softmax"
+BATCH_SIZE = 32  # the bench's default; `compile --per_device_batch` sets the paper's 32 per core
+
+
+def config(variant: str, length: int):
+    """The bench's Table 2 config (`lra_jax.tools.bench.bench_config`) for `variant` at `length` tokens,
+    as the Text task (byte vocabulary, 2 classes), layers unrolled and not rematerialised as in the paper."""
+    from lra_jax.tools import bench
+
+    settings = dict(bench.PROTOCOL, batch_size=BATCH_SIZE, seed=0, dtype="float32", scan_layers=False, remat=False)
+    built = bench.bench_config(variant, length, settings)
+    built.task = "text"
+    return built
+
+
+def length_of(label: str) -> int | None:
+    """The length of a row labelled "table2:<n>", else None."""
+    name, _, length = label.partition(":")
+    return int(length) if name == LABEL and length.isdigit() else None
+
+
+def relative(rows) -> list[dict[str, Any]]:
+    """Per (target, variant, length) train row: modeled steps/s and memory per device, each relative to
+    softmax's on the same target at the same length (None where either is missing)."""
+    train = [r for r in rows if r.mode == "train" and length_of(r.task) is not None]
+    baseline = {(r.target, r.task): r for r in train if r.variant == BASELINE}
+    entries = []
+    for r in train:
+        base = baseline.get((r.target, r.task))
+        speed = 1 / r.modeled_seconds if r.modeled_seconds else None
+        base_speed = 1 / base.modeled_seconds if base and base.modeled_seconds else None
+        memory = (r.memory or {}).get("total") if r.result == "ok" else None
+        base_memory = (base.memory or {}).get("total") if base and base.result == "ok" else None
+        entries.append({
+            "variant": r.variant, "target": r.target, "length": length_of(r.task), "result": r.result,
+            "modeled_steps_per_second": speed,
+            "relative_speed": speed / base_speed if speed and base_speed else None,
+            "memory_bytes": memory, "relative_memory": memory / base_memory if memory and base_memory else None,
+            "note": r.modeled_note or r.error})
+    return entries
+
+
+def paper_figures(path: str | None = None) -> dict[str, dict[str, Any]]:
+    """variant -> the paper's Table 2 figures at 4K (steps/s, relative speed, memory GB), where published."""
+    from lra_jax.tools.chart import REFERENCE
+
+    path = path or REFERENCE
+    try:
+        with open(path, encoding="utf-8") as f:
+            models = json.load(f)["models"]
+    except (OSError, ValueError, KeyError) as error:
+        raise LraError(f"cannot read the LRA paper's figures {path}: {error}") from error
+    return {m["variant"]: m for m in models if m.get("relative_speed_4k") is not None}
+
+
+def _cell(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]) -> str:
+    """Table 2 per target: modeled speed relative to softmax at each length, memory per device (GiB) at
+    each length, and the paper's speed and memory at 4K."""
+    lines = []
+    for target in dict.fromkeys(e["target"] for e in entries):
+        mine = [e for e in entries if e["target"] == target]
+        lengths = sorted({e["length"] for e in mine})
+        cells = {(e["variant"], e["length"]): e for e in mine}
+        lines.append(f"Table 2 on {target}: train steps/s relative to {BASELINE} (modeled by the XLA TPU compiler, "
+                     "not measured) and memory per device (GiB, compiled); paper: Tay et al. 2021 at 4K")
+        header = f"{'variant':<15}" + "".join(f"{'x' + str(n):>8}" for n in lengths) \
+            + "".join(f"{str(n) + ' GiB':>10}" for n in lengths) + f"{'paper x':>9}{'paper GB':>9}"
+        lines.append(header)
+        for variant in dict.fromkeys(e["variant"] for e in mine):
+            row = f"{variant:<15}"
+            for n in lengths:
+                e = cells.get((variant, n), {})
+                row += f"{_cell(e.get('relative_speed'), '.2f'):>8}"
+            for n in lengths:
+                e = cells.get((variant, n), {})
+                memory = e.get("memory_bytes")
+                row += f"{(_cell(memory / 2**30, '.2f') if memory else e.get('result', '-')[:9]):>10}"
+            published = paper.get(variant, {})
+            row += f"{_cell(published.get('relative_speed_4k'), '.1f'):>9}{_cell(published.get('memory_4k_gb'), '.2f'):>9}"
+            lines.append(row)
+    return "\n".join(lines)
+
+
+def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[str, dict[str, Any]]]:
+    """(length, target, variant -> {"examples_per_second", "peak_memory_bytes"}) from a compile JSON of
+    this protocol, for the chart: modeled examples/s = global batch / modeled step time; only rows that
+    fit and were modeled. `length` None: the longest in the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)["rows"]
+    except (OSError, ValueError, KeyError) as error:
+        raise LraError(f"cannot read compile JSON {path}: {error}") from error
+    rows = [r for r in rows if r["mode"] == "train" and length_of(r["task"]) is not None]
+    lengths = sorted({length_of(r["task"]) for r in rows})
+    if not lengths:
+        raise LraError(f"{path} has no Table 2 rows: make it with `python -m lra_jax.tools.compile --lengths=...`")
+    if length is None:
+        length = lengths[-1]
+    elif length not in lengths:
+        raise LraError(f"length {length} is not in {path}; it has {', '.join(map(str, lengths))}")
+    chosen = [r for r in rows if length_of(r["task"]) == length]
+    targets = sorted({r["target"] for r in chosen})
+    if len(targets) != 1:
+        raise LraError(f"{path} has Table 2 rows for {', '.join(targets)}; the chart takes one target per file")
+    modeled = {r["variant"]: {"examples_per_second": r["global_batch"] / r["modeled_seconds"],
+                              "peak_memory_bytes": r["memory"]["total"]}
+               for r in chosen if r["result"] == "ok" and r.get("modeled_seconds") and r.get("memory")}
+    return length, targets[0], modeled
