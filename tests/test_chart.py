@@ -352,3 +352,29 @@ def test_min_seeds_leaves_out_and_names_the_cells_of_a_sweep_still_running(tmp_p
     assert row.split(" | ")[1] == "—" and "60.00 ± 0.00" in row  # ListOps not reported, Pathfinder is
     with pytest.raises(LraError, match="fewer than 3 seeds"):
         chart.make_chart(str(root / "listops-full"), str(tmp_path / "out2"), min_seeds=3)
+
+
+def test_a_modeled_panel_from_a_table2_compile_json(runs, tmp_path):
+    """--modeled adds the TPU compiler's modeled speed as a middle panel, labelled modeled, its own bars."""
+    bench = tmp_path / "bench.json"
+    write_bench(bench, [("softmax", 1024, "ok", 20.0, 2**30), ("linear", 1024, "ok", 400.0, 2**30)])
+    modeled = tmp_path / "table2.json"
+    rows = [{"variant": v, "task": "table2:4096", "target": "tpu-v3:4x4", "mode": "train", "result": "ok",
+             "global_batch": 1024, "modeled_seconds": seconds, "memory": {"total": 3 * 2**30}}
+            for v, seconds in (("softmax", 0.5), ("linear", 0.1))]
+    modeled.write_text(json.dumps({"rows": rows}))
+    paths = chart.make_chart(str(runs), str(tmp_path / "out"), bench_path=str(bench), scale="full",
+                             modeled_path=str(modeled))
+    with open(paths["svg"], encoding="utf-8") as f:
+        svg = f.read()
+    assert "modeled by the XLA TPU compiler" in svg and "tpu-v3:4x4" in svg
+    assert 'id="score-bar-softmax-0"' in svg and 'id="modeled-score-bar-softmax-0"' in svg
+    with Image.open(paths["png"]) as image:
+        assert image.size[0] > 2500  # three panels
+
+
+def test_a_modeled_json_without_table2_rows_is_one_clear_error(runs, tmp_path):
+    modeled = tmp_path / "compile.json"
+    modeled.write_text(json.dumps({"rows": [{"variant": "softmax", "task": "listops", "mode": "train"}]}))
+    with pytest.raises(LraError, match="no Table 2 rows: make it with `python -m lra_jax.tools.compile --lengths"):
+        chart.make_chart(str(runs), str(tmp_path / "out"), modeled_path=str(modeled))

@@ -14,6 +14,9 @@ single-seed score (sqrt(sum of the tasks' variances) / T), bubble area proportio
 variants missing a task are drawn hollow and scored over the tasks they have; a caption says how the
 points were chosen. Right panel: the LRA paper's published Table 1 score against its Table 2 speed and
 memory at 4K (relative to Transformer, as the paper's Figure 3), from experiments/reference/lra_paper.json.
+With --modeled (a compile JSON of the Table 2 protocol, `python -m lra_jax.tools.compile --lengths=...`) a
+middle panel puts the same scores against the TPU compiler's modeled speed on the paper's hardware,
+labelled modeled: no TPU ran.
 Variants that are not attention and serve as the yardstick (`REFERENCE_VARIANTS`: s4d, the diagonal
 state-space model) are drawn as diamonds in the left panel; the right panel marks the S4D paper's
 published score (experiments/reference/s4d_paper.json) as a line. The table gives our figures (mean ±
@@ -36,7 +39,7 @@ from typing import Any
 from absl import app, flags
 
 from lra_jax.errors import LraError
-from lra_jax.tools import selection
+from lra_jax.tools import selection, table2
 
 LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 PATH_X = ("path_x", "pathx", "path-x")
@@ -63,6 +66,8 @@ def define_flags() -> None:
     flags.DEFINE_enum("scale", None, ["full", "mini"], "Only runs of this scale (default: all scales).")
     flags.DEFINE_integer("length", None, "Sequence length whose bench results set speed and memory "
                          "(default: the longest length in the bench JSON).")
+    flags.DEFINE_string("modeled", None, "Table 2 compile JSON (`python -m lra_jax.tools.compile --lengths=...`) "
+                        "for a middle panel: our scores against the TPU compiler's modeled speed at its longest length.")
     flags.DEFINE_string("reference", REFERENCE, "Published LRA figures for the right panel.")
     flags.DEFINE_integer("min_seeds", 1, "Leave out (and name) a variant's task whose chosen grid point has "
                          "fewer finished seeds: a chart of a sweep still running shows only finished cells.")
@@ -208,7 +213,7 @@ def score_bars(measured: dict[str, dict[str, Any]], variants: list[str]) -> list
     return [measured[v]["score_std"] for v in variants]
 
 
-def _draw_score_bar(ax, x: float, y: float, err: float | None, color, variant: str) -> None:
+def _draw_score_bar(ax, x: float, y: float, err: float | None, color, variant: str, gid: str = "score-bar") -> None:
     """A thin capped vertical bar, ±err around the bubble, under the centre dot and the labels; in a darker
     shade of the bubble's colour, so that it shows inside the bubble too."""
     if err is None:
@@ -219,89 +224,113 @@ def _draw_score_bar(ax, x: float, y: float, err: float | None, color, variant: s
     bar = ax.errorbar([x], [y], yerr=[err], fmt="none", ecolor=color, elinewidth=1.2, capsize=4,
                       capthick=1.2, zorder=3.5)
     for i, artist in enumerate(bar.get_children()):
-        artist.set_gid(f"score-bar-{variant}-{i}")
+        artist.set_gid(f"{gid}-{variant}-{i}")
 
 
 def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
          length: int | None, reference: dict[str, Any] | None, out_dir: str,
-         device: str = "", note: str = "", ssm_reference: dict[str, Any] | None = None) -> dict[str, str]:
-    """Writes lra_chart.png and lra_chart.svg (`note` under the left panel); returns their paths."""
+         device: str = "", note: str = "", ssm_reference: dict[str, Any] | None = None,
+         modeled: tuple[int, str, dict[str, dict[str, Any]]] | None = None) -> dict[str, str]:
+    """Writes lra_chart.png and lra_chart.svg (`note` under the left panel); returns their paths.
+
+    Panels: our scores against the bench's measured speed; with `modeled` ((length, target, variant ->
+    modeled speed and memory), `table2.load_modeled`) our scores against the TPU compiler's modeled
+    speed; the LRA paper's figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
 
     from lra_jax.tools.chart_labels import place_labels
 
-    fig, axes = plt.subplots(1, 2, figsize=(18, 7), constrained_layout=True,
-                             gridspec_kw={"width_ratios": [1.3, 1]})
-    label_jobs = []  # labels go on last, once both panels (and so the layout) are final
-    ax = axes[0]
-    points = [(v, m, bench[v]) for v, m in measured.items()
-              if bench and v in bench and m["score"] is not None and bench[v].get("examples_per_second")]
-    if points:
-        xs = [b["examples_per_second"] for _, _, b in points]
-        ys = [m["score"] for _, m, _ in points]
-        mems = [memory_bytes(b) or 0.0 for _, _, b in points]
-        largest = max(mems) or 1.0
-        sizes = _bubble_sizes(mems, largest)
-        colors = matplotlib.colormaps["tab20"].colors
-        bars = score_bars(measured, [v for v, _, _ in points])
-        for i, ((variant, m, _), x, y, s, err) in enumerate(zip(points, xs, ys, sizes, bars)):
-            color = colors[i % len(colors)]
-            partial = bool(m["missing"])
-            _draw_score_bar(ax, x, y, err, "black" if variant in REFERENCE_VARIANTS else color, variant)
-            if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
-                ax.scatter([x], [y], s=s, marker="D", facecolor="none" if partial else "0.15",
-                           edgecolor="black", linewidth=2.5, alpha=0.6, zorder=3, hatch="xx" if partial else None)
-            else:
-                ax.scatter([x], [y], s=s, facecolor="none" if partial else color, edgecolor=color,
-                           linewidth=2.0, linestyle="--" if partial else "-", alpha=0.75, zorder=3,
-                           hatch="///" if partial else None)
-            ax.scatter([x], [y], s=8, color="black", zorder=4)
-        labels = [variant + (" (SSM reference)" if variant in REFERENCE_VARIANTS else "")
-                  + ("*" if m["missing"] else "") for variant, m, _ in points]
-        point_colors = ["black" if v in REFERENCE_VARIANTS else colors[i % len(colors)]
-                        for i, (v, _, _) in enumerate(points)]
-        label_jobs.append((ax, list(zip(xs, ys)), labels, sizes, 9, point_colors))
-        if max(xs) / max(min(xs), 1e-12) > 10:
-            _log_axis_with_plain_ticks(ax.xaxis)
-        ax.margins(x=0.12, y=0.15)
-        handles = _memory_legend(ax, largest, "GiB", 2**30)
-        handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
-                              markeredgecolor="0.3", markersize=10, label="* missing tasks (hollow)"))
-        for variant, what in REFERENCE_VARIANTS.items():
-            if any(v == variant for v, _, _ in points):
-                handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none",
-                                      markeredgecolor="black", markersize=10, label=f"{variant}, {what}"))
-        _legend(ax, handles, "peak memory / step")
-    else:
-        ax.text(0.5, 0.5, "no variant has both results and a bench entry", ha="center",
-                transform=ax.transAxes)
+    ratios = [1.3, 1.3, 1] if modeled else [1.3, 1]
+    fig, axes = plt.subplots(1, len(ratios), figsize=(18 + 12 * bool(modeled), 7), constrained_layout=True,
+                             gridspec_kw={"width_ratios": ratios})
+    label_jobs = []  # labels go on last, once every panel (and so the layout) is final
     where = f" on {device}" if device else ""
-    ax.set_xlabel(f"training speed at length {length} (examples/s{where})")
-    ax.set_ylabel("LRA score (mean test accuracy, %)")
-    ax.set_title("This framework: score vs speed (bubble area = peak memory)")
-    ax.grid(True, alpha=0.3, which="both")
+    label_jobs.append(_draw_ours(
+        axes[0], measured, bench, f"training speed at length {length} (examples/s{where}, measured)",
+        "This framework: score vs speed (bubble area = peak memory)", "peak memory / step"))
     if note:  # broken into lines here: a line wider than the panel would squeeze the layout
         note = "\n".join(textwrap.fill(part, NOTE_WIDTH, break_on_hyphens=False) for part in note.splitlines())
-        ax.text(0.0, -0.12, note, transform=ax.transAxes, fontsize=7, va="top")
-
-    reference_labels = _draw_reference(axes[1], reference)
-    _draw_ssm_line(axes[1], ssm_reference)
-    if reference_labels:
-        label_jobs.append(reference_labels)
+        axes[0].text(0.0, -0.12, note, transform=axes[0].transAxes, fontsize=7, va="top")
+    if modeled:
+        modeled_length, target, speeds = modeled
+        chip = target.removeprefix("tpu-").split(":")[0].upper()
+        label_jobs.append(_draw_ours(
+            axes[1], measured, speeds, f"training speed at length {modeled_length} (examples/s on {target}, "
+            "modeled by the XLA TPU compiler, not measured)",
+            f"TPU {chip}, modeled by the XLA TPU compiler: the LRA paper's Table 2 setting",
+            "memory per device (compiled)", gid="modeled-score-bar"))
+        axes[1].text(0.0, -0.12, "Speed: the TPU compiler's modeled train step time (`compile --lengths`), "
+                     "compiled on a CPU; no TPU ran. Score: this framework's runs, as in the left panel.",
+                     transform=axes[1].transAxes, fontsize=7, va="top")
+    reference_labels = _draw_reference(axes[-1], reference)
+    _draw_ssm_line(axes[-1], ssm_reference)
+    label_jobs.append(reference_labels)
     fig.canvas.draw()
     fig.set_layout_engine("none")  # freeze the layout so the placed labels stay where they were placed
-    for job_ax, anchors, labels, sizes, fontsize, point_colors in label_jobs:
-        place_labels(job_ax, anchors, labels, sizes, fontsize, point_colors)
+    for job in filter(None, label_jobs):
+        place_labels(*job)
     paths = {}
     for ext in ("png", "svg"):
         paths[ext] = os.path.join(out_dir, f"lra_chart.{ext}")
         fig.savefig(paths[ext], dpi=110)
     plt.close(fig)
     return paths
+
+
+def _draw_ours(ax, measured: dict[str, dict[str, Any]], speeds: dict[str, dict[str, Any]] | None,
+               xlabel: str, title: str, memory_title: str, gid: str = "score-bar"):
+    """Our LRA scores (y) against `speeds`' examples/s (x), bubble area = its memory, score bars with SVG
+    ids `<gid>-<variant>-<i>`; returns the label job for `place_labels`, or None when no variant has both."""
+    import matplotlib
+    from matplotlib.lines import Line2D
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("LRA score (mean test accuracy, %)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3, which="both")
+    points = [(v, m, speeds[v]) for v, m in measured.items()
+              if speeds and v in speeds and m["score"] is not None and speeds[v].get("examples_per_second")]
+    if not points:
+        ax.text(0.5, 0.5, "no variant has both results and a speed", ha="center", transform=ax.transAxes)
+        return None
+    xs = [b["examples_per_second"] for _, _, b in points]
+    ys = [m["score"] for _, m, _ in points]
+    mems = [memory_bytes(b) or 0.0 for _, _, b in points]
+    largest = max(mems) or 1.0
+    sizes = _bubble_sizes(mems, largest)
+    colors = matplotlib.colormaps["tab20"].colors
+    bars = score_bars(measured, [v for v, _, _ in points])
+    for i, ((variant, m, _), x, y, s, err) in enumerate(zip(points, xs, ys, sizes, bars)):
+        color = colors[i % len(colors)]
+        partial = bool(m["missing"])
+        _draw_score_bar(ax, x, y, err, "black" if variant in REFERENCE_VARIANTS else color, variant, gid)
+        if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
+            ax.scatter([x], [y], s=s, marker="D", facecolor="none" if partial else "0.15",
+                       edgecolor="black", linewidth=2.5, alpha=0.6, zorder=3, hatch="xx" if partial else None)
+        else:
+            ax.scatter([x], [y], s=s, facecolor="none" if partial else color, edgecolor=color,
+                       linewidth=2.0, linestyle="--" if partial else "-", alpha=0.75, zorder=3,
+                       hatch="///" if partial else None)
+        ax.scatter([x], [y], s=8, color="black", zorder=4)
+    labels = [variant + (" (SSM reference)" if variant in REFERENCE_VARIANTS else "")
+              + ("*" if m["missing"] else "") for variant, m, _ in points]
+    point_colors = ["black" if v in REFERENCE_VARIANTS else colors[i % len(colors)]
+                    for i, (v, _, _) in enumerate(points)]
+    if max(xs) / max(min(xs), 1e-12) > 10:
+        _log_axis_with_plain_ticks(ax.xaxis)
+    ax.margins(x=0.12, y=0.15)
+    handles = _memory_legend(ax, largest, "GiB", 2**30)
+    handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
+                          markeredgecolor="0.3", markersize=10, label="* missing tasks (hollow)"))
+    for variant, what in REFERENCE_VARIANTS.items():
+        if any(v == variant for v, _, _ in points):
+            handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none",
+                                  markeredgecolor="black", markersize=10, label=f"{variant}, {what}"))
+    _legend(ax, handles, memory_title)
+    return ax, list(zip(xs, ys)), labels, sizes, 9, point_colors
 
 
 def _log_axis_with_plain_ticks(axis) -> None:
@@ -511,9 +540,10 @@ def unfinished_note(selections: dict, min_seeds: int) -> str:
 
 def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | None = None,
                length: int | None = None, reference_path: str | None = REFERENCE,
-               ssm_reference_path: str | None = SSM_REFERENCE, min_seeds: int = 1) -> dict[str, str]:
-    """Reads runs (+ bench, + reference) and writes the chart and table into `out`; returns the paths.
-    A cell whose chosen point has fewer than `min_seeds` seeds is left out and named."""
+               ssm_reference_path: str | None = SSM_REFERENCE, min_seeds: int = 1,
+               modeled_path: str | None = None) -> dict[str, str]:
+    """Reads runs (+ bench, + modeled Table 2, + reference) and writes the chart and table into `out`;
+    returns the paths. A cell whose chosen point has fewer than `min_seeds` seeds is left out and named."""
     results = read_runs(runs, scale)
     selections = selection.select_all(results)
     note = "\n".join(filter(None, [diverged_note(results), unfinished_note(selections, min_seeds)]))
@@ -528,6 +558,7 @@ def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | 
         length, bench = load_bench(bench_path, length)
         with open(bench_path, encoding="utf-8") as f:
             device = json.load(f).get("device", {}).get("kind", "")
+    modeled = table2.load_modeled(modeled_path, None) if modeled_path else None
     reference, ssm_reference = None, None
     if reference_path and os.path.exists(reference_path):
         with open(reference_path, encoding="utf-8") as f:
@@ -537,7 +568,7 @@ def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | 
             ssm_reference = json.load(f)
     os.makedirs(out, exist_ok=True)
     paths = draw(measured, bench, length, reference, out, device,
-                 "\n".join(filter(None, [caption(measured), note])), ssm_reference)
+                 "\n".join(filter(None, [caption(measured), note])), ssm_reference, modeled)
     paths["md"] = os.path.join(out, "lra_results.md")
     with open(paths["md"], "w", encoding="utf-8") as f:
         f.write(markdown_table(measured, bench, length, scale, reference, note, ssm_reference))
@@ -549,7 +580,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         paths = make_chart(FLAGS.runs, FLAGS.out, FLAGS.bench, FLAGS.scale, FLAGS.length, FLAGS.reference,
-                           min_seeds=FLAGS.min_seeds)
+                           min_seeds=FLAGS.min_seeds, modeled_path=FLAGS.modeled)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
