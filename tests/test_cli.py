@@ -68,6 +68,18 @@ SMALL = ["--config=configs/linformer.py:listops,mini", "--config.num_train_steps
          "--config.data.generator.num_test=32", "--config.data.generator.max_length=48"]
 
 
+def test_every_console_script_is_in_the_readme_command_table():
+    """Each `[project.scripts]` entry appears in the README as `| python -m <module> | <name> |`."""
+    import tomllib
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    missing = [name for name, entry in scripts.items()
+               if f"| `python -m {entry.split(':')[0]}` | `{name}` |" not in readme]
+    assert not missing, f"console scripts missing from the README's command table: {missing}"
+
+
 def test_a_short_run_exits_zero_and_a_rerun_finishes_at_once(tmp_path):
     """Exit status 0 after training and after the rerun that finds the run finished."""
     first = train(*SMALL, tmp_path=tmp_path)
