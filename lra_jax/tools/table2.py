@@ -54,6 +54,7 @@ def relative(rows) -> list[dict[str, Any]]:
             "modeled_steps_per_second": speed,
             "relative_speed": speed / base_speed if speed and base_speed else None,
             "memory_bytes": memory, "relative_memory": memory / base_memory if memory and base_memory else None,
+            "needed_bytes": None if r.result == "ok" else (r.memory or {}).get("total") or (r.memory or {}).get("temp"),
             "note": r.modeled_note or r.error})
     return entries
 
@@ -84,7 +85,8 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
         lengths = sorted({e["length"] for e in mine})
         cells = {(e["variant"], e["length"]): e for e in mine}
         lines.append(f"Table 2 on {target}: train steps/s relative to {BASELINE} (modeled by the XLA TPU compiler, "
-                     "not measured) and memory per device (GiB, compiled); paper: Tay et al. 2021 at 4K")
+                     "not measured) and memory per device (GiB, compiled; !N: does not fit, the compiler asked for "
+                     "N GiB); paper: Tay et al. 2021 at 4K")
         header = f"{'variant':<15}" + "".join(f"{'x' + str(n):>8}" for n in lengths) \
             + "".join(f"{str(n) + ' GiB':>10}" for n in lengths) + f"{'paper x':>9}{'paper GB':>9}"
         lines.append(header)
@@ -95,8 +97,10 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
                 row += f"{_cell(e.get('relative_speed'), '.2f'):>8}"
             for n in lengths:
                 e = cells.get((variant, n), {})
-                memory = e.get("memory_bytes")
-                row += f"{(_cell(memory / 2**30, '.2f') if memory else e.get('result', '-')[:9]):>10}"
+                memory, needed = e.get("memory_bytes"), e.get("needed_bytes")
+                text = _cell(memory / 2**30, ".2f") if memory else (
+                    f"!{needed / 2**30:.1f}" if needed else e.get("result", "-")[:9])
+                row += f"{text:>10}"
             published = paper.get(variant, {})
             row += f"{_cell(published.get('relative_speed_4k'), '.1f'):>9}{_cell(published.get('memory_4k_gb'), '.2f'):>9}"
             lines.append(row)
