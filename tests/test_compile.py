@@ -181,6 +181,13 @@ def test_table2_protocol_rows_are_relative_to_softmax_beside_the_paper(monkeypat
     # linformer: 4x softmax's speed at both lengths, 2 GiB; the paper's 5.5x and 0.99 GB at 4K
     assert re.search(r"linformer\s+4\.00\s+4\.00\s+2\.00\s+2\.00\s+5\.5\s+0\.99", table), table
 
+    assert table2.main([str(out)]) == 0
+    assert re.search(r"linformer\s+4\.00\s+4\.00\s+2\.00\s+2\.00\s+5\.5\s+0\.99", capsys.readouterr().out)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rows": [')
+    assert table2.main([str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot read compile JSON {bad}")
+
     length, target, modeled = table2.load_modeled(str(out), None)
     assert (length, target) == (4096, "tpu-v3:4x4")
     assert modeled["linformer"] == {"examples_per_second": pytest.approx(4 * 32 / 0.1), "peak_memory_bytes": 2 * GIB}

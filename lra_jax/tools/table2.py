@@ -6,11 +6,14 @@ Table 2 trains the Text model (4 layers, width 256, 4 heads, MLP 1024) at 1K to 
 module turns its train rows into the table (`relative`), prints it beside the paper's figures at 4K
 (`paper_figures`, experiments/reference/lra_paper.json) and gives the chart its modeled speeds
 (`load_modeled`). Speeds here are the TPU compiler's modeled step times, never measurements.
+
+    python -m lra_jax.tools.table2 experiments/results/table2-tpu-v3-4x4.json   # the table again, from the JSON
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from lra_jax.errors import LraError
@@ -132,3 +135,31 @@ def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[s
                               "peak_memory_bytes": r["memory"]["total"]}
                for r in chosen if r["result"] == "ok" and r.get("modeled_seconds") and r.get("memory")}
     return length, targets[0], modeled
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints the table of a compile JSON of this protocol; exit 2 on a file that is not one."""
+    from lra_jax.tools.compile import Row
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m lra_jax.tools.table2 <compile JSON made with --lengths>", file=sys.stderr)
+        return 2
+    try:
+        with open(argv[0], encoding="utf-8") as f:
+            rows = [Row(**r) for r in json.load(f)["rows"]]
+        entries = relative(rows)
+        if not entries:
+            raise LraError(f"{argv[0]} has no Table 2 rows: make it with `python -m lra_jax.tools.compile --lengths=...`")
+        print(format_table(entries, paper_figures()))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"error: cannot read compile JSON {argv[0]}: {error}", file=sys.stderr)
+        return 2
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
