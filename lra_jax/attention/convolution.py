@@ -36,6 +36,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, merge_heads, split_heads, zero_padding
+from lra_jax.attention.dropout import Dropout
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -108,7 +109,7 @@ class _Convolution(TokenMixer):
         self.glu = glu
         self.proj_in = nnx.Linear(dim, 2 * dim if glu else dim, dtype=self.dtype, rngs=rngs)
         self.proj_out = nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs)
-        self.weight_dropout = nnx.Dropout(self.dropout_rate)
+        self.weight_dropout = Dropout(self.dropout_rate)
 
     def kernel_logits(self, x: Float[Array, "b n d"]) -> Float[Array, "#b #n h k"]:
         raise NotImplementedError

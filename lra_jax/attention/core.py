@@ -42,6 +42,7 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from lra_jax import kernels
 from lra_jax.errors import ConfigError
+from lra_jax.attention.dropout import Dropout
 from lra_jax.kernels import IMPLS
 from lra_jax.kernels.dropout import seed_from_key as kernel_dropout_seed
 from lra_jax.kernels.masking import MASK_VALUE  # one logit for masked pairs, kernels and variants alike
@@ -152,6 +153,9 @@ class TokenMixer(nnx.Module):
         temporary memory grow as n^e (log factors aside) when the layer is built for
         length n with `settings_at_length(n)`. 2, the default, is full attention's; a
         sub-quadratic variant declares less. `tests/test_cost.py` holds every variant to it.
+      forward_flops(batch, n, dim, num_heads, settings): the forward pass's matmul FLOPs of the
+        layer (`lra_jax/flops.py`), or None where the variant does not count them; next to
+        `cost_exponent` in each variant, tested against XLA's count in `tests/test_flops.py`.
       data_dependent_pattern: True where the keys a query sees are chosen from the
         activations (hash buckets, clusters), so a rounding difference such as
         bfloat16's can move a token to another bucket and change its output entirely.
@@ -174,6 +178,12 @@ class TokenMixer(nnx.Module):
         """Settings that must scale with the length n for `cost_exponent` to hold (none by default)."""
         del n
         return {}
+
+    @classmethod
+    def forward_flops(cls, batch: int, n: int, dim: int, num_heads: int, settings: dict) -> float | None:
+        """Matmul FLOPs of one forward call on [batch, n, dim] (see `lra_jax/flops.py`); None: not counted."""
+        del batch, n, dim, num_heads, settings
+        return None
 
     def __init__(
         self,
@@ -234,11 +244,16 @@ class Attention(TokenMixer):
     Takes the settings of `TokenMixer`.
     """
 
+    @staticmethod
+    def projection_flops(batch: int, n: int, dim: int) -> float:
+        """The q, k, v and output projections: 4 [batch n, dim] x [dim, dim] products."""
+        return 4 * 2.0 * batch * n * dim * dim
+
     def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)
         linear = lambda: nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs)  # noqa: E731
         self.query, self.key, self.value, self.out = linear(), linear(), linear(), linear()
-        self.attention_dropout = nnx.Dropout(self.dropout_rate)
+        self.attention_dropout = Dropout(self.dropout_rate)  # the kernels' mask on [b h q k] weights
 
     def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
         q = split_heads(self.query(x), self.num_heads)
@@ -261,5 +276,6 @@ class Attention(TokenMixer):
         raise NotImplementedError
 
     def drop(self, weights: Array, *, deterministic: bool, rngs: nnx.Rngs | None) -> Array:
-        """Attention dropout on weights (identity when deterministic)."""
+        """Attention dropout on weights (identity when deterministic): `attention.dropout.Dropout`, whose
+        mask on [b, h, q, k] weights is exactly the kernels' (`kernels.dropout.apply`)."""
         return self.attention_dropout(weights, deterministic=deterministic, rngs=rngs)

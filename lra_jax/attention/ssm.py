@@ -55,6 +55,7 @@ from flax import nnx
 from jaxtyping import Array, Complex, Float
 
 from lra_jax.attention.core import SSMParam, TokenMask, TokenMixer, Tokens, zero_padding
+from lra_jax.attention.dropout import Dropout
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -135,7 +136,7 @@ class S4D(TokenMixer):
         # complex standard normal: real and imaginary parts N(0, 1/2); [kernels, H, N/2, (re, im)]
         self.c = nnx.Param(jax.random.normal(rngs.params(), (kernels, dim, modes, 2)) * np.sqrt(0.5))
         self.d = nnx.Param(jax.random.normal(rngs.params(), (dim,)))
-        self.activation_dropout = nnx.Dropout(self.dropout_rate)
+        self.activation_dropout = Dropout(self.dropout_rate)
         self.out = nnx.Linear(dim, 2 * dim if glu else dim, dtype=self.dtype, rngs=rngs)
 
     def kernel(self, length: int) -> Float[Array, "k h n"]:

@@ -75,3 +75,28 @@ def apply(
     batch_head = jnp.arange(b)[:, None] * h + jnp.arange(h)[None, :]
     kept = keep(head_bits(seed[0], batch_head), jnp.arange(nq), jnp.arange(nk), rate)
     return jnp.where(kept, probs * (1.0 / (1.0 - rate)), jnp.zeros((), probs.dtype))
+
+
+def keep_like(seed: UInt32[Array, "1"], shape: tuple[int, ...], rate: float) -> Bool[Array, "..."]:
+    """The keep mask of an array of any `shape` [..., r, c]: `keep` with the leading axes,
+    flattened in row-major order, as the heads, and the last two axes as rows and columns.
+
+    For attention weights [b, h, q, k] this is exactly `apply`'s mask (head b * H + h), so the
+    XLA path and the kernels drop the same weights; for activations [b, n, d] the heads are the
+    examples, the rows the positions, the columns the features. A 1-d shape is one row.
+    """
+    shape = tuple(shape)
+    if len(shape) < 2:
+        return keep_like(seed, (1, *shape) if shape else (1, 1), rate).reshape(shape)
+    heads = 1
+    for size in shape[:-2]:
+        heads *= size
+    kept = keep(head_bits(seed[0], jnp.arange(heads)), jnp.arange(shape[-2]), jnp.arange(shape[-1]), rate)
+    return kept.reshape(shape)
+
+
+def drop(x: Array, seed: UInt32[Array, "1"], rate: float) -> Array:
+    """x with the mask of `keep_like` applied and kept entries scaled by 1 / (1 - rate), any shape
+    (inverted dropout, Srivastava et al. 2014: E[drop(x)] = x). For [b, h, q, k] it equals `apply`."""
+    kept = keep_like(seed, x.shape, rate)
+    return jnp.where(kept, x * (1.0 / (1.0 - rate)), jnp.zeros((), x.dtype))

@@ -26,6 +26,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from lra_jax.attention import registry
 from lra_jax.attention.core import zero_padding
+from lra_jax.attention.dropout import Dropout
 from lra_jax.errors import ConfigError
 
 POSITIONS = ("learned", "sinusoidal")
@@ -47,7 +48,7 @@ class MlpBlock(nnx.Module):
     def __init__(self, dim: int, mlp_dim: int, *, dropout_rate: float, dtype, rngs: nnx.Rngs):
         self.hidden = nnx.Linear(dim, mlp_dim, dtype=dtype, rngs=rngs)
         self.output = nnx.Linear(mlp_dim, dim, dtype=dtype, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
 
     def __call__(self, x, *, deterministic: bool, rngs: nnx.Rngs | None):
         hidden = self.dropout(jax.nn.gelu(self.hidden(x)), deterministic=deterministic, rngs=rngs)
@@ -70,7 +71,7 @@ class Block(nnx.Module):
             self.mlp = MlpBlock(dim, mlp_dim, dropout_rate=dropout_rate, dtype=dtype, rngs=rngs)
         else:  # mlp_dim 0: no feed-forward sublayer (S4D's blocks, whose layer ends in its own GLU)
             self.mlp_norm = self.mlp = None
-        self.dropout = nnx.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
 
     def __call__(self, x, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         drop = lambda y: self.dropout(y, deterministic=deterministic, rngs=rngs)  # noqa: E731
@@ -107,7 +108,7 @@ class Encoder(nnx.Module):
         else:
             self.positions = nnx.Variable(jnp.asarray(sinusoidal_positions(length, dim)))
         self.cls = nnx.Param(jnp.zeros((1, 1, dim))) if cls_token else None
-        self.dropout = nnx.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
 
         def make_block(rngs: nnx.Rngs) -> Block:
             return Block(dim, num_heads, mlp_dim, attention=attention, max_len=length, dropout_rate=dropout_rate,
