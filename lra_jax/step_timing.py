@@ -38,7 +38,8 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
     """Compiles the train step once, runs `warmup` untimed steps, then times `steps` steps.
 
     Raises ConfigError (from `memory.check_fits`) when XLA's memory estimate of the step
-    exceeds the device's memory, before running anything. Returns seconds_per_step,
+    exceeds the device's memory, before running anything. Returns seconds_per_step (the mean),
+    step_seconds (each timed step),
     compile_seconds, the compiled step's memory figures, num_parameters, the attention
     settings as built (`trainer.attention_settings`) and `compiled`
     (for callers that want its cost analysis).
@@ -58,13 +59,15 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
     for _ in range(warmup):
         state, _ = compiled(state, batch)
     jax.block_until_ready(state)
-    start = time.perf_counter()
+    step_seconds = []  # each step waited for: a step here takes milliseconds to minutes, the wait microseconds
     for _ in range(steps):
+        start = time.perf_counter()
         state, metrics = compiled(state, batch)
-    jax.block_until_ready((state, metrics))
-    seconds = time.perf_counter() - start
+        jax.block_until_ready((state, metrics))
+        step_seconds.append(time.perf_counter() - start)
     return {
-        "seconds_per_step": seconds / steps,
+        "seconds_per_step": sum(step_seconds) / steps,
+        "step_seconds": step_seconds,
         "compile_seconds": compile_seconds,
         **step_memory,
         "num_parameters": int(sum(x.size for x in jax.tree.leaves(state["params"]))),

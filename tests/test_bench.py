@@ -34,13 +34,19 @@ def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeyp
         assert r["examples_per_second"] == pytest.approx(4 * r["steps_per_second"])
         assert r["compiled_step_memory_bytes"] > 0 and r["num_parameters"] > 0
         assert r["flops_per_step"] is None or r["flops_per_step"] > 0
+        assert r["dropout_rate"] == 0.1 and len(r["step_seconds"]) == 5 and r["matmul_peak_flops_per_second"] > 0
+        # softmax and linear count their FLOPs (lra_jax/flops.py); a CPU has no vendor figure.
+        assert r["model_flops_per_step"] > 0 and r["utilisation_flops"] == "model"
+        assert r["utilisation"] == pytest.approx(
+            r["model_flops_per_step"] * r["steps_per_second"] / r["matmul_peak_flops_per_second"])
+        assert r["vendor_peak_flops_per_second"] is None
     assert by_variant["softmax"]["relative_speed"] == pytest.approx(1.0)
     linear = by_variant["linear"]
     assert linear["relative_speed"] == pytest.approx(
         linear["steps_per_second"] / by_variant["softmax"]["steps_per_second"])
     assert linear["attention"]["name"] == "linear"
     printed = "\n".join(lines)
-    assert "[2/2] linear @ 32" in printed and "×)" in printed
+    assert "[2/2] linear @ 32" in printed and "×)" in printed and "% matmul peak" in printed
     assert report["complete"] is True
 
 
@@ -208,3 +214,38 @@ def test_sigterm_ends_the_bench_with_its_running_cell_and_keeps_the_measured_cel
     report = json.loads(out.read_text())
     assert report["complete"] is False
     assert [r["variant"] for r in report["results"]] == ["softmax"]
+
+
+def test_dropout_rates_are_measured_side_by_side_and_their_cost_reported(tmp_path):
+    """--dropout_rates=0,0.1: each (variant, length) at both rates one after the other; dropout_cost
+    compares a cell with the same variant and length at rate 0; speeds relative to softmax at the same rate."""
+    calls = []
+
+    def timed(variant, length, settings):
+        calls.append((variant, length, settings["dropout_rate"]))
+        seconds = {"softmax": 4.0, "fast": 1.0}[variant] * (1.25 if settings["dropout_rate"] else 1.0)
+        return {**fake_measure(variant, length, settings), "steps_per_second": 1 / seconds,
+                "seconds_per_step": seconds}
+
+    lines = []
+    device = {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}
+    report = bench.benchmark(["softmax", "fast"], [1024, 2048], {**TINY, "dropout_rates": [0.0, 0.1]},
+                             str(tmp_path / "bench.json"), measure_fn=timed, log=lines.append, device=device)
+    assert calls[:4] == [("softmax", 1024, 0.0), ("softmax", 1024, 0.1), ("softmax", 2048, 0.0),
+                         ("softmax", 2048, 0.1)]
+    cells = {(r["variant"], r["length"], r["dropout_rate"]): r for r in report["results"]}
+    assert len(cells) == 8
+    assert cells["fast", 1024, 0.1]["dropout_cost"] == pytest.approx(0.25)
+    assert cells["fast", 1024, 0.0]["dropout_cost"] is None
+    assert cells["fast", 2048, 0.1]["relative_speed"] == pytest.approx(4.0)  # softmax at 0.1, not at 0
+    printed = "\n".join(lines)
+    assert "fast p=0.1" in printed and "dropout cost" in printed and "+25%" in printed
+    # A report from before --dropout_rates holds rate 0.1 cells: --update with rate 0.1 joins it.
+    legacy = json.loads((tmp_path / "bench.json").read_text())
+    legacy["settings"].pop("dropout_rates")
+    legacy["results"] = [{k: v for k, v in r.items() if k != "dropout_rate"} for r in legacy["results"]
+                         if r["dropout_rate"] == 0.1]
+    (tmp_path / "old.json").write_text(json.dumps(legacy))
+    merged = bench.benchmark(["fast"], [1024], {**TINY, "dropout_rates": [0.1]}, str(tmp_path / "old.json"),
+                             measure_fn=timed, log=lines.append, device=device, update=True)
+    assert len(merged["results"]) == 4  # the re-measured cell replaced its legacy twin

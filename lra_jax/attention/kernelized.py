@@ -181,6 +181,12 @@ class PerformerAttention(Attention):
     uses_attention_dropout = False
     cost_exponent = 1.0  # n * m * d
 
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """q W^T and k W^T ([n, d/h] x [d/h, m] per head), phi(K)^T V and phi(Q) S ([n, m] x [m, d/h]).
+        W is not trained, so its backward is one product, not two: 3x this overcounts by 4 B n d m."""
+        return cls.projection_flops(batch, n, dim) + 4 * 2.0 * batch * n * settings["num_features"] * dim
+
     def __init__(
         self,
         dim: int,
@@ -252,6 +258,11 @@ class LinearAttention(Attention):
     kernel_names = {"triton": kernels.TRITON}  # lra_jax.kernels.linear; none for TPU
     uses_attention_dropout = False
     cost_exponent = 1.0  # n * d^2
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """phi(K)^T V and phi(Q) S per head ([d/h, n] x [n, d/h], [n, d/h] x [d/h, d/h])."""
+        return cls.projection_flops(batch, n, dim) + 2 * 2.0 * batch * n * dim * (dim // num_heads)
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         return linear_attention(q, k, v, mask, self.kernel_plan(deterministic))

@@ -80,6 +80,11 @@ class LinformerAttention(Attention):
 
     cost_exponent = 1.0  # n * k
 
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """E^T K and F^T V ([k, n] x [n, d]), then q (E^T K)^T and p (F^T V): 4 products of 2 n k d."""
+        return cls.projection_flops(batch, n, dim) + 4 * 2.0 * batch * n * settings["k"] * dim
+
     def __init__(
         self, dim: int, num_heads: int, *, k: int = 256, share_kv: bool = False, rngs: nnx.Rngs, **common
     ):

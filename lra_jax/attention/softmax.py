@@ -45,6 +45,11 @@ class SoftmaxAttention(Attention):
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}
     kernel_dropout_backends = frozenset({"triton"})
+    # cost_exponent 2 (the default): q k^T and p v are [n, d] x [d, n] and [n, n] x [n, d] per example.
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        return cls.projection_flops(batch, n, dim) + 2 * 2.0 * batch * n * n * dim
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         plan = self.kernel_plan(deterministic)

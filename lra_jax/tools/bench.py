@@ -65,6 +65,9 @@ def define_flags() -> None:
     flags.DEFINE_string("out", None, "Output JSON (default experiments/results/bench-<device>-<date>.json).")
     flags.DEFINE_bool("update", False, "Merge into an existing --out: the cells measured now replace or join "
                       "its cells (a new variant, a re-measured one); device and settings must match.")
+    flags.DEFINE_list("dropout_rates", ["0.1"], "Dropout rates (residual, MLP and attention alike; Table 2: 0.1). "
+                      "Several, e.g. 0,0.1, measure each (variant, length) at every rate one after another, "
+                      "so the cost of dropout is read side by side under the same load.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
     flags.DEFINE_bool("scan_layers", False, "Layers in one lax.scan (config.model.scan_layers).")
     flags.DEFINE_bool("remat", False, "Recompute layers in the backward pass (config.model.remat).")
@@ -96,15 +99,16 @@ def variant_attention(variant: str) -> dict[str, Any]:
     return {"name": variant}
 
 
-def bench_config(variant: str, length: int, settings: dict[str, Any]):
-    """The task defaults with the Table 2 model, `length` tokens and `variant`'s attention settings."""
+def bench_config(variant: str, length: int, settings: dict[str, Any], dropout_rate: float = 0.1):
+    """The task defaults with the Table 2 model, `length` tokens, `variant`'s attention settings and
+    `dropout_rate` on the residuals, the MLP and the attention weights."""
     config = task_defaults.get_config(None, attention=variant_attention(variant))
     config.max_len = length
     config.batch_size = settings["batch_size"]
     config.seed = settings["seed"]
     config.model.update(num_layers=settings["num_layers"], num_heads=settings["num_heads"],
-                        emb_dim=settings["emb_dim"], mlp_dim=settings["mlp_dim"], dropout_rate=0.1,
-                        attention_dropout_rate=0.1, dtype=settings["dtype"],
+                        emb_dim=settings["emb_dim"], mlp_dim=settings["mlp_dim"], dropout_rate=dropout_rate,
+                        attention_dropout_rate=dropout_rate, dtype=settings["dtype"],
                         scan_layers=settings["scan_layers"], remat=settings["remat"])
     return config
 
@@ -126,11 +130,18 @@ def compiled_flops(compiled) -> float | None:
 
 
 def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, Any]:
-    """Compiles and times the train step of `variant` at `length`; raises on failure."""
-    from lra_jax import step_timing, trainer
+    """Compiles and times the train step of `variant` at `length` and the cell's `settings["dropout_rate"]`
+    (`run` sets it per cell; default 0.1); raises on failure.
+
+    Besides time and memory: the step's model FLOPs from the shapes (`lra_jax.flops`, None where the
+    variant declares no count), XLA's compiled count, the peak of a matmul of the step's dtype measured
+    right after the step (`lra_jax.device_peak`) and the fraction of it the step reaches (the analytic
+    FLOPs where counted, else XLA's, as `utilisation_flops` says), with the vendor's peak on accelerators."""
+    from lra_jax import device_peak, flops, step_timing, trainer
     from lra_jax.data.tasks import TaskSpec
 
-    config = bench_config(variant, length, settings)
+    dropout_rate = settings.get("dropout_rate", 0.1)
+    config = bench_config(variant, length, settings, dropout_rate)
     task = TaskSpec("text-bench", VOCAB_SIZE, NUM_CLASSES, False, load=None)
     try:
         timing = step_timing.time_train_step(config, task, trainer.make_mesh(),
@@ -139,12 +150,27 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
         raise OutOfMemory(str(error)) from error
     stats = jax.devices()[0].memory_stats() or {}
     steps_per_second = 1 / timing["seconds_per_step"]
+    model_flops = flops.train_step_flops(
+        variant=variant, batch=config.batch_size, length=length + int(config.model.cls_token),
+        dim=config.model.emb_dim, num_heads=config.model.num_heads, mlp_dim=config.model.mlp_dim,
+        num_layers=config.model.num_layers, settings=timing["attention"])
+    xla_flops = compiled_flops(timing["compiled"])
+    peak = device_peak.measured_matmul_peak(settings["dtype"])
+    counted = model_flops if model_flops is not None else xla_flops
+    fastest = min(timing["step_seconds"])
     return {
+        "step_seconds": timing["step_seconds"],
+        "model_flops_per_step": model_flops,
+        "matmul_peak_flops_per_second": peak,
+        "vendor_peak_flops_per_second": device_peak.vendor_peak(jax.devices()[0].device_kind, settings["dtype"]),
+        "utilisation_flops": "model" if model_flops is not None else ("xla" if xla_flops else None),
+        "utilisation": counted / timing["seconds_per_step"] / peak if counted else None,
+        "utilisation_fastest_step": counted / fastest / peak if counted else None,
         "steps_per_second": steps_per_second,
         "examples_per_second": steps_per_second * config.batch_size,
         "seconds_per_step": timing["seconds_per_step"],
         "compile_seconds": timing["compile_seconds"],
-        "flops_per_step": compiled_flops(timing["compiled"]),
+        "flops_per_step": xla_flops,
         "compiled_step_memory_bytes": timing["compiled_step_memory_bytes"],
         "device_peak_bytes_in_use": stats.get("peak_bytes_in_use"),  # this cell's process
         "peak_memory_bytes": timing["compiled_step_memory_bytes"] or stats.get("peak_bytes_in_use"),
@@ -256,35 +282,56 @@ def run(variants: list[str], lengths: list[int], settings: dict[str, Any],
     `measure_fn` measures in this process instead (tests). `on_result(results so far)` runs after each
     entry (the report is saved as it grows)."""
     results = []
-    cells = [(v, n) for v in variants for n in lengths]
-    for i, (variant, length) in enumerate(cells, 1):
+    rates = dropout_rates(settings)
+    # The rates of one (variant, length) follow one another, so a change of load hits them alike.
+    cells = [(v, n, rate) for v in variants for n in lengths for rate in rates]
+    for i, (variant, length, rate) in enumerate(cells, 1):
         start = time.perf_counter()
+        cell_settings = {**settings, "dropout_rate": rate}
         if measure_fn is None:
-            outcome = measure_in_subprocess(variant, length, settings, cell_timeout)
+            outcome = measure_in_subprocess(variant, length, cell_settings, cell_timeout)
         else:
-            outcome = measure_cell(variant, length, settings, measure_fn)
-        entry = {"variant": variant, "length": length, **outcome, "wall_seconds": time.perf_counter() - start}
+            outcome = measure_cell(variant, length, cell_settings, measure_fn)
+        entry = {"variant": variant, "length": length, "dropout_rate": rate, **outcome,
+                 "wall_seconds": time.perf_counter() - start}
         if entry["status"] == "ok":
             detail = f"{entry['steps_per_second']:.3g} steps/s, {_gib(entry['peak_memory_bytes'])}"
         else:
             detail = f"{entry['status'].upper()}: {entry['error'][:200]}"
         results.append(entry)
-        log(f"[{i}/{len(cells)}] {variant} @ {length}: {detail} ({entry['wall_seconds']:.0f} s)")
+        label = f"{variant} @ {length}" + (f", dropout {rate:g}" if len(rates) > 1 else "")
+        log(f"[{i}/{len(cells)}] {label}: {detail} ({entry['wall_seconds']:.0f} s)")
         if on_result is not None:
             on_result(results)
     add_relative(results)
     return results
 
 
+LEGACY_DROPOUT_RATE = 0.1  # the rate of every cell measured before --dropout_rates existed
+
+
+def dropout_rates(settings: dict[str, Any]) -> list[float]:
+    """The dropout rates of a run's settings (a report from before --dropout_rates: [0.1])."""
+    return list(settings.get("dropout_rates", [LEGACY_DROPOUT_RATE]))
+
+
+def cell_key(r: dict[str, Any]) -> tuple[str, int, float]:
+    return r["variant"], r["length"], r.get("dropout_rate", LEGACY_DROPOUT_RATE)
+
+
 def add_relative(results: list[dict[str, Any]], baseline: str = "softmax") -> None:
-    """Adds speed and memory relative to `baseline` at the same length (None where either is missing)."""
-    base = {r["length"]: r for r in results if r["variant"] == baseline and r["status"] == "ok"}
+    """Adds speed and memory relative to `baseline` at the same length and dropout rate (None where
+    either is missing), and `dropout_cost`: seconds per step over those of the same variant and length
+    at dropout 0, minus 1 (None without such a cell)."""
+    ok = {cell_key(r): r for r in results if r["status"] == "ok"}
     for r in results:
-        b = base.get(r["length"])
-        ok = r["status"] == "ok" and b is not None
-        r["relative_speed"] = r["steps_per_second"] / b["steps_per_second"] if ok else None
+        variant, length, rate = cell_key(r)
+        b = ok.get((baseline, length, rate)) if r["status"] == "ok" else None
+        r["relative_speed"] = r["steps_per_second"] / b["steps_per_second"] if b else None
         r["relative_memory"] = (r["peak_memory_bytes"] / b["peak_memory_bytes"]
-                                if ok and r.get("peak_memory_bytes") and b.get("peak_memory_bytes") else None)
+                                if b and r.get("peak_memory_bytes") and b.get("peak_memory_bytes") else None)
+        free = ok.get((variant, length, 0.0)) if r["status"] == "ok" and rate > 0 else None
+        r["dropout_cost"] = r["seconds_per_step"] / free["seconds_per_step"] - 1 if free else None
 
 
 # ----------------------------------------------------------------------------- report
@@ -294,34 +341,47 @@ def _gib(value) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """Two LRA-Table-2-style blocks: steps/s and memory per length, relative to softmax."""
+    """LRA-Table-2-style blocks per length: steps/s and memory relative to softmax, then (where
+    measured) the share of the measured matmul peak and the cost of dropout. With several dropout
+    rates a row is a (variant, rate)."""
     lengths = sorted({r["length"] for r in results})
-    variants = list(dict.fromkeys(r["variant"] for r in results))
-    cell = {(r["variant"], r["length"]): r for r in results}
+    rates = sorted({cell_key(r)[2] for r in results})
+    rows = list(dict.fromkeys((r["variant"], cell_key(r)[2]) for r in results))
+    variants = list(dict.fromkeys(v for v, _ in rows))
+    rows.sort(key=lambda row: (variants.index(row[0]), row[1]))  # a variant's rates together
+    cell = {(r["variant"], r["length"], cell_key(r)[2]): r for r in results}
     width = 18
+    label = (lambda v, rate: v) if len(rates) == 1 else (lambda v, rate: f"{v} p={rate:g}")  # noqa: E731
+    name_width = max([14] + [len(label(v, rate)) + 1 for v, rate in rows])
 
-    def block(title: str, value: Callable[[dict], str], relative_key: str) -> list[str]:
-        rows = [f"{title:<14}" + "".join(f"{n:>{width}}" for n in lengths)]
-        for v in variants:
+    def block(title: str, value: Callable[[dict], str | None], relative_key: str | None) -> list[str]:
+        lines = [f"{title:<{name_width}}" + "".join(f"{n:>{width}}" for n in lengths)]
+        for v, rate in rows:
             cells = []
             for n in lengths:
-                r = cell.get((v, n))
+                r = cell.get((v, n, rate))
                 if r is None:
                     text = "—"
                 elif r["status"] != "ok":
                     text = r["status"].upper()
                 else:
-                    rel = r.get(relative_key)
-                    text = value(r) + (f" ({rel:.1f}×)" if rel is not None and v != "softmax" else "")
+                    rel = r.get(relative_key) if relative_key else None
+                    text = (value(r) or "—") + (f" ({rel:.1f}×)" if rel is not None and v != "softmax" else "")
                 cells.append(f"{text:>{width}}")
-            rows.append(f"{v:<14}" + "".join(cells))
-        return rows
+            lines.append(f"{label(v, rate):<{name_width}}" + "".join(cells))
+        return lines
 
     peak = max([r["peak_memory_bytes"] or 0 for r in results if r["status"] == "ok"] + [0])
     unit, scale = ("GiB", 2**30) if peak >= 2**30 else ("MiB", 2**20)
     lines = block("steps/s", lambda r: f"{r['steps_per_second']:.3g}", "relative_speed")
     lines += [""] + block(f"memory {unit}", lambda r: f"{(r['peak_memory_bytes'] or 0) / scale:.3g}",
                           "relative_memory")
+    if any(r.get("utilisation") is not None for r in results):
+        lines += [""] + block("% matmul peak", lambda r: None if r.get("utilisation") is None else (
+            f"{100 * r['utilisation']:.0f}%" + ("" if r.get("utilisation_flops") == "model" else " xla")), None)
+    if any(r.get("dropout_cost") is not None for r in results):
+        lines += [""] + block("dropout cost", lambda r: None if r.get("dropout_cost") is None else
+                              f"{100 * r['dropout_cost']:+.0f}%", None)
     return "\n".join(lines)
 
 
@@ -359,6 +419,16 @@ def parse_lengths(values: list[str]) -> list[int]:
     return lengths
 
 
+def parse_rates(values: list[str]) -> list[float]:
+    try:
+        rates = [float(v) for v in values]
+    except ValueError as error:
+        raise LraError(f"--dropout_rates must be numbers, got {','.join(values)}") from error
+    if not rates or not all(0 <= r < 1 for r in rates) or len(set(rates)) < len(rates):
+        raise LraError("--dropout_rates must be distinct numbers in [0, 1), e.g. --dropout_rates=0,0.1")
+    return rates
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -373,6 +443,7 @@ def main(argv: list[str]) -> None:
             raise LraError(f"--cell_timeout must be a positive number of seconds (got {FLAGS.cell_timeout})")
         variants = resolve_variants(FLAGS.variants)
         lengths = parse_lengths(FLAGS.lengths)
+        rates = parse_rates(FLAGS.dropout_rates)
         device = probe_device()
         if FLAGS.batch_size % device["count"]:
             raise LraError(f"--batch_size={FLAGS.batch_size} is not divisible by the {device['count']} devices")
@@ -381,6 +452,7 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
     names = ("batch_size", "steps", "warmup", "dtype", "scan_layers", "remat", "seed", *PROTOCOL)
     settings = {name: FLAGS[name].value for name in names}
+    settings["dropout_rates"] = rates
     settings["protocol"] = all(settings[k] == v for k, v in PROTOCOL.items())
     print(f"bench: {len(variants)} variants x {len(lengths)} lengths on {device['count']} x {device['kind']}, "
           "each cell in its own process", flush=True)
@@ -415,8 +487,9 @@ def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any])
         raise LraError(f"--update needs an existing --out file: cannot read {path} ({error.strerror})") from error
     except json.JSONDecodeError as error:
         raise LraError(f"--update: {path} line {error.lineno} is not valid JSON ({error.msg})") from error
-    differences = [f"{key}: file {prior.get('settings', {}).get(key)!r}, now {value!r}"
-                   for key, value in settings.items() if prior.get("settings", {}).get(key) != value]
+    prior_settings = {"dropout_rates": [LEGACY_DROPOUT_RATE], **prior.get("settings", {})}
+    differences = [f"{key}: file {prior_settings.get(key)!r}, now {value!r}"
+                   for key, value in settings.items() if prior_settings.get(key) != value]
     if prior.get("device", {}).get("kind") != device["kind"]:
         differences.insert(0, f"device: file {prior.get('device', {}).get('kind')!r}, now {device['kind']!r}")
     if differences:
@@ -427,8 +500,8 @@ def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any])
 
 def merge_results(prior: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """prior's cells with those measured again replaced in place, then the new cells; relatives recomputed."""
-    fresh = {(r["variant"], r["length"]): r for r in new}
-    merged = [fresh.pop((r["variant"], r["length"]), r) for r in prior]
+    fresh = {cell_key(r): r for r in new}
+    merged = [fresh.pop(cell_key(r), r) for r in prior]
     merged += list(fresh.values())
     add_relative(merged)
     return merged

@@ -1,0 +1,46 @@
+"""The peak a train step can reach on this device: a matmul of the step's dtype, timed here and now.
+
+    peak = 2 n^3 / (fastest of `repeats` [n, n] x [n, n] products)
+
+Measured in the same process and under the same load as the step it is compared with, so a
+utilisation (model FLOPs per second / peak, `lra_jax/flops.py`) is not skewed by other jobs
+sharing the machine. On accelerators the vendor's dense figure (`lra_jax.accelerators` chips)
+is given beside it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+
+from lra_jax import accelerators
+
+# jax's device_kind -> the chip key of `accelerators` (TPU v5e and v6e call themselves "lite").
+_KINDS = {"TPU v3": "v3", "TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5p": "v5p",
+          "TPU v5": "v5p", "TPU v6 lite": "v6e", "TPU v6e": "v6e"}
+
+
+def measured_matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of the fastest of `repeats` jitted [n, n] x [n, n] products in `dtype` on device 0."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.dtype(dtype))
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.dtype(dtype))
+    product = jax.jit(jnp.matmul)
+    product(a, b).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        product(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n**3 / best
+
+
+def vendor_peak(device_kind: str, dtype: str) -> float | None:
+    """The published dense FLOP/s of one device of `device_kind` in `dtype`, or None (CPUs, unknown chips)."""
+    if device_kind in _KINDS:
+        return accelerators.TPU_CHIPS[_KINDS[device_kind]].peak_flops.get(dtype)
+    for key, kind in accelerators.GPU_KINDS.items():
+        if device_kind.startswith(kind):
+            return accelerators.GPU_CHIPS[key].peak_flops.get(dtype)
+    return None
