@@ -109,6 +109,15 @@ class Target:
     def memory_per_device(self) -> int:
         return self.chip.memory_bytes
 
+    @property
+    def shared_memory(self) -> int | None:
+        """A GPU's shared memory per thread block with opt-in (bytes), for the Triton kernels' blocks
+        (`lra_jax.kernels.tiling`); None on TPU."""
+        for name, kind in GPU_KINDS.items():
+            if kind == self.gpu_kind:
+                return _GPU_DEVICE_INFO[name]["shared_memory_per_block_optin"]
+        return None
+
 
 TPU_PATTERN = re.compile(r"^(?:tpu-)?(v\d+[a-z]?):(\d+(?:x\d+){1,2})$")
 NAMES = ("tpu-v3:4x4", "tpu-v4:2x2x1", "tpu-v5e:2x2", "tpu-v5e:1x1", "tpu-v5p:2x2x1", "tpu-v6e:2x2", "h100", "a100")

@@ -70,6 +70,7 @@ from lra_jax.attention.registry import register
 from lra_jax import kernels
 from lra_jax.errors import ConfigError
 from lra_jax.kernels.linear import linear_attention as fused_linear_attention
+from lra_jax.kernels.linear.api import kernel_limit as linear_kernel_limit
 
 def kernel_attention(
     phi_q: Float[Array, "b n h m"],
@@ -206,6 +207,10 @@ class PerformerAttention(Attention):
             orthogonal_random_features(stream_key(rngs, "features", "params", "drawing Performer random features"), num_features, self.head_dim)
         )
 
+    def kernel_limits(self, platform: str) -> str | None:
+        """The fused kernel holds S [m, d] in shared memory: too many features for the GPU run XLA."""
+        return linear_kernel_limit(self.num_features, self.head_dim) if platform == "gpu" else None
+
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         w = self.features[...]
         if self.redraw and not deterministic:
@@ -263,6 +268,10 @@ class LinearAttention(Attention):
     def forward_flops(cls, batch, n, dim, num_heads, settings):
         """phi(K)^T V and phi(Q) S per head ([d/h, n] x [n, d/h], [n, d/h] x [d/h, d/h])."""
         return cls.projection_flops(batch, n, dim) + 2 * 2.0 * batch * n * dim * (dim // num_heads)
+
+    def kernel_limits(self, platform: str) -> str | None:
+        """The fused kernel holds S [d, d] in shared memory: too wide a head for the GPU runs XLA."""
+        return linear_kernel_limit(self.head_dim, self.head_dim) if platform == "gpu" else None
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         return linear_attention(q, k, v, mask, self.kernel_plan(deterministic))

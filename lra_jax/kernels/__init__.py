@@ -50,6 +50,7 @@ class Target:
 
     platform: str  # "cpu" | "gpu" | "tpu"
     interpret: bool
+    shared_memory: int | None = None  # the target GPU's shared memory per block; None: `tiling.shared_memory()`
 
 
 _TARGET: contextvars.ContextVar[Target | None] = contextvars.ContextVar("lra_jax_kernel_target", default=None)
@@ -75,13 +76,20 @@ def current_target() -> Target:
 
 
 @contextlib.contextmanager
-def target_platform(platform: str, *, interpret: bool = False):
+def target_platform(platform: str, *, interpret: bool = False, shared_memory: int | None = None):
     """Chooses kernels for `platform` ("cpu", "gpu"/"cuda", "tpu") in what is built or traced inside.
 
     interpret=True runs the chosen Pallas kernels in the interpreter (tests on CPU);
     interpret=False lowers them for the real platform (`jax.export` with platforms=[...]).
+    shared_memory: the target GPU's shared memory per block in bytes, from which the Triton kernels'
+    blocks are chosen (`lra_jax.kernels.tiling`); None: an enclosing target's for the same platform,
+    else the local GPU's, else the H100's.
     """
-    token = _TARGET.set(Target(platform_of(platform), interpret))
+    platform = platform_of(platform)
+    outer = _TARGET.get()
+    if shared_memory is None and outer is not None and outer.platform == platform:
+        shared_memory = outer.shared_memory
+    token = _TARGET.set(Target(platform, interpret, shared_memory))
     try:
         yield _TARGET.get()
     finally:

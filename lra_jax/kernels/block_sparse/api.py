@@ -49,6 +49,7 @@ from lra_jax.kernels.flash.api import (
     pad_axis,
     padded_head_dim,
 )
+from lra_jax.kernels.flash.pallas_gpu import choose_tiling
 
 
 def block_sparse_attention(
@@ -80,7 +81,8 @@ def block_sparse_attention(
       key_mask, query_mask, lengths: padding, as in `flash_attention`.
       window, query_segments, key_segments, global_queries, global_keys, block_mask: the pattern.
       block: kernel block size; with `block_mask` it is the mask's block size and must
-        be a power of two >= 16.
+        be a power of two >= 16. The kernel runs smaller blocks where these would not fit the
+        target GPU (`flash.pallas_gpu.choose_tiling`; the layout is the same pattern at them).
       scale: softmax scale, default 1 / sqrt(d).
       impl: "auto" | "xla" | "pallas". interpret: Pallas interpreter (CPU tests).
       platform: "gpu" (Triton) or "tpu" (splash); default: the current kernel target.
@@ -129,14 +131,19 @@ def block_sparse_attention(
         return reference.attention(q, k, v, key_code[:, :nk], query_code[:nq], q_seg[:nq], k_seg[:nk],
                                    query_mask, rule, block_mask, block, scale, dropout_rate, dropout_seed)
 
+    d_pad = padded_head_dim(d)
+    tiles = choose_tiling(block, block, d_pad)  # square blocks, at most `block`
+    if tiles.block_q < block and block_mask is not None:  # the mask at the kernel's smaller blocks
+        repeat = block // tiles.block_q
+        block_mask = jnp.repeat(jnp.repeat(block_mask, repeat, axis=0), repeat, axis=1)
+    block = tiles.block_q
     dense_blocks = layouts.from_rule(nq_pad, nk_pad, block, block, rule, query_code, key_code, q_seg, k_seg)
     if block_mask is not None:
         dense_blocks &= block_mask
-    d_pad = padded_head_dim(d)
     qp = pad_axis(pad_axis(q, 1, nq_pad), 3, d_pad)
     kp = pad_axis(pad_axis(k, 1, nk_pad), 3, d_pad)
     vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
     out = pallas_gpu.attention(qp, kp, vp, key_code, query_code, q_seg, k_seg, dense_blocks, scale=scale,
-                               rule=rule, block_q=block, block_k=block, interpret=interpret,
+                               rule=rule, tiles=tiles, interpret=interpret,
                                dropout_rate=dropout_rate, dropout_seed=dropout_seed)[:, :nq, :, :d]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

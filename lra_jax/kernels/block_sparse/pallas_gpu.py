@@ -21,12 +21,13 @@ from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.flash import pallas_gpu as flash
 
 
-def attention(q, k, v, key_code, query_code, q_seg, k_seg, dense_blocks, *, scale, rule, block_q, block_k,
-              interpret, dropout_rate=0.0, dropout_seed=None):
+def attention(q, k, v, key_code, query_code, q_seg, k_seg, dense_blocks, *, scale, rule, tiles, interpret,
+              dropout_rate=0.0, dropout_seed=None):
     """Block-sparse attention over the block pairs `dense_blocks` [nq / B_q, nk / B_k] and the element rule,
-    with attention dropout at `dropout_rate` from the uint32 seed `dropout_seed` [1]."""
+    with attention dropout at `dropout_rate` from the uint32 seed `dropout_seed` [1]; `tiles` the blocks,
+    warps and stages (`flash.choose_tiling`)."""
     layout = layouts.compact(dense_blocks)
     layout_t = layouts.compact(dense_blocks.T)
     seed = flash.no_seed() if dropout_seed is None else dropout_seed
     return flash.attention(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule,
-                           block_q, block_k, dropout_rate, interpret)
+                           tiles, dropout_rate, interpret)

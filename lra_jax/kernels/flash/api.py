@@ -94,7 +94,8 @@ def flash_attention(
       key_mask, query_mask: True on real tokens; or `lengths` [b] for prefix padding.
       scale: softmax scale, default 1 / sqrt(d).
       impl: "auto" | "xla" | "pallas".
-      block_q, block_k: kernel block sizes (rounded to powers of two >= 16).
+      block_q, block_k: the largest kernel blocks (rounded to powers of two >= 16); smaller ones are
+        used where these would not fit the target GPU (`pallas_gpu.choose_tiling`).
       interpret: run the Pallas kernel in the interpreter (CPU tests).
       platform: "gpu" (Triton) or "tpu" (splash); default: the current kernel target.
       dropout_rate, dropout_seed: attention dropout rate and its uint32 seed [1]
@@ -120,13 +121,15 @@ def flash_attention(
         keep = query_mask & key_mask.any(1, keepdims=True)  # a row with no real key is 0, as in the reference
         return jnp.where(keep[:, :, None, None], out, jnp.zeros((), out.dtype))
 
-    block_q, block_k = kernel_block(nq, block_q), kernel_block(nk, block_k)
-    nq_pad, nk_pad, d_pad = -(-nq // block_q) * block_q, -(-nk // block_k) * block_k, padded_head_dim(d)
+    d_pad = padded_head_dim(d)
+    tiles = pallas_gpu.choose_tiling(kernel_block(nq, block_q), kernel_block(nk, block_k), d_pad)
+    block_q, block_k = tiles.block_q, tiles.block_k
+    nq_pad, nk_pad = -(-nq // block_q) * block_q, -(-nk // block_k) * block_k
     qp = pad_axis(pad_axis(q, 1, nq_pad), 3, d_pad)
     kp = pad_axis(pad_axis(k, 1, nk_pad), 3, d_pad)
     vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
     key_code = pad_axis(key_mask.astype(jnp.int32), 1, nk_pad)
     zeros_q, zeros_k = jnp.zeros((nq_pad,), jnp.int32), jnp.zeros((nk_pad,), jnp.int32)
     out = pallas_gpu.attention(qp, kp, vp, key_code, zeros_q, zeros_q, zeros_k, dropout_seed, None, None, scale,
-                               None, block_q, block_k, dropout_rate, interpret)[:, :nq, :, :d]
+                               None, tiles, dropout_rate, interpret)[:, :nq, :, :d]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

@@ -34,7 +34,9 @@ probabilities are zeroed explicitly; a row with no allowed key keeps l = 0 and
 outputs 0 with L = 0: no 0/0 and no -inf - -inf.
 
 Backend: GPU through Triton (`plgpu.CompilerParams`, passed explicitly because
-jax 0.10 otherwise lowers `pl.pallas_call` with Mosaic GPU). Runs anywhere with
+jax 0.10 otherwise lowers `pl.pallas_call` with Mosaic GPU); blocks, warps and stages
+are chosen for the target GPU's shared memory and registers (`choose_tiling`,
+`lra_jax.kernels.tiling`). Runs anywhere with
 `interpret=True`. Not TPU: the lse/code blocks are not (8, 128)-tiled.
 """
 
@@ -46,9 +48,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 
-from lra_jax.kernels import dropout, masking
+from lra_jax.kernels import dropout, masking, tiling
 
 
 def _dot(a, b, trans_a: bool = False, trans_b: bool = False):
@@ -171,13 +172,43 @@ def _dkv_kernel(layout_ref, q_ref, k_ref, v_ref, key_code_ref, query_code_ref, q
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
-def _params(d: int):
-    return plgpu.CompilerParams(num_warps=4 if d <= 64 else 8, num_stages=2)
+NUM_WARPS = 4  # 8 warps did not lower the registers per thread here (ptxas: both spill at 64 x 64, d = 64)
 
 
-def _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, block_q, block_k,
-             rate, interpret):
+def shared_memory_bytes(block_q: int, block_k: int, d: int, num_stages: int) -> int:
+    """An upper bound of the shared memory each of the three kernels requests (the largest), at 4 bytes an
+    element whatever the input dtype: the tiles its loop loads (`num_stages` copies: K and V with their
+    key codes and segment ids in the forward and dQ kernels; Q, dO and four row vectors in the dK/dV
+    kernel), the loop-invariant dot operands (Q; Q and dO; K and V) and a [B_q, B_k] conversion tile
+    per dot of P or dS (one forward, one dQ, two dK/dV)."""
+    forward = 4 * (block_q * d + num_stages * 2 * block_k * d + block_q * block_k) + num_stages * 8 * block_k
+    dq = 4 * (2 * block_q * d + num_stages * 2 * block_k * d + block_q * block_k) + num_stages * 8 * block_k
+    dkv = 4 * (2 * block_k * d + num_stages * 2 * block_q * d + 2 * block_q * block_k) + num_stages * 16 * block_q
+    return max(forward, dq, dkv)
+
+
+def live_elements(block_q: int, block_k: int, d: int) -> int:
+    """Tile elements the backward kernels keep live per program (the forward keeps fewer): the
+    accumulators and loop-invariant operands of the block a kernel owns, the operands of the block it
+    streams and the [B_q, B_k] score tiles. The weights (5, 4, 3) are fitted to ptxas's register counts
+    of the dK/dV kernel on A100 (-v, head dims 16-64, blocks 16-64, dropout on and off): above 191
+    elements per thread (255 registers less the scalars) it spilled, at or below it did not."""
+    dkv = 5 * block_k * d + 4 * block_q * d + 3 * block_q * block_k
+    dq = 5 * block_q * d + 4 * block_k * d + 3 * block_q * block_k
+    return max(dkv, dq)
+
+
+def choose_tiling(block_q: int, block_k: int, d: int) -> tiling.Tiling:
+    """The blocks and stages for head dim `d` (padded) on the target GPU, at most the requested blocks."""
+    return tiling.choose("flash attention", lambda bq, bk, stages: shared_memory_bytes(bq, bk, d, stages),
+                         block_q, block_k, limit=tiling.shared_memory(), num_warps=NUM_WARPS,
+                         live_elements=lambda bq, bk: live_elements(bq, bk, d))
+
+
+def _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
+             interpret):
     del layout_t
+    block_q, block_k = tiles.block_q, tiles.block_k
     b, nq, h, d = q.shape
     nk = k.shape[1]
     sparse = layout is not None
@@ -201,14 +232,15 @@ def _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t
         ],
         out_specs=[q_block, pl.BlockSpec((None, None, block_q), lambda i, bb, hh: (bb, hh, i))],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, nq), jnp.float32)],
-        compiler_params=_params(d),
+        compiler_params=tiles.compiler_params(),
         interpret=interpret,
         name="flash_fwd" if not sparse else "block_sparse_fwd",
     )(layout, q, k, v, key_code, query_code, q_seg, k_seg, seed)
 
 
 def _backward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, o, lse, do, scale, rule,
-              block_q, block_k, rate, interpret):
+              tiles, rate, interpret):
+    block_q, block_k = tiles.block_q, tiles.block_k
     b, nq, h, d = q.shape
     nk = k.shape[1]
     sparse = layout is not None
@@ -236,7 +268,7 @@ def _backward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_
         ],
         out_specs=q_block,
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
-        compiler_params=_params(d),
+        compiler_params=tiles.compiler_params(),
         interpret=interpret,
         name="flash_bwd_dq",
     )(layout, q, k, v, key_code, query_code, q_seg, k_seg, seed, do, lse, delta)
@@ -258,16 +290,16 @@ def _backward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_
         ],
         out_specs=[k_block, k_block],
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        compiler_params=_params(d),
+        compiler_params=tiles.compiler_params(),
         interpret=interpret,
         name="flash_bwd_dkv",
     )(layout_t, q, k, v, key_code, query_code, q_seg, k_seg, seed, do, lse, delta)
     return dq, dk, dv
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11, 12, 13, 14, 15))
-def attention(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, block_q, block_k,
-              rate, interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11, 12, 13, 14))
+def attention(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
+              interpret):
     """Blockwise attention [b, nq, h, d] on padded, block-aligned inputs (see module docstring).
 
     Args:
@@ -278,24 +310,24 @@ def attention(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_
       layout, layout_t: None (dense) or int32 [nq / B_q, W], [nk / B_k, W']: per query
         (key) block [count, block indices...]; see `lra_jax.kernels.block_sparse.layout`.
       scale: softmax scale. rule: static element rule (`masking.Rule`) or None.
-      block_q, block_k: block sizes (powers of two >= 16).
+      tiles: `tiling.Tiling`: blocks B_q, B_k (powers of two >= 16), warps and stages (`choose_tiling`).
       rate: static attention dropout rate in [0, 1). interpret: Pallas interpreter.
     """
-    return _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, block_q,
-                    block_k, rate, interpret)[0]
+    return _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
+                    interpret)[0]
 
 
-def _attention_fwd(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, block_q,
-                   block_k, rate, interpret):
-    o, lse = _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, block_q,
-                      block_k, rate, interpret)
+def _attention_fwd(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
+                   interpret):
+    o, lse = _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
+                      interpret)
     return o, (q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, o, lse)
 
 
-def _attention_bwd(scale, rule, block_q, block_k, rate, interpret, residuals, do):
+def _attention_bwd(scale, rule, tiles, rate, interpret, residuals, do):
     q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, o, lse = residuals
     dq, dk, dv = _backward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, o, lse, do,
-                           scale, rule, block_q, block_k, rate, interpret)
+                           scale, rule, tiles, rate, interpret)
     return dq, dk, dv, None, None, None, None, None, None, None
 
 

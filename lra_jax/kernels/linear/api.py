@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import pallas_backend, resolve_impl
+from lra_jax.kernels import pallas_backend, resolve_impl, tiling
 from lra_jax.kernels.flash.api import (
     kernel_block,
     masks_from,
@@ -25,6 +25,16 @@ from lra_jax.kernels.flash.api import (
 from lra_jax.kernels.linear import pallas_gpu, reference
 
 FEATURE_MAPS = ("elu", "identity")
+
+
+def kernel_limit(m: int, d: int) -> str | None:
+    """Why the fused kernel cannot run m features and value width d on the target GPU (its shared
+    memory holds S and dS, [m, d] each, whatever the block), or None."""
+    try:
+        pallas_gpu.choose_tilings(16, padded_head_dim(m), padded_head_dim(d))
+    except tiling.TilingError as error:
+        return str(error)
+    return None
 
 
 def linear_attention(
@@ -49,7 +59,8 @@ def linear_attention(
       key_mask, query_mask, lengths: padding, as in `flash_attention`.
       feature_map: "elu" (elu(x) + 1, Linear Transformer) or "identity" (q, k are
         already features, e.g. FAVOR+ positive random features).
-      impl: "auto" | "xla" | "pallas". block: rows per loop step. interpret: Pallas interpreter.
+      impl: "auto" | "xla" | "pallas". block: the most rows per loop step (fewer where the target GPU's
+        shared memory needs it, `pallas_gpu.choose_tilings`). interpret: Pallas interpreter.
       platform: the kernel target (default `lra_jax.kernels.current_target()`); there is no TPU
         kernel, so on "tpu" this is the XLA form.
     """
@@ -60,10 +71,12 @@ def linear_attention(
     key_mask, query_mask = masks_from(n, n, b, key_mask, query_mask, lengths)
     if resolve_impl(impl, interpret, platform) == "xla" or pallas_backend(platform) == "mosaic":
         return reference.attention(q, k, v, key_mask, query_mask, feature_map)
-    block = kernel_block(n, block)
-    n_pad, m_pad, d_pad = -(-n // block) * block, padded_head_dim(m), padded_head_dim(d)
+    m_pad, d_pad = padded_head_dim(m), padded_head_dim(d)
+    tiles = pallas_gpu.choose_tilings(kernel_block(n, block), m_pad, d_pad)
+    block = max(t.block_q for t in tiles)  # both blocks are powers of two: the larger divides n_pad
+    n_pad = -(-n // block) * block
     qp, kp = (pad_axis(pad_axis(x, 1, n_pad), 3, m_pad) for x in (q, k))
     vp = pad_axis(pad_axis(v, 1, n_pad), 3, d_pad)
     key_code = pad_axis(key_mask.astype(jnp.int32), 1, n_pad)
-    out = pallas_gpu.attention(qp, kp, vp, key_code, block, feature_map, m, interpret)[:, :n, :, :d]
+    out = pallas_gpu.attention(qp, kp, vp, key_code, tiles, feature_map, m, interpret)[:, :n, :, :d]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

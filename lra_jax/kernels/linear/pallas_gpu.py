@@ -18,7 +18,8 @@ chained through the feature map; one program per (batch, head), three passes.
 
 Shapes: q, k [b, n, h, m], v [b, n, h, d], n a multiple of the block, m and d
 powers of two >= 16 (the api pads; padded feature columns are zeroed in the
-kernel via `num_features`). Backend: GPU via Triton; `interpret=True` anywhere.
+kernel via `num_features`). Backend: GPU via Triton; `interpret=True` anywhere. Rows per loop
+step and pipeline stages are chosen for the target GPU's shared memory (`choose_tilings`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
+
+from lra_jax.kernels import tiling
 
 
 def _dot(a, b, trans_a: bool = False, trans_b: bool = False):
@@ -113,42 +115,68 @@ def _bwd_kernel(q_ref, k_ref, v_ref, mask_ref, g_ref, dq_ref, dk_ref, dv_ref, *,
     lax.fori_loop(0, num_blocks, key_pass, 0)
 
 
+def forward_bytes(block: int, m: int, d: int, num_stages: int) -> int:
+    """An upper bound of the forward kernel's shared memory, at 4 bytes an element (it computes in
+    float32): S [m, d] as a dot operand, and `num_stages` copies of a loop's rows of phi(q) or phi(k)
+    [B, m] and of v [B, d]."""
+    return 4 * (m * d + num_stages * block * (m + d))
+
+
+def backward_bytes(block: int, m: int, d: int, num_stages: int) -> int:
+    """An upper bound of the backward kernel's shared memory: S and dS [m, d] (two dot operands held
+    across a pass) and `num_stages` copies of a loop's rows [B, m] and [B, d]. On A100 the compiler asks for
+    2md + sBm + (s-1)Bd floats exactly (m = 256, d = 16 or 64, B = 16-64, s = 1-3)."""
+    return 4 * (2 * m * d + num_stages * block * (m + d))
+
+
+def choose_tilings(block: int, m: int, d: int) -> tuple[tiling.Tiling, tiling.Tiling]:
+    """(forward, backward) tilings for features m and value width d (padded) on the target GPU, rows per
+    loop step at most `block`; the backward needs more (two [m, d] matrices), so its block may be smaller.
+    Raises `tiling.TilingError` where even 16 rows do not fit (S alone is m x d floats)."""
+    limit = tiling.shared_memory()
+    return tuple(tiling.choose(name, lambda bq, bk, stages, f=f: f(bq, m, d, stages), block, block, limit=limit)
+                 for name, f in (("linear attention forward", forward_bytes),
+                                 ("linear attention backward", backward_bytes)))
+
+
 def _specs(b, n, h, m, d):
     full = lambda width: pl.BlockSpec((None, n, None, width), lambda bb, hh: (bb, 0, hh, 0))
     return full(m), full(d), pl.BlockSpec((None, n), lambda bb, hh: (bb, 0))
 
 
-def _forward(q, k, v, key_code, block, feature_map, num_features, interpret):
+def _forward(q, k, v, key_code, tiles, feature_map, num_features, interpret):
     b, n, h, m = q.shape
     d = v.shape[-1]
     fm, fd, fmask = _specs(b, n, h, m, d)
     return pl.pallas_call(
-        functools.partial(_fwd_kernel, block=block, num_blocks=n // block, feature_map=feature_map,
+        functools.partial(_fwd_kernel, block=tiles.block_q, num_blocks=n // tiles.block_q, feature_map=feature_map,
                           num_features=num_features),
         grid=(b, h),
         in_specs=[fm, fm, fd, fmask],
         out_specs=fd,
         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
-        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
+        compiler_params=tiles.compiler_params(),
         interpret=interpret,
         name="linear_attention_fwd",
     )(q, k, v, key_code)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def attention(q, k, v, key_code, block, feature_map, num_features, interpret):
-    """Fused kernelized attention [b, n, h, d]; key_code int32 [b, n] (> 0 on real keys)."""
-    return _forward(q, k, v, key_code, block, feature_map, num_features, interpret)
+def attention(q, k, v, key_code, tiles, feature_map, num_features, interpret):
+    """Fused kernelized attention [b, n, h, d]; key_code int32 [b, n] (> 0 on real keys); `tiles` the
+    (forward, backward) `tiling.Tiling`s (`choose_tilings`), whose blocks divide n."""
+    return _forward(q, k, v, key_code, tiles[0], feature_map, num_features, interpret)
 
 
-def _attention_fwd(q, k, v, key_code, block, feature_map, num_features, interpret):
-    return _forward(q, k, v, key_code, block, feature_map, num_features, interpret), (q, k, v, key_code)
+def _attention_fwd(q, k, v, key_code, tiles, feature_map, num_features, interpret):
+    return _forward(q, k, v, key_code, tiles[0], feature_map, num_features, interpret), (q, k, v, key_code)
 
 
-def _attention_bwd(block, feature_map, num_features, interpret, residuals, g):
+def _attention_bwd(tiles, feature_map, num_features, interpret, residuals, g):
     q, k, v, key_code = residuals
     b, n, h, m = q.shape
     d = v.shape[-1]
+    block = tiles[1].block_q
     fm, fd, fmask = _specs(b, n, h, m, d)
     dq, dk, dv = pl.pallas_call(
         functools.partial(_bwd_kernel, block=block, num_blocks=n // block, feature_map=feature_map,
@@ -158,7 +186,7 @@ def _attention_bwd(block, feature_map, num_features, interpret, residuals, g):
         out_specs=[fm, fm, fd],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
                    jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
+        compiler_params=tiles[1].compiler_params(),
         interpret=interpret,
         name="linear_attention_bwd",
     )(q, k, v, key_code, g)
