@@ -302,3 +302,42 @@ def test_sweep_estimate_for_a_target_gives_modeled_chip_hours(monkeypatch, capsy
     assert lines[-1].startswith(f"total: {2 * steps * 0.5 * 4 / 3600:.2f} chip-hours modeled")
     assert "not counted: 2 runs not modeled" in lines[-1]
     assert "modeled for tpu-v5e:2x2, 4 chips; not measured" in lines[0]
+
+
+def test_a_kernel_over_the_gpus_shared_memory_is_an_error_not_a_memory_refusal():
+    """No batch makes a Triton kernel fit its shared memory: planning a smaller batch would be wrong."""
+    message = "RESOURCE_EXHAUSTED: Shared memory size limit exceeded: requested 196608, available: 166912"
+    assert not compile_cmd.is_oom(message)
+    assert compile_cmd.is_oom("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm.")
+
+
+def compile_on(target, fn, *shapes):
+    """`fn` compiled for `target` as the command compiles (its options), on abstract arguments."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh(np.array(target.devices), ("data",)), PartitionSpec())
+    args = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding) for shape, dtype in shapes]
+    return jax.jit(fn).lower(*args).compile(compiler_options=compile_cmd.compiler_options(target)).as_text()
+
+
+def test_gpu_gemms_are_compiled_as_cublas_calls_without_a_device():
+    """Deviceless, XLA:GPU cannot autotune a Triton GEMM tiling (full-scale ListOps failed with "Couldn't
+    find output tile sizes that satisfy hlo: %dot = f32[64032,512]"); the command compiles GEMMs as cuBLAS."""
+    import jax.numpy as jnp
+
+    target = target_or_skip("h100")
+    assert compile_cmd.compiler_options(target) == {"xla_gpu_enable_triton_gemm": False}
+    assert compile_cmd.compiler_options(FakeTarget()) is None  # TPU: the compiler's defaults
+    text = compile_on(target, lambda x, w: jnp.tanh(x @ w + 1.0), ((64032, 512), jnp.float32), ((512, 512), jnp.float32))
+    assert "__cublas$" in text and "triton_nested_gemm_fusion" not in text and "__triton_gemm" not in text
+
+
+def test_a_large_sort_compiles_for_a_gpu_without_a_device():
+    """Reformer's and Routing's Path-X sorts (64 x 16,384 keys): CUB's radix sort needs a scratch size that
+    XLA takes from its deviceless tables, or it falls back to its own sort kernel; no CUDA runtime call."""
+    import jax.numpy as jnp
+
+    target = target_or_skip("h100")
+    assert "sort" in compile_on(target, lambda x: jnp.argsort(x, axis=-1), ((64, 2, 16384), jnp.float32))

@@ -66,6 +66,11 @@ from lra_jax.tools import table2
 GIB = 2**30
 DEFAULT_TARGETS = "tpu-v5e:2x2,tpu-v4:2x2x1,h100,a100"
 NOT_MODELED = "not modeled: the step has a Mosaic kernel, which the TPU cost model gives negative time"
+# XLA:GPU options of every GPU compile here. Without a device XLA cannot autotune: on a GPU it compiles
+# several Triton tilings of each GEMM fusion, drops those that fail and may choose cuBLAS; deviceless it
+# takes one tiling per fusion, which can fail ("Couldn't find output tile sizes that satisfy hlo: %dot =
+# f32[64032,512] dot(...)"), so GEMMs are compiled as cuBLAS calls, which a device may also choose.
+GPU_COMPILER_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
 MODES = ("train", "eval")
 
 
@@ -163,7 +168,16 @@ def needed_bytes(message: str) -> int | None:
 
 
 def is_oom(message: str) -> bool:
+    """A refusal for device memory (not a kernel asking for more shared memory than the GPU has: that is a
+    kernel error, whatever the batch)."""
+    if "Shared memory size limit exceeded" in message:
+        return False
     return "RESOURCE_EXHAUSTED" in message or "Ran out of memory" in message
+
+
+def compiler_options(target) -> dict[str, Any] | None:
+    """XLA options of a compile for `target`: `GPU_COMPILER_OPTIONS` on a GPU, none on TPU."""
+    return dict(GPU_COMPILER_OPTIONS) if target.platform == "cuda" else None
 
 
 def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: Row) -> Row:
@@ -176,9 +190,11 @@ def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: 
     try:
         # The target's own mesh as the context mesh: its compile-only devices name the GPU the Triton
         # kernels are lowered for (`compat.lowering_target` would name another mesh than the arguments').
-        with kernels.target_platform(target.platform), compat.abstract_mesh(target_mesh(target)):
+        # Its shared memory chooses the Triton kernels' blocks (`kernels.tiling`).
+        with kernels.target_platform(target.platform, shared_memory=shared_memory_of(target)), \
+                compat.abstract_mesh(target_mesh(target)):
             lowered = step.lower(abstract_on(target, state, False), abstract_on(target, batch, True))
-            compiled = lowered.compile()
+            compiled = lowered.compile(compiler_options=compiler_options(target))
     except Exception as error:  # noqa: BLE001 - one row per failure
         row.compile_seconds = time.perf_counter() - started
         message = str(error).strip()
@@ -221,6 +237,11 @@ def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: 
     return row
 
 
+def shared_memory_of(target) -> int | None:
+    """The target GPU's shared memory per block (`accelerators.Target.shared_memory`); None on TPU."""
+    return getattr(target, "shared_memory", None)
+
+
 # ----------------------------------------------------------------------------- one config on one target
 
 def compile_config(variant: str, label: str, config, target, modes=MODES) -> list[Row]:
@@ -237,7 +258,8 @@ def compile_config(variant: str, label: str, config, target, modes=MODES) -> lis
                     error=f"batch_size {config.batch_size} is not divisible by the target's {devices} devices")
                 for mode in modes]
     try:
-        built, layer_kernels = lower.abstract_steps(config, target.platform)
+        with kernels.target_platform(target.platform, shared_memory=shared_memory_of(target)):
+            built, layer_kernels = lower.abstract_steps(config, target.platform)
     except Exception as error:  # noqa: BLE001
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return [Row(**base, mode=mode, result="error", error=f"{type(error).__name__}: {first[:400]}")
@@ -251,7 +273,6 @@ def compile_config(variant: str, label: str, config, target, modes=MODES) -> lis
             row.per_device_batch //= accum
         row.kernels = describe(layer_kernels, mode)
         rows.append(compile_step(step, args, target, mode, layer_kernels, row))
-    del kernels
     return rows
 
 
@@ -474,6 +495,9 @@ def write_json(path: str, argv: list[str], rows: list[Row], seconds: float, comp
                 "versions": versions(), "seconds": round(seconds, 1),
                 "note": "memory in bytes per device; flops per device (XLA's count, flops_partial says where it is "
                         "a lower bound); modeled_seconds: the TPU compiler's modeled step time, not measured",
+                "gpu_compiler_options": {"options": GPU_COMPILER_OPTIONS,
+                                         "note": "deviceless GPU compiles: GEMMs as cuBLAS calls (no autotuning "
+                                                 "without a device, so no Triton GEMM tiling is chosen)"},
                 "rows": [dataclasses.asdict(r) for r in rows]}
     if any(table2.length_of(r.task) for r in rows):
         document["table2"] = table2.relative(rows)
