@@ -168,3 +168,20 @@ def test_flash_kernels_ask_no_more_than_their_bound_and_do_not_spill(name, d, dt
         tiles = flash.choose_tiling(64, 64, d)
     for kernel in ("flash_fwd", "flash_bwd_dq", "flash_bwd_dkv"):
         assert 0 < requested[kernel] <= tiles.shared_memory, kernel
+
+
+def test_a_block_mask_runs_at_the_smaller_blocks_the_gpu_needs():
+    """BigBird's block mask at 32-token blocks, run at 16 (a GPU with little shared memory): the mask is
+    the same pattern at the finer blocks, so the result is the reference's."""
+    from lra_jax.kernels.block_sparse.api import block_sparse_attention
+
+    keys = jax.random.split(jax.random.key(5), 4)
+    q, k, v = (jax.random.normal(key, (1, 96, 2, 16)) for key in keys[:3])
+    block_mask = jax.random.bernoulli(keys[3], 0.5, (3, 3)) | jnp.eye(3, dtype=bool)
+    mask = jnp.arange(96)[None, :] < 90
+    run = lambda impl: block_sparse_attention(q, k, v, key_mask=mask, block_mask=block_mask, block=32,  # noqa: E731
+                                              impl=impl, interpret=True)
+    with kernels.target_platform("gpu", interpret=True, shared_memory=flash.shared_memory_bytes(16, 16, 16, 2)):
+        assert flash.choose_tiling(32, 32, 16).block_q == 16
+        out = run("pallas")
+    np.testing.assert_allclose(out, run("xla"), rtol=1e-5, atol=1e-6)
