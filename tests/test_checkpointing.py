@@ -13,11 +13,11 @@ from lra_jax import trainer
 from lra_jax.errors import CheckpointError
 
 
-def truncate_data_files(step_dir: str, count: int = 3) -> None:
-    """Cuts `count` of the checkpoint's array data files to half their size, as a bad copy or a
-    dying disk leaves them."""
-    files = sorted(glob.glob(os.path.join(step_dir, "state", "ocdbt.process_0", "d", "*")),
-                   key=os.path.getsize, reverse=True)[:count]
+def truncate_data_files(step_dir: str) -> None:
+    """Cuts every array data file of the checkpoint to half its size, as a bad copy or a dying disk
+    leaves them. Every file: OCDBT may leave data files the manifest no longer references, and
+    damaging only those (as cutting the three largest sometimes did) leaves a checkpoint that restores."""
+    files = glob.glob(os.path.join(step_dir, "state", "ocdbt.process_0", "d", "*"))
     assert files, f"no data files under {step_dir}"
     for path in files:
         os.truncate(path, os.path.getsize(path) // 2)

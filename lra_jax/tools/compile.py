@@ -50,6 +50,7 @@ Exit status 0 when every row compiled (fitting or planned), 1 if any row is an e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -180,6 +181,21 @@ def compiler_options(target) -> dict[str, Any] | None:
     return dict(GPU_COMPILER_OPTIONS) if target.platform == "cuda" else None
 
 
+@contextlib.contextmanager
+def without_compilation_cache():
+    """Compiles inside write nothing to jax's persistent compilation cache: an executable for compile-only
+    devices cannot be read back without a client of that platform (jax 0.12 warns at every such read).
+    (Whether the cache is used is decided once per process, so it is the writes that are stopped.)"""
+    import jax
+
+    minimum = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float("inf"))
+    try:
+        yield
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", minimum)
+
+
 def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: Row) -> Row:
     """Compiles `step(*args)` for `target` into `row` (memory, FLOPs, kernels, modeled time, result)."""
     from lra_jax import compat, kernels
@@ -192,7 +208,8 @@ def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: 
         # kernels are lowered for (`compat.lowering_target` would name another mesh than the arguments').
         # Its shared memory chooses the Triton kernels' blocks (`kernels.tiling`).
         with kernels.target_platform(target.platform, shared_memory=shared_memory_of(target)), \
-                compat.abstract_mesh(target_mesh(target)):
+                compat.abstract_mesh(target_mesh(target)), \
+                without_compilation_cache():
             lowered = step.lower(abstract_on(target, state, False), abstract_on(target, batch, True))
             compiled = lowered.compile(compiler_options=compiler_options(target))
     except Exception as error:  # noqa: BLE001 - one row per failure
