@@ -127,6 +127,29 @@ def test_rows_that_fit_or_are_planned_exit_0_and_go_to_json(monkeypatch, tmp_pat
     assert "tpu-v5e:2x2: 4 steps, 2 fit, 2 fit with accumulation, 0 do not fit, 0 errors" in capsys.readouterr().out
 
 
+def test_a_matrix_cut_short_resumes_without_compiling_its_rows_again(monkeypatch, tmp_path, capsys):
+    """--out holds an unfinished run of the same command: its rows are kept, the rest compiled."""
+    code, document = run_main(monkeypatch, tmp_path, {"train": {}, "eval": {}})
+    assert code == 0 and document["complete"] is True
+    out = tmp_path / "compile.json"
+    document["complete"] = False
+    document["rows"] = document["rows"][:2]  # softmax's two steps, as if killed during linformer's
+    document["rows"][0]["compile_seconds"] = 99.0
+    out.write_text(json.dumps(document))
+    compiled = []
+    monkeypatch.setattr(compile_cmd, "compile_config", lambda variant, label, config, target, modes:
+                        compiled.append(variant) or [make_row(variant=variant, task=label, mode=m) for m in modes])
+    argv = ["--targets=tpu-v5e:2x2", "--variants=softmax,linformer", "--tasks=listops", "--scale=mini", f"--out={out}"]
+    assert compile_cmd.main(argv) == 0
+    assert compiled == ["linformer"]
+    resumed = json.loads(out.read_text())
+    assert resumed["complete"] is True and [r["variant"] for r in resumed["rows"]] == ["softmax"] * 2 + ["linformer"] * 2
+    assert resumed["rows"][0]["compile_seconds"] == 99.0
+    assert "resuming the unfinished run" in capsys.readouterr().out
+    compiled.clear()
+    assert compile_cmd.main(argv) == 0 and compiled == ["softmax", "linformer"]  # a finished run is not resumed
+
+
 def test_an_error_row_exits_1(monkeypatch, tmp_path, capsys):
     code, document = run_main(monkeypatch, tmp_path, {"train": {}, "eval": {"result": "error", "error": "boom"}})
     assert code == 1

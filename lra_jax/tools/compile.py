@@ -503,10 +503,43 @@ def versions() -> dict[str, str]:
     return found
 
 
+def command_line(argv: list[str]) -> str:
+    return "python -m lra_jax.tools.compile " + " ".join(argv)
+
+
+def unfinished_rows(path: str, argv: list[str]) -> tuple[dict[tuple[str, str, str, str], Row], float]:
+    """The rows of an unfinished run of the same command written to `path`, by (variant, task, target,
+    mode), and its seconds: a long matrix cut short resumes where it stopped. ({}, 0) otherwise."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            document = json.load(f)
+        if document.get("complete", True) or document.get("command") != command_line(argv):
+            return {}, 0.0
+        rows = [Row(**r) for r in document["rows"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}, 0.0
+    return {(r.variant, r.task, r.target, r.mode): r for r in rows}, float(document.get("seconds", 0.0))
+
+
+def source_commit() -> str | None:
+    """The git commit of this checkout, "+changes" when its tracked files differ; None outside git."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+changes" if dirty else "")
+
+
 def write_json(path: str, argv: list[str], rows: list[Row], seconds: float, complete: bool) -> None:
     """The rows as JSON at `path`, replaced atomically; `complete` False while the command still runs."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    document = {"command": "python -m lra_jax.tools.compile " + " ".join(argv), "complete": complete,
+    document = {"command": command_line(argv), "complete": complete, "commit": source_commit(),
                 "date": datetime.date.today().isoformat(), "machine": f"{host_platform.machine()}, "
                 f"{os.cpu_count()} cores (compile-only targets: nothing ran on the accelerators)",
                 "versions": versions(), "seconds": round(seconds, 1),
@@ -554,6 +587,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     start, rows = time.perf_counter(), []
+    done, earlier_seconds = unfinished_rows(args.out, argv) if args.out else ({}, 0.0)
+    if done:
+        print(f"resuming the unfinished run in {args.out}: {len(done)} steps compiled there are kept", flush=True)
+    start -= earlier_seconds
     print(HEADER, flush=True)
     for variant, label, config in configs(variants, tasks, lengths, args.scale, files):
         if args.impl != "auto":
@@ -563,6 +600,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.per_device_batch:
                 config = config.copy_and_resolve_references()
                 config.batch_size = args.per_device_batch * len(target.devices)
+            earlier = [done.get((variant, label, target.name, mode)) for mode in modes]
+            if all(earlier):  # compiled by the unfinished run of this command that --out holds
+                rows.extend(earlier)
+                print("\n".join(map(format_row, earlier)), flush=True)
+                continue
             for row in compile_config(variant, label, config, target, modes):
                 if row.mode == "train" and row.result == "does not fit" and args.plan == "true":
                     row.plan = plan_fit(variant, label, config, target, row)
