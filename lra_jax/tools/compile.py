@@ -235,7 +235,7 @@ def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: 
     row.flops_partial = flops_partial(text, row.kernel_calls)
     if target.platform != "tpu":  # Pathfinder softmax: 43 GFLOP for 512 examples here, 399 for 128 on TPU
         row.flops_partial = (row.flops_partial or "partial: ") + "; GPU: the HLO cost analysis of the optimized " \
-            "module undercounts (fused GEMMs)"
+            "module counts no cuBLAS GEMM (custom calls, `GPU_COMPILER_OPTIONS`)"
     if target.platform == "tpu":
         seconds = cost.get("optimal_seconds")
         if row.kernel_calls:
