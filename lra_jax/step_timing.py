@@ -39,41 +39,54 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
 
     Raises ConfigError (from `memory.check_fits`) when XLA's memory estimate of the step
     exceeds the device's memory, before running anything. Returns seconds_per_step (the mean),
-    step_seconds (each timed step),
-    compile_seconds, the compiled step's memory figures, num_parameters, the attention
-    settings as built (`trainer.attention_settings`) and `compiled`
-    (for callers that want its cost analysis).
+    step_seconds (each timed step), compile_seconds, the compiled step's memory figures,
+    num_parameters, the attention settings as built (`trainer.attention_settings`) and
+    `compiled` (for callers that want its cost analysis).
     """
+    return time_train_steps([config], task, mesh, warmup=warmup, steps=steps)[0]
+
+
+def time_train_steps(configs: list[ml_collections.ConfigDict], task: TaskSpec, mesh: Mesh, *,
+                     warmup: int, steps: int) -> list[dict[str, Any]]:
+    """`time_train_step` of several configs of one shape (e.g. dropout 0 and 0.1), their timed steps
+    alternating (step 1 of each, then step 2 of each, ...), so that a change of load on a shared
+    machine hits them alike and their ratio holds. Only one step's temporary memory is live at a
+    time: each config must fit alone. One dict per config, in order."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    graphdef, tx, state = trainer.create_train_state(config, task, mesh)
-    attention = trainer.attention_settings(graphdef, state)
-    batch = jax.device_put(random_batch(task, config.batch_size, config.max_len, config.seed),
-                           NamedSharding(mesh, PartitionSpec("data")))
-    start = time.perf_counter()
-    with compat.abstract_mesh(mesh):  # kernels per device (`kernels.sharding`)
-        compiled = make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
-    compile_seconds = time.perf_counter() - start
-    step_memory = memory.peak_memory(compiled)
-    memory.check_fits(step_memory, config)
-    for _ in range(warmup):
-        state, _ = compiled(state, batch)
-    jax.block_until_ready(state)
-    step_seconds = []  # each step waited for: a step here takes milliseconds to minutes, the wait microseconds
-    for _ in range(steps):
+    runs = []
+    for config in configs:
+        graphdef, tx, state = trainer.create_train_state(config, task, mesh)
+        batch = jax.device_put(random_batch(task, config.batch_size, config.max_len, config.seed),
+                               NamedSharding(mesh, PartitionSpec("data")))
         start = time.perf_counter()
-        state, metrics = compiled(state, batch)
-        jax.block_until_ready((state, metrics))
-        step_seconds.append(time.perf_counter() - start)
-    return {
-        "seconds_per_step": sum(step_seconds) / steps,
-        "step_seconds": step_seconds,
-        "compile_seconds": compile_seconds,
-        **step_memory,
-        "num_parameters": int(sum(x.size for x in jax.tree.leaves(state["params"]))),
-        "attention": attention,
-        "compiled": compiled,
-    }
+        with compat.abstract_mesh(mesh):  # kernels per device (`kernels.sharding`)
+            compiled = make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
+        compile_seconds = time.perf_counter() - start
+        step_memory = memory.peak_memory(compiled)
+        memory.check_fits(step_memory, config)
+        runs.append({"state": state, "batch": batch, "compiled": compiled, "compile_seconds": compile_seconds,
+                     "step_memory": step_memory, "attention": trainer.attention_settings(graphdef, state),
+                     "step_seconds": []})
+    for run in runs:
+        for _ in range(warmup):
+            run["state"], _ = run["compiled"](run["state"], run["batch"])
+        jax.block_until_ready(run["state"])
+    for _ in range(steps):  # each step waited for: a step takes milliseconds to minutes, the wait microseconds
+        for run in runs:
+            start = time.perf_counter()
+            run["state"], metrics = run["compiled"](run["state"], run["batch"])
+            jax.block_until_ready((run["state"], metrics))
+            run["step_seconds"].append(time.perf_counter() - start)
+    return [{
+        "seconds_per_step": sum(run["step_seconds"]) / steps,
+        "step_seconds": run["step_seconds"],
+        "compile_seconds": run["compile_seconds"],
+        **run["step_memory"],
+        "num_parameters": int(sum(x.size for x in jax.tree.leaves(run["state"]["params"]))),
+        "attention": run["attention"],
+        "compiled": run["compiled"],
+    } for run in runs]
 
 
 def projected_training(config: ml_collections.ConfigDict, *, warmup: int = 1, steps: int = 3) -> dict[str, Any]:

@@ -130,54 +130,59 @@ def compiled_flops(compiled) -> float | None:
 
 
 def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, Any]:
-    """Compiles and times the train step of `variant` at `length` and the cell's `settings["dropout_rate"]`
-    (`run` sets it per cell; default 0.1); raises on failure.
+    """Compiles and times the train step of `variant` at `length`; raises on failure.
 
+    At the cell's `settings["dropout_rate"]` (default 0.1), or, where the settings give no single rate,
+    at each of `settings["dropout_rates"]` in this one process, their timed steps alternating
+    (`step_timing.time_train_steps`): then the result is {"by_rate": [one result per rate]}.
     Besides time and memory: the step's model FLOPs from the shapes (`lra_jax.flops`, None where the
     variant declares no count), XLA's compiled count, the peak of a matmul of the step's dtype measured
-    right after the step (`lra_jax.device_peak`) and the fraction of it the step reaches (the analytic
+    right after the steps (`lra_jax.device_peak`) and the fraction of it the step reaches (the analytic
     FLOPs where counted, else XLA's, as `utilisation_flops` says), with the vendor's peak on accelerators."""
     from lra_jax import device_peak, flops, step_timing, trainer
     from lra_jax.data.tasks import TaskSpec
 
-    dropout_rate = settings.get("dropout_rate", 0.1)
-    config = bench_config(variant, length, settings, dropout_rate)
+    rates = [settings["dropout_rate"]] if "dropout_rate" in settings else dropout_rates(settings)
+    configs = [bench_config(variant, length, settings, rate) for rate in rates]
     task = TaskSpec("text-bench", VOCAB_SIZE, NUM_CLASSES, False, load=None)
     try:
-        timing = step_timing.time_train_step(config, task, trainer.make_mesh(),
-                                             warmup=settings["warmup"], steps=settings["steps"])
+        timings = step_timing.time_train_steps(configs, task, trainer.make_mesh(),
+                                               warmup=settings["warmup"], steps=settings["steps"])
     except ConfigError as error:  # the step's memory estimate exceeds the device's memory
         raise OutOfMemory(str(error)) from error
     stats = jax.devices()[0].memory_stats() or {}
-    steps_per_second = 1 / timing["seconds_per_step"]
-    model_flops = flops.train_step_flops(
-        variant=variant, batch=config.batch_size, length=length + int(config.model.cls_token),
-        dim=config.model.emb_dim, num_heads=config.model.num_heads, mlp_dim=config.model.mlp_dim,
-        num_layers=config.model.num_layers, settings=timing["attention"])
-    xla_flops = compiled_flops(timing["compiled"])
     peak = device_peak.measured_matmul_peak(settings["dtype"])
-    counted = model_flops if model_flops is not None else xla_flops
-    fastest = min(timing["step_seconds"])
-    return {
-        "step_seconds": timing["step_seconds"],
-        "model_flops_per_step": model_flops,
-        "matmul_peak_flops_per_second": peak,
-        "vendor_peak_flops_per_second": device_peak.vendor_peak(jax.devices()[0].device_kind, settings["dtype"]),
-        "utilisation_flops": "model" if model_flops is not None else ("xla" if xla_flops else None),
-        "utilisation": counted / timing["seconds_per_step"] / peak if counted else None,
-        "utilisation_fastest_step": counted / fastest / peak if counted else None,
-        "steps_per_second": steps_per_second,
-        "examples_per_second": steps_per_second * config.batch_size,
-        "seconds_per_step": timing["seconds_per_step"],
-        "compile_seconds": timing["compile_seconds"],
-        "flops_per_step": xla_flops,
-        "compiled_step_memory_bytes": timing["compiled_step_memory_bytes"],
-        "device_peak_bytes_in_use": stats.get("peak_bytes_in_use"),  # this cell's process
-        "peak_memory_bytes": timing["compiled_step_memory_bytes"] or stats.get("peak_bytes_in_use"),
-        "host_max_rss_bytes": timing["host_max_rss_bytes"],
-        "num_parameters": timing["num_parameters"],
-        "attention": timing["attention"],  # as built: defaults and backend-derived values filled in
-    }
+    vendor = device_peak.vendor_peak(jax.devices()[0].device_kind, settings["dtype"])
+    entries = []
+    for config, timing in zip(configs, timings):
+        steps_per_second = 1 / timing["seconds_per_step"]
+        model_flops = flops.train_step_flops(
+            variant=variant, batch=config.batch_size, length=length + int(config.model.cls_token),
+            dim=config.model.emb_dim, num_heads=config.model.num_heads, mlp_dim=config.model.mlp_dim,
+            num_layers=config.model.num_layers, settings=timing["attention"])
+        xla_flops = compiled_flops(timing["compiled"])
+        counted = model_flops if model_flops is not None else xla_flops
+        entries.append({
+            "steps_per_second": steps_per_second,
+            "examples_per_second": steps_per_second * config.batch_size,
+            "seconds_per_step": timing["seconds_per_step"],
+            "step_seconds": timing["step_seconds"],
+            "compile_seconds": timing["compile_seconds"],
+            "flops_per_step": xla_flops,
+            "model_flops_per_step": model_flops,
+            "matmul_peak_flops_per_second": peak,
+            "vendor_peak_flops_per_second": vendor,
+            "utilisation_flops": "model" if model_flops is not None else ("xla" if xla_flops else None),
+            "utilisation": counted / timing["seconds_per_step"] / peak if counted else None,
+            "utilisation_fastest_step": counted / min(timing["step_seconds"]) / peak if counted else None,
+            "compiled_step_memory_bytes": timing["compiled_step_memory_bytes"],
+            "device_peak_bytes_in_use": stats.get("peak_bytes_in_use"),  # this cell's process
+            "peak_memory_bytes": timing["compiled_step_memory_bytes"] or stats.get("peak_bytes_in_use"),
+            "host_max_rss_bytes": timing["host_max_rss_bytes"],
+            "num_parameters": timing["num_parameters"],
+            "attention": timing["attention"],  # as built: defaults and backend-derived values filled in
+        })
+    return entries[0] if "dropout_rate" in settings else {"by_rate": entries}
 
 
 def is_oom(error: BaseException) -> bool:
@@ -283,24 +288,36 @@ def run(variants: list[str], lengths: list[int], settings: dict[str, Any],
     entry (the report is saved as it grows)."""
     results = []
     rates = dropout_rates(settings)
-    # The rates of one (variant, length) follow one another, so a change of load hits them alike.
-    cells = [(v, n, rate) for v in variants for n in lengths for rate in rates]
+    # In the bench's own processes the rates of one (variant, length) share a process and alternate
+    # step by step (see `measure`), so a change of load hits them alike; a `measure_fn` gets one rate a call.
+    together = measure_fn is None and len(rates) > 1
+    cells = [(v, n, None) for v in variants for n in lengths] if together else [
+        (v, n, rate) for v in variants for n in lengths for rate in rates]
     for i, (variant, length, rate) in enumerate(cells, 1):
         start = time.perf_counter()
-        cell_settings = {**settings, "dropout_rate": rate}
+        cell_settings = settings if rate is None else {**settings, "dropout_rate": rate}
         if measure_fn is None:
             outcome = measure_in_subprocess(variant, length, cell_settings, cell_timeout)
         else:
             outcome = measure_cell(variant, length, cell_settings, measure_fn)
-        entry = {"variant": variant, "length": length, "dropout_rate": rate, **outcome,
-                 "wall_seconds": time.perf_counter() - start}
-        if entry["status"] == "ok":
-            detail = f"{entry['steps_per_second']:.3g} steps/s, {_gib(entry['peak_memory_bytes'])}"
-        else:
-            detail = f"{entry['status'].upper()}: {entry['error'][:200]}"
-        results.append(entry)
-        label = f"{variant} @ {length}" + (f", dropout {rate:g}" if len(rates) > 1 else "")
-        log(f"[{i}/{len(cells)}] {label}: {detail} ({entry['wall_seconds']:.0f} s)")
+        wall = time.perf_counter() - start
+        if rate is not None:
+            outcomes = [(rate, outcome)]
+        elif "by_rate" in outcome:
+            outcomes = [(r, {"status": outcome["status"], **one}) for r, one in zip(rates, outcome.pop("by_rate"))]
+        else:  # a failure stands for every rate of the cell
+            outcomes = [(r, dict(outcome)) for r in rates]
+        for cell_rate, one in outcomes:
+            entry = {"variant": variant, "length": length, "dropout_rate": cell_rate, **one, "wall_seconds": wall}
+            if entry["status"] == "ok":
+                detail = f"{entry['steps_per_second']:.3g} steps/s, {_gib(entry['peak_memory_bytes'])}"
+                if entry.get("utilisation") is not None:
+                    detail += f", {100 * entry['utilisation']:.0f}% of the matmul peak"
+            else:
+                detail = f"{entry['status'].upper()}: {entry['error'][:200]}"
+            results.append(entry)
+            label = f"{variant} @ {length}" + (f", dropout {cell_rate:g}" if len(rates) > 1 else "")
+            log(f"[{i}/{len(cells)}] {label}: {detail} ({wall:.0f} s)")
         if on_result is not None:
             on_result(results)
     add_relative(results)
