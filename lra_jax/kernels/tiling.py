@@ -32,8 +32,8 @@ SHARED_MEMORY_PER_BLOCK = {
 DEFAULT_COMPUTE_CAPABILITY = "9.0"  # H100, as `compat.DEFAULT_GPU_KIND`
 MIN_BLOCK = 16  # Triton's smallest dot
 MAX_REGISTERS = 255  # 32-bit registers per thread (every GPU since compute capability 3.5)
-# Registers per thread left for addresses, indices, loop state and the softmax statistics besides
-# the tiles `live_elements` counts (ptxas, -v: the kernels' scalar state, A100 and H100).
+# Registers per thread allowed for addresses, indices, loop state and row statistics besides the tiles
+# a kernel's `live_elements` counts; with those weights, fitted to ptxas's counts (flash_attention's).
 SCALAR_REGISTERS = 64
 STAGES = (2, 1)  # preferred first: two stages overlap the next tile's load with this one's math
 
