@@ -169,6 +169,7 @@ class TokenMixer(nnx.Module):
     length_invariant = True
     kernel_names: dict[str, str] = {}
     kernel_dropout_backends: frozenset[str] = frozenset()
+    kernel_dropout_names: dict[str, str] = {}  # a backend's kernel when dropout is on, where it differs
     uses_attention_dropout = True  # False where no attention weights are formed (nothing to drop)
     cost_exponent = 2.0
     data_dependent_pattern = False
@@ -225,7 +226,8 @@ class TokenMixer(nnx.Module):
         return kernels.plan(self.impl, self.target, self.kernel_names,
                             dropout_active=self.uses_attention_dropout and self.dropout_rate > 0
                             and not deterministic, dropout_backends=self.kernel_dropout_backends,
-                            unsupported=self.kernel_limits(self.target.platform))
+                            unsupported=self.kernel_limits(self.target.platform),
+                            dropout_kernels=self.kernel_dropout_names)
 
     def kernel_dropout(self, plan: kernels.KernelPlan, rngs: nnx.Rngs | None) -> dict:
         """Keyword arguments that give a kernel call its attention dropout ({} where the plan has none);

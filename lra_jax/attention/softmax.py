@@ -17,7 +17,7 @@ from jaxtyping import Array, Bool, Float
 
 from lra_jax.attention.core import Attention, masked_softmax
 from lra_jax.attention.registry import register
-from lra_jax.kernels import SPLASH, TRITON
+from lra_jax.kernels import MOSAIC_FLASH, SPLASH, TRITON
 from lra_jax.kernels.flash import flash_attention
 
 
@@ -44,7 +44,8 @@ class SoftmaxAttention(Attention):
     """Full scaled dot-product attention over all real tokens; impl="pallas" runs the flash kernel."""
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}
-    kernel_dropout_backends = frozenset({"triton"})
+    kernel_dropout_backends = frozenset({"triton", "mosaic"})
+    kernel_dropout_names = {"mosaic": MOSAIC_FLASH}  # splash has no dropout: our kernel trains
     # cost_exponent 2 (the default): q k^T and p v are [n, d] x [d, n] and [n, n] x [n, d] per example.
 
     @classmethod

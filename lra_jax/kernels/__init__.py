@@ -42,6 +42,7 @@ PLATFORMS = ("cpu", "gpu", "tpu")
 
 # Names of the kernels, as runs record them.
 XLA, TRITON, SPLASH = "xla", "pallas-triton", "pallas-mosaic-splash"
+MOSAIC_FLASH = "pallas-mosaic-flash"  # our TPU kernel with attention dropout (flash/pallas_mosaic.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +141,8 @@ class KernelPlan:
 
 
 def plan(impl: str, target: Target, kernels: dict[str, str], *, dropout_active: bool = False,
-         dropout_backends: frozenset[str] = frozenset(), unsupported: str | None = None) -> KernelPlan:
+         dropout_backends: frozenset[str] = frozenset(), unsupported: str | None = None,
+         dropout_kernels: dict[str, str] | None = None) -> KernelPlan:
     """The kernel of one layer on `target`.
 
     Args:
@@ -152,6 +154,8 @@ def plan(impl: str, target: Target, kernels: dict[str, str], *, dropout_active: 
       dropout_backends: the backends whose kernel for this variant applies attention dropout
         (the Triton flash and block-sparse kernels; splash has none).
       unsupported: why the variant's kernel cannot serve its settings on this target, or None.
+      dropout_kernels: the kernel a backend runs instead of `kernels[backend]` when dropout is active
+        (on TPU: {"mosaic": MOSAIC_FLASH}, since splash has no dropout).
     """
     if resolve_impl(impl, platform=target.platform) == XLA:
         return KernelPlan(XLA, target.platform)
@@ -162,4 +166,5 @@ def plan(impl: str, target: Target, kernels: dict[str, str], *, dropout_active: 
         return KernelPlan(XLA, target.platform, reason=f"attention dropout is not in the {backend} kernel")
     if unsupported:
         return KernelPlan(XLA, target.platform, reason=unsupported)
-    return KernelPlan(kernels[backend], target.platform, interpret=target.interpret, dropout=dropout_active)
+    name = (dropout_kernels or {}).get(backend, kernels[backend]) if dropout_active else kernels[backend]
+    return KernelPlan(name, target.platform, interpret=target.interpret, dropout=dropout_active)

@@ -6,7 +6,9 @@ memory): `pallas_gpu` (Triton) for a GPU target, jax's splash attention
 explicit n x n matrix); impl="auto" the kernel on GPU/TPU and XLA on CPU. The
 target is `platform`, by default `lra_jax.kernels.current_target()`. Attention
 dropout (`dropout_rate`, `dropout_seed`) runs in the Triton kernel and the
-reference, with the same mask (`lra_jax.kernels.dropout`); splash has none. Shapes: q [b, nq, h, d],
+reference, with the same mask (`lra_jax.kernels.dropout`); splash has none, so on TPU a call with
+dropout runs our own Mosaic kernel (`pallas_mosaic`, recorded as "pallas-mosaic-flash") and one
+without runs splash. Shapes: q [b, nq, h, d],
 k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
 """
 
@@ -19,7 +21,7 @@ from jax.experimental import pallas as pl
 from jaxtyping import Array, Bool, Float
 
 from lra_jax.kernels import dropout, pallas_backend, resolve_impl, sharding
-from lra_jax.kernels.flash import pallas_gpu, pallas_tpu, reference
+from lra_jax.kernels.flash import pallas_gpu, pallas_mosaic, pallas_tpu, reference
 
 
 def masks_from(
@@ -99,7 +101,7 @@ def flash_attention(
       interpret: run the Pallas kernel in the interpreter (CPU tests).
       platform: "gpu" (Triton) or "tpu" (splash); default: the current kernel target.
       dropout_rate, dropout_seed: attention dropout rate and its uint32 seed [1]
-        (`dropout.seed_from_key`); not on the TPU kernel.
+        (`dropout.seed_from_key`); on TPU they select `pallas_mosaic` instead of splash.
     """
     b, nq, _, d = q.shape
     nk = k.shape[1]
@@ -110,7 +112,7 @@ def flash_attention(
         return reference.attention(q, k, v, key_mask, query_mask, scale, dropout_rate, dropout_seed)
     if pallas_backend(platform) == "mosaic":
         if dropout_rate > 0.0:
-            raise ValueError("the TPU kernel (splash attention) has no attention dropout: use impl='xla'")
+            return _mosaic_flash(q, k, v, key_mask, query_mask, scale, dropout_rate, dropout_seed, interpret)
         nq_pad, nk_pad = (-(-x // pallas_tpu.BLOCK) * pallas_tpu.BLOCK for x in (nq, nk))
         splash = lambda q, k, v, q_ids, k_ids: pallas_tpu.attention(  # noqa: E731
             q, k, v, q_ids, k_ids, pallas_tpu.full_mask(nq_pad, nk_pad), scale, interpret)
@@ -132,4 +134,22 @@ def flash_attention(
     zeros_q, zeros_k = jnp.zeros((nq_pad,), jnp.int32), jnp.zeros((nk_pad,), jnp.int32)
     out = pallas_gpu.attention(qp, kp, vp, key_code, zeros_q, zeros_q, zeros_k, dropout_seed, None, None, scale,
                                None, tiles, dropout_rate, interpret)[:, :nq, :, :d]
+    return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
+
+
+def _mosaic_flash(q, k, v, key_mask, query_mask, scale: float, rate: float, seed, interpret: bool):
+    """`pallas_mosaic.attention` (TPU, with dropout) on [b, n, h, d]: padded to its block, heads major,
+    run per device on its rows of the batch with the dropout heads of the *global* batch rows."""
+    b, nq, h, _ = q.shape
+    nk = k.shape[1]
+    block = pallas_mosaic.BLOCK
+    nq_pad, nk_pad = (-(-x // block) * block for x in (nq, nk))
+    heads = pallas_mosaic.head_state(seed, b, h)  # global rows: a sharded run draws one device's mask
+    major = lambda x, n: pad_axis(x, 1, n).transpose(0, 2, 1, 3)  # noqa: E731  [b, n, h, d] -> [b, h, n, d]
+    kernel = lambda q, k, v, key_code, heads: pallas_mosaic.attention(  # noqa: E731
+        q, k, v, key_code, heads, scale, rate, block, block, interpret)
+    out = sharding.over_batch(kernel)(
+        major(q, nq_pad), major(k, nk_pad), major(v, nk_pad),
+        pad_axis(key_mask.astype(jnp.int32), 1, nk_pad)[:, None, :], heads)
+    out = out.transpose(0, 2, 1, 3)[:, :nq]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
