@@ -1,7 +1,10 @@
 """The LRA paper's Table 2 (Tay et al. 2021) compiled for its hardware: speed and memory per variant.
 
-Table 2 trains the Text model (4 layers, width 256, 4 heads, MLP 1024) at 1K to 4K tokens on a
-4x4 TPU v3 slice and reports steps/s and peak memory per device, each relative to the Transformer.
+Table 2 trains the Text model (4 layers, width 256, 4 heads, MLP 1024) at 1K to 4K tokens, batch 32,
+on a 4x4 TPU v3 slice and reports steps/s and peak memory per device, each relative to the Transformer.
+The paper does not say whether 32 is per core or for the slice. Compiled here at 4K, 32 per core does
+not fit softmax into a v3 core's 16 GiB (43.8 GiB), one per core is far from the paper's figures,
+and 8 per core gives softmax 11.6 GiB against the paper's 9.48 GB: the committed table uses 8.
 `python -m lra_jax.tools.compile --lengths=...` compiles that protocol for a target (`config`); this
 module turns its train rows into the table (`relative`), prints it beside the paper's figures at 4K
 (`paper_figures`, experiments/reference/lra_paper.json) and gives the chart its modeled speeds
@@ -20,7 +23,7 @@ from lra_jax.errors import LraError
 
 LABEL = "table2"  # compile rows of this protocol are labelled "table2:<length>"
 BASELINE = "softmax"
-BATCH_SIZE = 32  # the bench's default; `compile --per_device_batch` sets the paper's 32 per core
+BATCH_SIZE = 32  # the bench's default; `compile --per_device_batch` sets the examples per device
 
 
 def config(variant: str, length: int):
