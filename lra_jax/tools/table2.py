@@ -3,8 +3,8 @@
 Table 2 trains the Text model (4 layers, width 256, 4 heads, MLP 1024) at 1K to 4K tokens, batch 32,
 on a 4x4 TPU v3 slice and reports steps/s and peak memory per device, each relative to the Transformer.
 The paper does not say whether 32 is per core or for the slice. Compiled here at 4K, 32 per core does
-not fit softmax into a v3 core's 16 GiB (43.8 GiB), one per core is far from the paper's figures,
-and 8 per core gives softmax 11.6 GiB against the paper's 9.48 GB: the committed table uses 8.
+not fit softmax into a v3 core's 16 GiB (it asks for 43.8 GiB), while 8 per core gives softmax
+11.6 GiB against the paper's 9.48 GB: the committed table uses 8 per core.
 `python -m lra_jax.tools.compile --lengths=...` compiles that protocol for a target (`config`); this
 module turns its train rows into the table (`relative`), prints it beside the paper's figures at 4K
 (`paper_figures`, experiments/reference/lra_paper.json) and gives the chart its modeled speeds
