@@ -155,10 +155,12 @@ def test_bfloat16_runs_and_stays_close_to_float32(name):
 
 
 def test_training_mode_uses_the_given_key_and_respects_padding(name):
-    if "@" in name:
+    if "@" in name and "mosaic" not in registry.get(variant(name)).kernel_dropout_backends:
         pytest.skip("splash attention has no dropout: training mode on TPU runs the XLA form, checked above")
     x, mask = inputs()
     model = build(name, dropout_rate=0.3)
+    if "@" in name:  # trains on our Mosaic kernel with its dropout (kernels/flash/pallas_mosaic.py)
+        assert model.kernel_plan(deterministic=False).kernel == kernels.MOSAIC_FLASH
     out_a = model(x, mask, deterministic=False, rngs=nnx.Rngs(1))
     x_other = jnp.where(mask[..., None], x, 50.0)
     out_b = model(x_other, mask, deterministic=False, rngs=nnx.Rngs(1))

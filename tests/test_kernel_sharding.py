@@ -30,6 +30,9 @@ cases = {
         q, k, v, key_mask=m, block_mask=jnp.eye(2, dtype=bool) | (jnp.arange(2)[None, :] == 0), block=128,
         impl=impl, platform="tpu", interpret=True),
 }
+seed = np.array([7], np.uint32)  # dropout in our TPU kernel: sharded, each device draws its global rows' mask
+cases["flash-dropout"] = lambda q, k, v, m, impl: flash_attention(
+    q, k, v, key_mask=m, impl=impl, platform="tpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
 rows = NamedSharding(mesh, PartitionSpec("data"))
 for name, fn in cases.items():
     want = fn(q, k, v, mask, "xla")
