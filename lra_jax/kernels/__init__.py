@@ -26,7 +26,9 @@ Backends: the GPU kernels use the backend-neutral `pl` API lowered through
 Triton (`jax.experimental.pallas.triton.CompilerParams`: in jax 0.10 a bare
 `pl.pallas_call` on GPU means Mosaic GPU). The TPU path is jax's splash
 attention (block-sparse flash attention over static or dynamic masks with
-segment ids), the kernel MaxText runs on TPU.
+segment ids), the kernel MaxText runs on TPU. Splash has no attention dropout, so
+dense softmax attention with dropout runs our own Mosaic kernel (`flash/pallas_mosaic.py`,
+recorded as MOSAIC_FLASH).
 """
 
 from __future__ import annotations
