@@ -303,10 +303,11 @@ def _draw_ours(ax, measured: dict[str, dict[str, Any]], speeds: dict[str, dict[s
     sizes = _bubble_sizes(mems, largest)
     colors = matplotlib.colormaps["tab20"].colors
     bars = score_bars(measured, [v for v, _, _ in points])
-    for i, ((variant, m, _), x, y, s, err) in enumerate(zip(points, xs, ys, sizes, bars)):
-        color = colors[i % len(colors)]
+    order = list(measured)  # a variant's colour is the same in every panel
+    point_colors = ["black" if v in REFERENCE_VARIANTS else colors[order.index(v) % len(colors)] for v, _, _ in points]
+    for (variant, m, _), x, y, s, err, color in zip(points, xs, ys, sizes, bars, point_colors):
         partial = bool(m["missing"])
-        _draw_score_bar(ax, x, y, err, "black" if variant in REFERENCE_VARIANTS else color, variant, gid)
+        _draw_score_bar(ax, x, y, err, color, variant, gid)
         if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
             ax.scatter([x], [y], s=s, marker="D", facecolor="none" if partial else "0.15",
                        edgecolor="black", linewidth=2.5, alpha=0.6, zorder=3, hatch="xx" if partial else None)
@@ -317,8 +318,6 @@ def _draw_ours(ax, measured: dict[str, dict[str, Any]], speeds: dict[str, dict[s
         ax.scatter([x], [y], s=8, color="black", zorder=4)
     labels = [variant + (" (SSM reference)" if variant in REFERENCE_VARIANTS else "")
               + ("*" if m["missing"] else "") for variant, m, _ in points]
-    point_colors = ["black" if v in REFERENCE_VARIANTS else colors[i % len(colors)]
-                    for i, (v, _, _) in enumerate(points)]
     if max(xs) / max(min(xs), 1e-12) > 10:
         _log_axis_with_plain_ticks(ax.xaxis)
     ax.margins(x=0.12, y=0.15)
