@@ -24,6 +24,8 @@ import os
 import re
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +37,7 @@ from lra_jax.errors import CheckpointError, DiskFull
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a checkpoint being written
 MARGIN_BYTES = 1 << 20  # free space asked beyond a checkpoint's size: at least 1 MiB, or 10% of it
+STRAGGLER_SECONDS = 120  # how long a failed save's leftover writer threads are awaited before cleaning up
 STATUS = re.compile(r"\b(OUT_OF_RANGE|DATA_LOSS|NOT_FOUND|INVALID_ARGUMENT|FAILED_PRECONDITION|RESOURCE_EXHAUSTED"
                     r"|PERMISSION_DENIED|UNKNOWN|INTERNAL): [^\n\[]*")
 
@@ -130,6 +133,15 @@ def quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
+def _await_stragglers(running: set[threading.Thread], seconds: float = STRAGGLER_SECONDS) -> None:
+    """Waits for the threads a failed save started that still run. Orbax writes a checkpoint's
+    parts in threads of their own, and the save raises when the first one fails while the others
+    may still be writing into the temporary directory; deleting it before they end leaves debris."""
+    deadline = time.monotonic() + seconds
+    for thread in set(threading.enumerate()) - running:
+        thread.join(max(deadline - time.monotonic(), 0))
+
+
 class Checkpoints:
     """Saves and restores a run's train state (any pytree of arrays).
 
@@ -199,10 +211,12 @@ class Checkpoints:
         if free < needed:
             raise DiskFull(self._full_message(step, where, needed, free))
         existed = os.path.exists(os.path.join(where, str(step)))
+        running = set(threading.enumerate())
         try:
             with quiet():
                 manager.save(step, args=args)
         except Exception as error:  # noqa: BLE001 - a failed write: name a full disk, keep the rest as it was
+            _await_stragglers(running)
             if jax.process_index() == 0:
                 shutil.rmtree(os.path.join(where, f"{step}{TMP_SUFFIX}"), ignore_errors=True)
                 if not existed:  # never leave a half-written step behind

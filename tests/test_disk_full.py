@@ -72,12 +72,21 @@ def stops_for_lack_of_space(config, workdir: str, capfd) -> str:
 
 
 def test_a_save_that_would_not_fit_stops_before_writing_and_the_run_resumes_exactly(
-        undisturbed, small_disk, capfd):
+        undisturbed, small_disk, capfd, monkeypatch):
     config, expected = undisturbed
     mount, remount = small_disk
-    workdir = os.path.join(mount("1600k"), "run")  # room for a checkpoint or two of the tiny model, plus a margin
+    disk = mount("16m")
+    workdir = os.path.join(disk, "run")
+    save = checkpointing.Checkpoints.save_last
 
+    def save_then_fill_the_disk(*args):  # after the first `last` checkpoint, 64 KiB are left free
+        save(*args)
+        used = os.statvfs(disk).f_blocks - os.statvfs(disk).f_bfree
+        remount(f"{(used * os.statvfs(disk).f_frsize + (64 << 10)) >> 10}k")
+
+    monkeypatch.setattr(checkpointing.Checkpoints, "save_last", save_then_fill_the_disk)
     stops_for_lack_of_space(config, workdir, capfd)
+    monkeypatch.undo()
 
     saved = sorted(os.listdir(os.path.join(workdir, "checkpoints", "last")))
     assert saved and all(step.isdigit() for step in saved)
@@ -104,3 +113,37 @@ def test_a_save_that_fails_for_lack_of_space_leaves_no_debris_and_the_run_resume
     remount("16m")
     trainer.train_and_evaluate(config, workdir)
     assert lines(workdir) == lines(expected)
+
+
+def test_a_writer_thread_still_running_when_the_save_fails_leaves_no_debris(tmp_path, monkeypatch):
+    """Orbax writes a checkpoint's parts in threads and raises at the first failure while the others
+    still write (seen under load: a `_sharding` lock file written after the cleanup). Here a late
+    writer creates its file 0.3 s after the save raised; the cleanup waits for it."""
+    import errno
+    import threading
+    import time
+
+    import jax.numpy as jnp
+
+    checkpoints = checkpointing.Checkpoints(tmp_path / "checkpoints")
+    where = os.path.join(checkpoints.directory, "best")
+    writers = []
+
+    def failing_save(step, args):
+        def late_writer():
+            time.sleep(0.3)
+            part = os.path.join(where, f"{step}{checkpointing.TMP_SUFFIX}", f"state{checkpointing.TMP_SUFFIX}")
+            os.makedirs(part, exist_ok=True)
+            open(os.path.join(part, "_sharding.__lock"), "w").close()
+
+        os.makedirs(os.path.join(where, f"{step}{checkpointing.TMP_SUFFIX}"))
+        writers.append(threading.Thread(target=late_writer))
+        writers[0].start()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints.best, "save", failing_save)
+    with pytest.raises(DiskFull, match="disk full: saving step 12"):
+        checkpoints.save_best(12, {"w": jnp.ones(3)}, {"accuracy": 0.5})
+    writers[0].join()  # what it left is there now
+    assert debris(str(tmp_path)) == []
+    assert os.listdir(where) == []
