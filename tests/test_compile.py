@@ -226,6 +226,8 @@ def test_a_row_without_a_modeled_time_has_no_relative_speed():
     assert entries["local"]["relative_speed"] is None and entries["local"]["note"] == compile_cmd.NOT_MODELED
     assert entries["linear"]["relative_speed"] == pytest.approx(2.0) and entries["linear"]["memory_bytes"] is None
     assert "does not" in table2.format_table(list(entries.values()), {})
+    on_h100 = table2.format_table(table2.relative([make_row(target="h100", task="table2:1024")]), {})
+    assert "no speed (XLA:GPU models none" in on_h100 and "x1024" not in on_h100 and "1024 GiB" in on_h100
     unfit = make_row(variant="additive", task="table2:1024", result="does not fit", memory={"temp": 44 * GIB})
     (entry,) = [e for e in table2.relative([*rows, unfit]) if e["variant"] == "additive"]
     assert entry["needed_bytes"] == 44 * GIB and "!44.0" in table2.format_table([entry], {})

@@ -333,7 +333,7 @@ def plan_fit(variant: str, label: str, config, target, row: Row) -> dict[str, An
 
 # ----------------------------------------------------------------------------- printing
 
-HEADER = (f"{'variant':<15}{'task':<11}{'target':<14}{'step':<6}{'result':<13}{'b/dev':>5} {'args':>6} {'temp':>7} "
+HEADER = (f"{'variant':<15}{'task':<13}{'target':<14}{'step':<6}{'result':<13}{'b/dev':>5} {'args':>6} {'temp':>7} "
           f"{'total':>7} {'of':>5}  {'GFLOP':>9} {'modeled':>9} {'comp s':>6}  kernels")
 
 
@@ -347,7 +347,7 @@ def format_row(row: Row) -> str:
     flops = "-" if row.flops is None else f"{row.flops / 1e9:.1f}" + ("*" if row.flops_partial else "")
     modeled = f"{row.modeled_seconds * 1e3:.2f}ms" if row.modeled_seconds is not None else "-"
     batch = f"{row.per_device_batch}" + (f"x{row.accum_steps}" if row.accum_steps > 1 else "")
-    line = (f"{row.variant:<15}{row.task:<11}{row.target:<14}{row.mode:<6}{row.result:<13}{batch:>5} "
+    line = (f"{row.variant:<15}{row.task:<13}{row.target:<14}{row.mode:<6}{row.result:<13}{batch:>5} "
             f"{gib(memory.get('argument')):>6} {gib(memory.get('temp')):>7} {gib(memory.get('total')):>7} "
             f"{gib(row.device_memory):>5}  {flops:>9} {modeled:>9} {row.compile_seconds:>6.1f}  {row.kernels}")
     if row.error:

@@ -83,22 +83,25 @@ def _cell(value, fmt: str) -> str:
 
 
 def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]) -> str:
-    """Table 2 per target: modeled speed relative to softmax at each length, memory per device (GiB) at
-    each length, and the paper's speed and memory at 4K."""
+    """Table 2 per target: modeled speed relative to softmax at each length (TPU targets), memory per
+    device (GiB) at each length, and the paper's speed and memory at 4K."""
     lines = []
     for target in dict.fromkeys(e["target"] for e in entries):
         mine = [e for e in entries if e["target"] == target]
         lengths = sorted({e["length"] for e in mine})
         cells = {(e["variant"], e["length"]): e for e in mine}
-        lines.append(f"Table 2 on {target}: train steps/s relative to {BASELINE} (modeled by the XLA TPU compiler, "
-                     "not measured) and memory per device (GiB, compiled; !N: does not fit, the compiler asked for "
-                     "N GiB); paper: Tay et al. 2021 at 4K")
-        header = f"{'variant':<15}" + "".join(f"{'x' + str(n):>8}" for n in lengths) \
+        modeled = target.startswith("tpu")  # XLA:GPU has no cost model: its table is memory only
+        speed = (f"train steps/s relative to {BASELINE} (modeled by the XLA TPU compiler, not measured) and "
+                 if modeled else "no speed (XLA:GPU models none; only a GPU measures it), ")
+        lines.append(f"Table 2 on {target}: {speed}memory per device (GiB, compiled; !N: does not fit, the compiler "
+                     "asked for N GiB); paper: Tay et al. 2021 at 4K")
+        speed_lengths = lengths if modeled else []
+        header = f"{'variant':<15}" + "".join(f"{'x' + str(n):>8}" for n in speed_lengths) \
             + "".join(f"{str(n) + ' GiB':>10}" for n in lengths) + f"{'paper x':>9}{'paper GB':>9}"
         lines.append(header)
         for variant in dict.fromkeys(e["variant"] for e in mine):
             row = f"{variant:<15}"
-            for n in lengths:
+            for n in speed_lengths:
                 e = cells.get((variant, n), {})
                 row += f"{_cell(e.get('relative_speed'), '.2f'):>8}"
             for n in lengths:
