@@ -10,7 +10,15 @@ m_mlp. The mixer's part is the variant's `forward_flops` (next to its `cost_expo
 then has only XLA's compiled count, which also counts elementwise work. Elementwise work
 (softmax, layer norms, GELU, dropout, the optimizer) and the classifier head (B d (m_mlp + classes),
 below 1e-4 of a step here) are left out, so XLA's count of the same step is a little larger:
-`tests/test_flops.py` bounds the difference.
+`tests/test_flops.py` bounds the difference, for one layer of every variant and for train steps.
+
+Each variant counts what its XLA path computes, not the ideal pattern: whole masked blocks (local,
+Longformer, BigBird), padded chunks and blocks (Reformer, Sinkhorn, strided). Counted as matmuls too: a
+depthwise convolution's multiply-adds (lightweight and dynamic convolutions, Nystromformer's value
+convolution) and a complex product (S4D's kernel, 8 FLOPs per complex multiply-add). FFTs, the only
+mixing FNet has, count 5 N log2 N per complex transform of N points and half that for a real one
+(`attention.core.fft_flops`; XLA counts 8 per point and stage). Sorts, gathers, top-k and Sinkhorn's
+normalisations do no multiply-adds and are not counted.
 """
 
 from __future__ import annotations
@@ -18,11 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from lra_jax.attention import registry
-
-
-def matmul(m: float, k: float, n: float) -> float:
-    """FLOPs of an [m, k] x [k, n] product."""
-    return 2.0 * m * k * n
+from lra_jax.attention.core import matmul_flops as matmul
 
 
 def forward_flops(*, variant: str, batch: int, length: int, dim: int, num_heads: int, mlp_dim: int,

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from lra_jax.attention.core import Attention, masked_softmax
+from lra_jax.attention.core import Attention, masked_softmax, matmul_flops
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -92,6 +92,15 @@ class AdditiveAttention(Attention):
       ConfigError: if query_chunk < 1.
     """
 
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Projections, the score vector's dot product with tanh(q_i + k_j) for every pair (2 n n d; the add and the
+        tanh are elementwise, not counted; queries padded to whole chunks) and the weighted values (2 n n d)."""
+        chunk = max(1, min(settings["query_chunk"], n))
+        padded_queries = -(-n // chunk) * chunk
+        return (cls.projection_flops(batch, n, dim) + matmul_flops(batch * padded_queries, dim, n)
+                + matmul_flops(batch * n, n, dim))
+
     def __init__(self, dim: int, num_heads: int, *, query_chunk: int | None = None, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)
         if query_chunk is not None and query_chunk < 1:
@@ -121,6 +130,12 @@ class LuongAttention(Attention):
       rngs: parameter initialisation keys.
       **common: shared settings of `Attention`.
     """
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Softmax attention's (projections, 2 x 2 n n d) and W_a k_j per head ([n, d_h] x [d_h, d_h]: 2 n d d_h)."""
+        return (cls.projection_flops(batch, n, dim) + matmul_flops(batch * n, dim // num_heads, dim)
+                + cls.attention_flops(batch * n, n, dim))
 
     def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)

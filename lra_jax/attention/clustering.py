@@ -53,7 +53,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
-from lra_jax.attention.core import MASK_VALUE, Attention, masked_softmax, unit_vectors
+from lra_jax.attention.core import MASK_VALUE, Attention, masked_softmax, matmul_flops, unit_vectors
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -172,6 +172,16 @@ class RoutingAttention(Attention):
     @classmethod
     def settings_at_length(cls, n: int) -> dict:
         return dict(num_clusters=math.isqrt(n))
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Projections, routing scores of the queries and of the keys against the c centroids (2 products of
+        2 n d c), then q.k and p v inside each cluster of w queries and w keys, 2 x 2 (c w) w d.
+        An evaluation call's forward: training also moves the centroids (4 more products of 2 n d c,
+        without gradient), not counted."""
+        clusters, window = settings["num_clusters"], max(1, min(settings["window"], n))
+        return (cls.projection_flops(batch, n, dim) + 2 * matmul_flops(batch * n, dim, clusters)
+                + cls.attention_flops(batch * clusters * window, window, dim))
 
     def __init__(
         self,

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, merge_heads, split_heads, zero_padding
+from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, matmul_flops, merge_heads, split_heads, zero_padding
 from lra_jax.attention.dropout import Dropout
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
@@ -100,6 +100,14 @@ class _Convolution(TokenMixer):
     """
 
     cost_exponent = 1.0  # n * kernel_size
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """The input projection (d -> 2d with the GLU, else d -> d), the output projection, and the convolution:
+        k multiply-adds per channel and position (2 n d k, a banded matmul, counted as one)."""
+        width_in = 2 * dim if settings["glu"] else dim
+        return (matmul_flops(batch * n, dim, width_in) + matmul_flops(batch * n, dim, dim)
+                + matmul_flops(batch * n * dim, settings["kernel_size"], 1))
 
     def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, kernel_size: int, glu: bool, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)
@@ -170,6 +178,12 @@ class DynamicConv(_Convolution):
         super().__init__(dim, num_heads, rngs=rngs, kernel_size=kernel_size, glu=glu, **common)
         # W^Q of eq. 3, without a bias as in the paper's f(X_i) = W^Q X_i.
         self.predict = nnx.Linear(dim, num_heads * kernel_size, use_bias=False, dtype=self.dtype, rngs=rngs)
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """`lightweight_conv`'s, plus the kernel prediction W^Q X ([n, d] x [d, H k])."""
+        prediction = matmul_flops(batch * n, dim, num_heads * settings["kernel_size"])
+        return super().forward_flops(batch, n, dim, num_heads, settings) + prediction
 
     def kernel_logits(self, x):
         return self.predict(x).reshape(*x.shape[:2], self.num_heads, self.kernel_size)

@@ -35,6 +35,8 @@ queries and keys (MLP-Mixer, FNet, ...) subclass `TokenMixer` and implement
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -70,6 +72,17 @@ def zero_padding(x: Float[Array, "b n ..."], mask: Bool[Array, "b n"]) -> Float[
     """Sets x to zero at padded positions (mask False), whatever x holds there (NaN included)."""
     mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
     return jnp.where(mask, x, jnp.zeros((), x.dtype))
+
+
+def matmul_flops(rows: float, inner: float, cols: float) -> float:
+    """FLOPs of an [rows, inner] x [inner, cols] product: 2 per multiply-add (`lra_jax/flops.py`)."""
+    return 2.0 * rows * inner * cols
+
+
+def fft_flops(length: int, count: float, *, real: bool = False) -> float:
+    """FLOPs of `count` FFTs of `length` points by the usual convention: 5 N log2 N for a complex
+    transform, half that for a real one (rfft, irfft)."""
+    return (2.5 if real else 5.0) * count * length * math.log2(max(length, 1))
 
 
 def masked_softmax(logits: Float[Array, "... k"], key_mask: Bool[Array, "... k"]) -> Float[Array, "... k"]:
@@ -249,7 +262,13 @@ class Attention(TokenMixer):
     @staticmethod
     def projection_flops(batch: int, n: int, dim: int) -> float:
         """The q, k, v and output projections: 4 [batch n, dim] x [dim, dim] products."""
-        return 4 * 2.0 * batch * n * dim * dim
+        return 4 * matmul_flops(batch * n, dim, dim)
+
+    @staticmethod
+    def attention_flops(queries: float, keys: float, dim: int) -> float:
+        """q.k scores and the weighted sum of the values for `queries` query rows (batch included),
+        each against `keys` keys, over heads of total width `dim`: 2 products of 2 queries keys dim."""
+        return 2 * matmul_flops(queries, dim, keys)
 
     def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)

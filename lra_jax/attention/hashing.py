@@ -57,6 +57,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from lra_jax.attention.core import (
     MASK_VALUE,
     Attention,
+    matmul_flops,
     merge_heads,
     split_heads,
     stream_key,
@@ -244,6 +245,21 @@ class ReformerAttention(Attention):
 
     cost_exponent = 1.0  # chunks of fixed size (n log n to sort)
     data_dependent_pattern = True  # angular hashes
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Shared QK: 3 projections (q, v, out). Per round: the hash rotations x R ([n, d_h] x [d_h, b / 2] per head;
+        none with one bucket), q.k and p v of every chunk of m queries over 2m keys (its own and the previous
+        chunk; m for a single chunk) on the padded length c m, 2 x 2 (c m) 2m d; then the rounds' outputs mixed
+        by their weights, 2 n r d. Sorting and gathers are not counted (no arithmetic)."""
+        rounds, buckets = settings["num_hashes"], settings["num_buckets"]
+        chunk = max(1, min(settings["chunk_size"], n))
+        num_chunks = -(-n // chunk)
+        keys = (2 if num_chunks > 1 else 1) * chunk
+        hashing = matmul_flops(batch * n, dim, rounds * (buckets // 2)) if buckets > 1 else 0.0
+        return (0.75 * cls.projection_flops(batch, n, dim) + hashing
+                + rounds * cls.attention_flops(batch * num_chunks * chunk, keys, dim)
+                + matmul_flops(batch * n, rounds, dim))
 
     def __init__(
         self,

@@ -65,7 +65,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from lra_jax.attention.core import Attention, divide_or_zero, stream_key, unit_vectors
+from lra_jax.attention.core import Attention, divide_or_zero, matmul_flops, stream_key, unit_vectors
 from lra_jax.attention.registry import register
 from lra_jax import kernels
 from lra_jax.errors import ConfigError
@@ -319,6 +319,14 @@ class TaylorAttention(Attention):
     """
 
     cost_exponent = 1.0  # n * d^2
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """With m = d_h + 1 features per head: phi(K)^T V ([m, n] x [n, d_h]), phi(Q) S ([n, m] x [m, d_h]) and the
+        normaliser phi(Q) z ([n, m] x [m]): 2 x 2 n m d + 2 n m h."""
+        features = dim // num_heads + 1
+        return (cls.projection_flops(batch, n, dim) + 2 * matmul_flops(batch * n, features, dim)
+                + matmul_flops(batch * n * num_heads, features, 1))
 
     def __init__(self, dim: int, num_heads: int, *, rngs: nnx.Rngs, scale: float = 1.0, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)

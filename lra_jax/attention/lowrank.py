@@ -57,7 +57,7 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float
 
 from lra_jax.attention.convolution import shifted_sum
-from lra_jax.attention.core import Attention, masked_softmax, zero_padding
+from lra_jax.attention.core import Attention, masked_softmax, matmul_flops, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -200,6 +200,20 @@ class NystromAttention(Attention):
     """
 
     cost_exponent = 1.0  # n * m landmarks
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Projections; with s = ceil(n / segment) landmarks (segment = ceil(max_len / m)), the three kernels of eq. 14
+        (Q K~^T, Q~ K~^T, Q~ K^T: 2 n s d + 2 s s d + 2 s n d), the pseudo-inverse (4 [s, s] products per
+        iteration and head, eq. 15), the products right to left (2 s n d + 2 s s d + 2 n s d), and the depthwise
+        convolution of the values, k multiply-adds per channel and position (2 n d k)."""
+        segment = -(-settings["max_len"] // settings["num_landmarks"])
+        landmarks = -(-n // segment)
+        kernels_and_products = 2 * (2 * matmul_flops(batch * n, dim, landmarks)
+                                    + matmul_flops(batch * landmarks, dim, landmarks))
+        pinv = settings["pinv_iterations"] * 4 * matmul_flops(batch * num_heads * landmarks, landmarks, landmarks)
+        convolution = matmul_flops(batch * n * dim, settings["conv_kernel"], 1)
+        return cls.projection_flops(batch, n, dim) + kernels_and_products + pinv + convolution
 
     def __init__(
         self,

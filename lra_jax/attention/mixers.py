@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, zero_padding
+from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, fft_flops, matmul_flops, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -77,6 +77,11 @@ class MLPMixer(TokenMixer):
     """
 
     cost_exponent = 1.0  # n * hidden
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """W1 X and W2 gelu(.) per example ([hidden, n] x [n, d], [n, hidden] x [hidden, d]): 2 x 2 hidden n d."""
+        return 2 * matmul_flops(batch * settings["hidden"], n, dim)
 
     def __init__(self, dim: int, num_heads: int, *, hidden: int = 256, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)
@@ -128,6 +133,13 @@ class FNet(TokenMixer):
     length_invariant = False
     cost_exponent = 1.0  # n log n
 
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """No matmul but the optional output projection (2 n d d): the two complex FFTs are counted by the
+        5 N log2 N convention (`core.fft_flops`), n transforms of d points and d of n, 5 n d log2(n d)."""
+        transforms = fft_flops(dim, batch * n) + fft_flops(n, batch * dim)
+        return transforms + (matmul_flops(batch * n, dim, dim) if settings["out_proj"] else 0.0)
+
     def __init__(self, dim: int, num_heads: int, *, out_proj: bool = True, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)
         self.out_proj = out_proj
@@ -167,6 +179,14 @@ class GatedMLP(TokenMixer):
     Raises:
       ConfigError: if max_len is not given, or expansion * dim is not a positive even number.
     """
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """With e = expansion d channels: X W_in (2 n d e), W_s Z2 ([n, n] x [n, e / 2]) and the gated
+        output projection (2 n (e / 2) d)."""
+        width = settings["expansion"] * dim
+        return (matmul_flops(batch * n, dim, width) + matmul_flops(batch * n, n, width // 2)
+                + matmul_flops(batch * n, width // 2, dim))
 
     def __init__(self, dim: int, num_heads: int, *, expansion: int = 2, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, rngs=rngs, **common)

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from lra_jax.attention.core import MASK_VALUE, Attention, masked_softmax, stream_key
+from lra_jax.attention.core import MASK_VALUE, Attention, masked_softmax, matmul_flops, stream_key
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -162,6 +162,20 @@ class SinkhornAttention(Attention):
     """
 
     cost_exponent = 1.0  # n * 2b scores; the (n / b)^2 sorting matrix stays smaller while n < b^3
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Over c blocks of B (padded length c B): projections, the sorting logits ([c, d_h] x [d_h, c] per head),
+        the sorted keys and values S K, S V ([c, c] x [c, B d_h] per head, and S's real weight of each key slot,
+        [c, c] x [c, B]), then q.k and p v of every query over its block's B and its sorted block's B keys,
+        2 x 2 (c B) 2B d. The Sinkhorn iterations are elementwise, not counted."""
+        block = max(1, min(settings["block"], settings["max_len"]))
+        num_blocks = -(-n // block)
+        sorting = (matmul_flops(batch * num_blocks, dim, num_blocks)
+                   + 2 * matmul_flops(batch * num_blocks, num_blocks, block * dim)
+                   + matmul_flops(batch * num_blocks, num_blocks, block * num_heads))
+        return (cls.projection_flops(batch, n, dim) + sorting
+                + cls.attention_flops(batch * num_blocks * block, 2 * block, dim))
 
     def __init__(
         self,

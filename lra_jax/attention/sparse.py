@@ -51,6 +51,7 @@ from jaxtyping import Array, Bool, Float
 from lra_jax.attention.core import (
     Attention,
     masked_softmax,
+    matmul_flops,
     merge_heads,
     split_heads,
     zero_padding,
@@ -151,6 +152,21 @@ class LocalAttention(Attention):
     kernel_dropout_backends = frozenset({"triton"})
     cost_exponent = 1.0  # n * (2w + 1) scores
 
+    @staticmethod
+    def band_blocks(n: int, window: int) -> tuple[int, int]:
+        """(padded length c B, keys per query block) of `local_logits` at length n: blocks of
+        B = min(w, n) queries against 3B keys (B when one block holds everything)."""
+        block = max(1, min(window, n))
+        num_blocks = -(-n // block)
+        return num_blocks * block, (3 if num_blocks > 1 else 1) * block
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Projections, then q.k and p v of every block of B queries over its 3B keys: 2 x 2 (c B) 3B d.
+        The XLA path computes whole [B, 3B] blocks, 3B / (2w + 1) ~ 1.5x the band's scores."""
+        padded, keys = cls.band_blocks(n, settings["window"])
+        return cls.projection_flops(batch, n, dim) + cls.attention_flops(batch * padded, keys, dim)
+
     def __init__(self, dim: int, num_heads: int, *, window: int = 128, rngs: nnx.Rngs, **common):
         if window < 0:
             raise ConfigError(f"local attention window must be >= 0, got window={window}")
@@ -214,6 +230,19 @@ class StridedAttention(Attention):
     @classmethod
     def settings_at_length(cls, n: int) -> dict:
         return dict(stride=math.isqrt(n))
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Projections, then q.k and p v over the padded length c l: a local head's query against the l keys
+        of its block, a strided head's against the c keys of its residue, 2 x 2 (c l) (l h_local + c h_strided) d_h
+        with h_local = h // 2; a single head (merged) does both, h_local = h_strided = 1."""
+        stride = max(1, min(settings["stride"], n))
+        num_blocks = -(-n // stride)
+        local_heads = num_heads // 2 if num_heads > 1 else 1
+        strided_heads = num_heads - num_heads // 2
+        keys_times_heads = stride * local_heads + num_blocks * strided_heads
+        return cls.projection_flops(batch, n, dim) + cls.attention_flops(
+            batch * num_blocks * stride, keys_times_heads, dim // num_heads)
 
     def __init__(self, dim: int, num_heads: int, *, stride: int = 128, rngs: nnx.Rngs, **common):
         if stride < 1:
@@ -327,6 +356,19 @@ class LongformerAttention(Attention):
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
     kernel_dropout_backends = frozenset({"triton"})
     cost_exponent = 1.0  # window band + a fixed number of global tokens
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """`local`'s band with the k global keys added to every block's keys, 2 x 2 (c B) (3B + k) d; with k > 0 also
+        the global projections (K_g, V_g of all n tokens, Q_g of the k global ones) and the k global rows
+        against all n keys, 2 x 2 k n d."""
+        num_global = min(settings["num_global"], n)
+        padded, keys = LocalAttention.band_blocks(n, settings["window"])
+        flops = cls.projection_flops(batch, n, dim) + cls.attention_flops(batch * padded, keys + num_global, dim)
+        if num_global:
+            global_projections = 2 * matmul_flops(batch * n, dim, dim) + matmul_flops(batch * num_global, dim, dim)
+            flops += global_projections + cls.attention_flops(batch * num_global, n, dim)
+        return flops
 
     def __init__(
         self, dim: int, num_heads: int, *, window: int = 128, num_global: int = 1, rngs: nnx.Rngs, **common
@@ -474,6 +516,22 @@ class BigBirdAttention(Attention):
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
     kernel_dropout_backends = frozenset({"triton"})
     cost_exponent = 1.0  # a fixed number of key blocks per query block
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Over the c blocks of B (padded length c B): the g global query blocks against all c B keys, the other
+        c - g blocks against 3B window, g B global and r B random keys, 2 x 2 (c - g) B (3B + g B + r B) d.
+        Window keys are counted where a window block is global too, as the XLA path scores (and masks) them."""
+        block = max(1, min(settings["block"], settings["max_len"]))
+        num_blocks = -(-n // block)
+        global_rows = min(settings["num_global_blocks"], num_blocks) * block
+        padded = num_blocks * block
+        flops = cls.projection_flops(batch, n, dim) + cls.attention_flops(batch * global_rows, padded, dim)
+        if global_rows < padded:
+            window = (3 if num_blocks > 1 else 1) * block
+            keys = window + global_rows + settings["num_random_blocks"] * block
+            flops += cls.attention_flops(batch * (padded - global_rows), keys, dim)
+        return flops
 
     def __init__(
         self,

@@ -35,6 +35,7 @@ from lra_jax.attention.core import (
     TokenMask,
     Tokens,
     masked_softmax,
+    matmul_flops,
     merge_heads,
     split_heads,
     zero_padding,
@@ -71,6 +72,20 @@ class SynthesizerAttention(Attention):
     Raises:
       ConfigError: on an unknown mode, mix < 0, factor < 1 or a missing max_len.
     """
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """Value and output projections and the weighted values (2 n n d), plus the mode's logits: dense W1 x
+        (2 n d d) and W2 relu(.) ([n, d_h] x [d_h, n] per head, 2 n n d); factorized R1 R2^T (2 h n n k, once
+        for the batch); random none; with mix > 0 the q, k projections and q.k (4 n d d + 2 n n d)."""
+        flops = 2 * matmul_flops(batch * n, dim, dim) + matmul_flops(batch * n, n, dim)
+        if settings["mode"] == "dense":
+            flops += matmul_flops(batch * n, dim, dim) + matmul_flops(batch * n, dim, n)
+        elif settings["mode"] == "factorized_random":
+            flops += matmul_flops(num_heads * n, settings["factor"], n)
+        if settings["mix"]:
+            flops += 2 * matmul_flops(batch * n, dim, dim) + matmul_flops(batch * n, dim, n)
+        return flops
 
     def __init__(
         self,
