@@ -5,8 +5,8 @@ XLA also counts elementwise work (softmax, masks, layer norms, GELU, feature map
 convention leaves out, so its count is at or above the analytic one: a count above XLA's is wrong
 (FLOP counts are exact integers of the compiled program, independent of reduction order). How far above
 is the elementwise share, bounded per test below. A wrong product (a missing factor of n, d or 2 in a
-term that is a third or more of the count, as the shapes here make the variant's own terms) leaves
-that band or drops below 1.
+term that is a quarter or more of the count, as the shapes here make each variant's own terms) leaves
+that band, or drops below 1 where it counts too much.
 
 Train steps (encoder, forward and backward): within 10% at these shapes (measured: 1.9% softmax,
 1.9% linformer, 3.2% linear). Performer's count is 3x its forward although its random features are not
@@ -97,7 +97,7 @@ LAYER_CASES = {
 SHAPE_KEYS = ("n", "dim", "num_heads")
 # XLA/analytic may exceed 1 by the elementwise share. Softmax-style variants: ~10 FLOPs per score (mask, max,
 # exp, sum, divide) against 4 d_h = 128 in the two products, GLU/GELU/LayerNorm ~10-20 per element against
-# >= 2 d = 128: at most 15% (measured below 11% on both supported stacks). Wider bands where the code does
+# >= 2 d = 128: at most 15% (measured: 9% at most, the same on both supported stacks). Wider bands where the code does
 # more per multiply-add than the count says:
 UPPER = {
     "additive": 1.35,  # tanh(q_i + k_j): XLA counts the add beside v's multiply-add (a third of the count)
