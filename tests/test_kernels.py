@@ -283,10 +283,9 @@ def test_softmax_and_local_train_with_the_triton_kernel_and_its_dropout():
         with kernels.target_platform("tpu", interpret=True):
             on_tpu = registry.build(name, dim=32, num_heads=2, rngs=nnx.Rngs(0), max_len=40, dropout_rate=0.3,
                                     impl="pallas")
-        if name == "softmax":  # our TPU kernel takes the dropout (kernels/flash/pallas_mosaic.py)
-            assert on_tpu.kernel_plan(deterministic=False).kernel == kernels.MOSAIC_FLASH
-        else:
-            assert on_tpu.kernel_plan(deterministic=False).reason == "attention dropout is not in the mosaic kernel"
+        # our TPU kernel takes the dropout (kernels/flash/pallas_mosaic.py), over the band for local
+        want = kernels.MOSAIC_FLASH if name == "softmax" else kernels.MOSAIC_BLOCK_SPARSE
+        assert on_tpu.kernel_plan(deterministic=False).kernel == want
         train = lambda x, seed: np.asarray(layer(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=seed)))  # noqa: E731
         a, again, other = train(x, 1), train(x, 1), train(x, 2)
         evaluation = np.asarray(layer(x, mask, deterministic=True))

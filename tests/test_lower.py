@@ -77,13 +77,12 @@ def test_full_scale_pathx_train_step_lowers_for_gpu_and_tpu(variant):
         assert described.startswith(f"encoder/blocks/attention={kernel}"), (platform, described)
 
 
-def test_attention_dropout_trains_with_the_triton_kernel_and_on_tpu_with_xla_saying_why():
+def test_attention_dropout_trains_with_the_triton_kernel_and_on_tpu_with_our_mosaic_kernel():
     config = lower.load_config(lower.config_files()["local"], "pathx", "mini")
     config.model.attention_dropout_rate = 0.1
     described, result = lower.lower_one(config, "tpu")
     assert result == "ok"
-    assert described == ("encoder/blocks/0/attention=xla (attention dropout is not in the mosaic kernel), "
-                         "eval pallas-mosaic-splash")
+    assert described == f"encoder/blocks/0/attention={kernels.MOSAIC_BLOCK_SPARSE}, eval {kernels.SPLASH}"
     described, result = lower.lower_one(config, "cuda")
     assert result == "ok"
     assert described.startswith(f"encoder/blocks/0/attention={kernels.TRITON}") and "eval" not in described

@@ -34,8 +34,10 @@ splash attention with the pattern as its mask (see the api docstring for how
 each pattern maps onto them): the same function, never materialising even the
 blocked scores. The Triton kernel applies attention dropout itself
 (`lra_jax.kernels.dropout`); splash has none, so on TPU training with dropout > 0
-uses XLA, as do the merged single-head strided pattern and, on GPU, BigBird
-with a block size that is not a power of two >= 16.
+runs our Mosaic flash kernel over the same pattern (`block_sparse/pallas_mosaic.py`,
+recorded as "pallas-mosaic-block-sparse"). The merged single-head strided pattern
+uses XLA, as does BigBird with a block size that is not a power of two >= 16 on GPU,
+or on TPU in training one that neither divides 128 nor is a multiple of it.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from lra_jax.attention.core import (
 )
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
-from lra_jax.kernels import SPLASH, TRITON
+from lra_jax.kernels import MOSAIC_BLOCK_SPARSE, SPLASH, TRITON
 from lra_jax.kernels.block_sparse import block_sparse_attention
 from lra_jax.kernels.flash import flash_attention
 
@@ -149,7 +151,8 @@ class LocalAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
-    kernel_dropout_backends = frozenset({"triton"})
+    kernel_dropout_backends = frozenset({"triton", "mosaic"})
+    kernel_dropout_names = {"mosaic": MOSAIC_BLOCK_SPARSE}  # splash has no dropout: our Mosaic kernel trains
     cost_exponent = 1.0  # n * (2w + 1) scores
 
     @staticmethod
@@ -224,7 +227,8 @@ class StridedAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
-    kernel_dropout_backends = frozenset({"triton"})
+    kernel_dropout_backends = frozenset({"triton", "mosaic"})
+    kernel_dropout_names = {"mosaic": MOSAIC_BLOCK_SPARSE}  # splash has no dropout: our Mosaic kernel trains
     cost_exponent = 1.5  # n * (l + n / l) scores: n^1.5 at the paper's l = sqrt(n)
 
     @classmethod
@@ -309,14 +313,14 @@ class StridedAttention(Attention):
 
         local_heads, strided_heads = slice(0, h // 2), slice(h // 2, h)
         local_out = attend(q[..., local_heads, :], k[..., local_heads, :], v[..., local_heads, :], mask,
-                           jnp.arange(n) // stride)
+                           np.arange(n) // stride)
         # Order positions by (i mod l, i // l): each residue class becomes one contiguous segment.
         padded = num_blocks * stride
-        order = jnp.arange(padded).reshape(num_blocks, stride).T.reshape(-1)
+        order = np.arange(padded).reshape(num_blocks, stride).T.reshape(-1)  # numpy: a static pattern
         strided = [_pad_to(x, padded)[:, order] for x in (q[..., strided_heads, :], k[..., strided_heads, :],
                                                           v[..., strided_heads, :], mask)]
         strided_out = attend(*strided, order % stride)
-        strided_out = strided_out[:, jnp.argsort(order)][:, :n]
+        strided_out = strided_out[:, np.argsort(order)][:, :n]
         return jnp.concatenate([local_out, strided_out.astype(local_out.dtype)], axis=2)
 
 
@@ -354,7 +358,8 @@ class LongformerAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
-    kernel_dropout_backends = frozenset({"triton"})
+    kernel_dropout_backends = frozenset({"triton", "mosaic"})
+    kernel_dropout_names = {"mosaic": MOSAIC_BLOCK_SPARSE}  # splash has no dropout: our Mosaic kernel trains
     cost_exponent = 1.0  # window band + a fixed number of global tokens
 
     @classmethod
@@ -514,7 +519,8 @@ class BigBirdAttention(Attention):
     """
 
     kernel_names = {"triton": TRITON, "mosaic": SPLASH}  # lra_jax.kernels.block_sparse
-    kernel_dropout_backends = frozenset({"triton"})
+    kernel_dropout_backends = frozenset({"triton", "mosaic"})
+    kernel_dropout_names = {"mosaic": MOSAIC_BLOCK_SPARSE}  # splash has no dropout: our Mosaic kernel trains
     cost_exponent = 1.0  # a fixed number of key blocks per query block
 
     @classmethod
@@ -568,6 +574,8 @@ class BigBirdAttention(Attention):
     def kernel_limits(self, platform: str) -> str | None:
         if platform != "tpu" and (self.block < 16 or self.block & (self.block - 1)):
             return f"the Triton kernel needs a power-of-two block >= 16, got block={self.block}"
+        if platform == "tpu" and self.dropout_rate > 0 and 128 % self.block and self.block % 128:
+            return f"the TPU dropout kernel needs a block dividing 128 or a multiple of it, got block={self.block}"
         return None
 
     def block_mask(self, num_blocks: int) -> Bool[Array, "c c"]:

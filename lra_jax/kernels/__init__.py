@@ -27,8 +27,9 @@ Triton (`jax.experimental.pallas.triton.CompilerParams`: in jax 0.10 a bare
 `pl.pallas_call` on GPU means Mosaic GPU). The TPU path is jax's splash
 attention (block-sparse flash attention over static or dynamic masks with
 segment ids), the kernel MaxText runs on TPU. Splash has no attention dropout, so
-dense softmax attention with dropout runs our own Mosaic kernel (`flash/pallas_mosaic.py`,
-recorded as MOSAIC_FLASH).
+attention with dropout runs our own Mosaic kernel (`flash/pallas_mosaic.py`): dense softmax
+recorded as MOSAIC_FLASH, the block-sparse patterns (local, strided, Longformer, BigBird) over
+their block layout as MOSAIC_BLOCK_SPARSE (`block_sparse/pallas_mosaic.py`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ PLATFORMS = ("cpu", "gpu", "tpu")
 # Names of the kernels, as runs record them.
 XLA, TRITON, SPLASH = "xla", "pallas-triton", "pallas-mosaic-splash"
 MOSAIC_FLASH = "pallas-mosaic-flash"  # our TPU kernel with attention dropout (flash/pallas_mosaic.py)
+MOSAIC_BLOCK_SPARSE = "pallas-mosaic-block-sparse"  # that kernel over a block layout (block_sparse/pallas_mosaic.py)
 
 
 @dataclasses.dataclass(frozen=True)

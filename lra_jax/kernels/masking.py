@@ -14,7 +14,10 @@ attention to equal ids; `window` None means no band. `rule` is the static tuple
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax.numpy as jnp
+from jaxtyping import Array, Bool, Int
 
 # Logit of a masked pair: finite, so max/exp never see -inf - -inf; masked
 # probabilities are also zeroed explicitly, so this never carries weight.
@@ -25,18 +28,55 @@ Rule = tuple  # (window: int | None, use_segments: bool, use_globals: bool)
 
 def allowed(q_pos, k_pos, key_code, query_code, q_seg, k_seg, rule: Rule | None):
     """[..., q, k] bool from q_pos/query_code/q_seg [q] and k_pos/key_code/k_seg [k] (leading dims broadcast)."""
-    ok = key_code[..., None, :] > 0
+    column = lambda x: None if x is None else x[..., :, None]  # noqa: E731
+    row = lambda x: None if x is None else x[..., None, :]  # noqa: E731
+    return pairs_allowed(q_pos[:, None], k_pos[None, :], row(key_code), column(query_code), column(q_seg),
+                         row(k_seg), rule)
+
+
+def pairs_allowed(q_pos, k_pos, key_code, query_code, q_seg, k_seg, rule: Rule | None):
+    """The rule on operands that broadcast to [..., q, k]: q_pos, query_code, q_seg as [..., q, 1] and
+    k_pos, key_code, k_seg as [..., 1, k] (the form a kernel's tile holds them in)."""
+    ok = key_code > 0
     if rule is None:
         return ok
     window, use_segments, use_globals = rule
     near = None  # None: no local restriction, every listed pair is allowed
     if window is not None:
-        near = jnp.abs(q_pos[:, None] - k_pos[None, :]) <= window
+        near = (q_pos - k_pos <= window) & (k_pos - q_pos <= window)  # |i - j| <= w, without an int abs
     if use_segments:
-        same = q_seg[..., :, None] == k_seg[..., None, :]
+        same = q_seg == k_seg
         near = same if near is None else near & same
     if near is None:
         return ok
     if use_globals:
-        near = near | (query_code[..., :, None] == 2) | (key_code[..., None, :] == 2)
+        near = near | (query_code == 2) | (key_code == 2)
     return ok & near
+
+
+class Codes(NamedTuple):
+    """The pattern in the kernels' element terms (`lra_jax.kernels.masking`), unpadded."""
+
+    rule: tuple  # (window, use_segments, use_globals)
+    key_code: Int[Array, "b k"]  # 0 padding, 1 real, 2 real and global
+    query_code: Int[Array, "q"]  # 1, or 2 for a global query
+    q_seg: Int[Array, "q"]
+    k_seg: Int[Array, "k"]
+
+
+def element_codes(nq: int, key_mask: Bool[Array, "b k"], window, query_segments, key_segments, global_queries,
+                  global_keys) -> Codes:
+    """The rule and the codes of a pattern given by the settings of `block_sparse_attention`
+    (window, segments, global queries and keys) and the key padding, for nq queries."""
+    nk = key_mask.shape[1]
+    use_segments = query_segments is not None or key_segments is not None
+    use_globals = global_queries is not None or global_keys is not None
+    key_code = jnp.asarray(key_mask).astype(jnp.int32)
+    if global_keys is not None:
+        key_code = key_code * (1 + jnp.asarray(global_keys, jnp.int32))[None, :]
+    query_code = jnp.ones((nq,), jnp.int32)
+    if global_queries is not None:
+        query_code = 1 + jnp.asarray(global_queries, jnp.int32)
+    q_seg = jnp.zeros((nq,), jnp.int32) if query_segments is None else jnp.asarray(query_segments, jnp.int32)
+    k_seg = jnp.zeros((nk,), jnp.int32) if key_segments is None else jnp.asarray(key_segments, jnp.int32)
+    return Codes((window, use_segments, use_globals), key_code, query_code, q_seg, k_seg)

@@ -16,7 +16,8 @@ Prints one row per combination: variant, task, platform, the kernel each
 attention layer lowered to in the train step (and in the evaluation step where it
 differs: splash attention has no attention dropout, so on TPU a config with
 attention dropout trains softmax on our Mosaic kernel (pallas-mosaic-flash) and
-the block-sparse variants with XLA attention, and evaluates with splash; the
+the block-sparse variants on it over their block layout (pallas-mosaic-block-sparse),
+and evaluates with splash; the
 Triton kernels apply it) (checked against the lowered module: a Pallas kernel
 must appear in it as its custom call) and ok or the error's first line. Exits 1
 if any row fails, 2 on bad input.

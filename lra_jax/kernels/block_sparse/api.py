@@ -28,7 +28,9 @@ the Triton kernel; on TPU it maps the pattern onto jax's splash attention
 segments and key padding as its segment ids). impl="xla" is the dense n x n
 reference; "auto" is the kernel on GPU/TPU and XLA on CPU. Attention dropout
 (`dropout_rate`, `dropout_seed`) runs in the Triton kernel and the reference
-with the same mask, as in `flash_attention`; splash has none. Shapes: q [b, nq, h, d],
+with the same mask, as in `flash_attention`; splash has none, so on TPU a call with
+dropout runs our Mosaic flash kernel over the block layout (`pallas_mosaic`, the same
+allowed pairs and mask) and one without runs splash. Shapes: q [b, nq, h, d],
 k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
 """
 
@@ -39,9 +41,9 @@ import math
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import pallas_backend, resolve_impl, sharding
+from lra_jax.kernels import masking, pallas_backend, resolve_impl, sharding
 from lra_jax.kernels.block_sparse import layout as layouts
-from lra_jax.kernels.block_sparse import pallas_gpu, pallas_tpu, reference
+from lra_jax.kernels.block_sparse import pallas_gpu, pallas_mosaic, pallas_tpu, reference
 from lra_jax.kernels.flash.api import (
     check_dropout,
     kernel_block,
@@ -94,9 +96,13 @@ def block_sparse_attention(
     key_mask, query_mask = masks_from(nq, nk, b, key_mask, query_mask, lengths)
     dropout_seed = check_dropout(dropout_rate, dropout_seed)
     resolved = resolve_impl(impl, interpret, platform)
+    codes_of = lambda key_mask: masking.element_codes(  # noqa: E731
+        nq, key_mask, window, query_segments, key_segments, global_queries, global_keys)
+    codes = codes_of(key_mask)
     if resolved == "pallas" and pallas_backend(platform) == "mosaic":
-        if dropout_rate > 0.0:
-            raise ValueError("the TPU kernel (splash attention) has no attention dropout: use impl='xla'")
+        if dropout_rate > 0.0:  # splash has no dropout: our Mosaic flash kernel with the pattern
+            return pallas_mosaic.attention(q, k, v, query_mask, codes, block_mask, block, scale, dropout_rate,
+                                           dropout_seed, interpret, static_codes=codes_of)
         splash = lambda q, k, v, key_mask, query_mask, **traced: pallas_tpu.attention(  # noqa: E731
             q, k, v, key_mask, query_mask, window=window, global_queries=global_queries, global_keys=global_keys,
             block=block, scale=scale, interpret=interpret,
@@ -109,19 +115,8 @@ def block_sparse_attention(
         block = kernel_block(max(nq, nk), block)
     elif block != kernel_block(block, block):
         raise ValueError(f"block_mask needs a power-of-two block >= 16, got block={block}")
-    use_segments = query_segments is not None or key_segments is not None
-    use_globals = global_queries is not None or global_keys is not None
-    rule = (window, use_segments, use_globals)
+    rule, key_code, query_code, q_seg, k_seg = codes
     nq_pad, nk_pad = -(-nq // block) * block, -(-nk // block) * block
-
-    key_code = key_mask.astype(jnp.int32)
-    if global_keys is not None:
-        key_code = key_code * (1 + jnp.asarray(global_keys, jnp.int32))[None, :]
-    query_code = jnp.ones((nq,), jnp.int32)
-    if global_queries is not None:
-        query_code = 1 + jnp.asarray(global_queries, jnp.int32)
-    q_seg = jnp.zeros((nq,), jnp.int32) if query_segments is None else jnp.asarray(query_segments, jnp.int32)
-    k_seg = jnp.zeros((nk,), jnp.int32) if key_segments is None else jnp.asarray(key_segments, jnp.int32)
     key_code, query_code = pad_axis(key_code, 1, nk_pad), pad_axis(query_code, 0, nq_pad)
     q_seg, k_seg = pad_axis(q_seg, 0, nq_pad, q_seg.max()), pad_axis(k_seg, 0, nk_pad, k_seg.max())
     if block_mask is not None:

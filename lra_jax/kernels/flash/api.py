@@ -112,7 +112,8 @@ def flash_attention(
         return reference.attention(q, k, v, key_mask, query_mask, scale, dropout_rate, dropout_seed)
     if pallas_backend(platform) == "mosaic":
         if dropout_rate > 0.0:
-            return _mosaic_flash(q, k, v, key_mask, query_mask, scale, dropout_rate, dropout_seed, interpret)
+            return mosaic_flash(q, k, v, key_mask.astype(jnp.int32)[:, None, :], query_mask, scale, dropout_rate,
+                                dropout_seed, interpret)
         nq_pad, nk_pad = (-(-x // pallas_tpu.BLOCK) * pallas_tpu.BLOCK for x in (nq, nk))
         splash = lambda q, k, v, q_ids, k_ids: pallas_tpu.attention(  # noqa: E731
             q, k, v, q_ids, k_ids, pallas_tpu.full_mask(nq_pad, nk_pad), scale, interpret)
@@ -137,19 +138,22 @@ def flash_attention(
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
 
 
-def _mosaic_flash(q, k, v, key_mask, query_mask, scale: float, rate: float, seed, interpret: bool):
-    """`pallas_mosaic.attention` (TPU, with dropout) on [b, n, h, d]: padded to its block, heads major,
-    run per device on its rows of the batch with the dropout heads of the *global* batch rows."""
+def mosaic_flash(q, k, v, key_info, query_mask, scale: float, rate: float, seed, interpret: bool, *,
+                 padded: tuple[int, int] | None = None, pattern: pallas_mosaic.Pattern = pallas_mosaic.Pattern(),
+                 sparsity: pallas_mosaic.Sparsity = pallas_mosaic.DENSE):
+    """`pallas_mosaic.attention` (TPU, with dropout) on [b, n, h, d]: padded to its block (or to `padded`
+    (nq, nk), the lengths a block-sparse `pattern` was built for), heads major, run per device on its rows
+    of the batch with the dropout heads of the *global* batch rows. key_info int32 [b, r, nk] (row 0 the
+    key codes); padded query rows are 0."""
     b, nq, h, _ = q.shape
     nk = k.shape[1]
     block = pallas_mosaic.BLOCK
-    nq_pad, nk_pad = (-(-x // block) * block for x in (nq, nk))
+    nq_pad, nk_pad = padded or (-(-x // block) * block for x in (nq, nk))
     heads = pallas_mosaic.head_state(seed, b, h)  # global rows: a sharded run draws one device's mask
     major = lambda x, n: pad_axis(x, 1, n).transpose(0, 2, 1, 3)  # noqa: E731  [b, n, h, d] -> [b, h, n, d]
-    kernel = lambda q, k, v, key_code, heads: pallas_mosaic.attention(  # noqa: E731
-        q, k, v, key_code, heads, scale, rate, block, block, interpret)
-    out = sharding.over_batch(kernel)(
-        major(q, nq_pad), major(k, nk_pad), major(v, nk_pad),
-        pad_axis(key_mask.astype(jnp.int32), 1, nk_pad)[:, None, :], heads)
+    kernel = lambda q, k, v, key_info, heads, pattern: pallas_mosaic.attention(  # noqa: E731
+        q, k, v, key_info, heads, scale, rate, block, block, interpret, pattern, sparsity)
+    out = sharding.over_batch(kernel)(major(q, nq_pad), major(k, nk_pad), major(v, nk_pad),
+                                      pad_axis(key_info, 2, nk_pad), heads, pattern=pattern)
     out = out.transpose(0, 2, 1, 3)[:, :nq]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

@@ -22,14 +22,26 @@ key blocks, queries innermost), so no kernel needs atomics. The hash runs in int
 multiplies, logical shifts, an unsigned compare by flipping the sign bit): the bits of the
 uint32 definition, tested equal (`keep_int32` vs `dropout.keep`).
 
+The same kernels serve block-sparse attention (`Sparsity`, `Pattern`; as the Triton kernel's
+`rule` and layouts): the tile's pairs are masked by the element rule of `lra_jax.kernels.masking`
+(band, segments, global codes) and, for a block matrix finer than the tile, by its rows
+(`Pattern.block_bits`); and the grid's last axis walks the tiles listed for the program's row
+(`Pattern.layout`: per query tile [count, key tiles...]; the dK/dV kernel `layout_t`), read from
+scalar-prefetched lists by the index maps. A step past the row's count maps to the block already
+in VMEM (no copy) and computes nothing (`pl.when`), so empty tiles cost only the grid step, and the
+grid is only as long as the longest row (`Sparsity.query_visits`, `key_visits`).
+
 Shapes: q [b, h, nq, d], k, v [b, h, nk, d] (nq, nk multiples of the blocks; heads major, the
-layout TPU tiles want), key_mask int32 [b, 1, nk] (1 = real), heads int32 [b, h]
-(`dropout.head_bits` of the global b * H + h, bit-cast). Runs anywhere with interpret=True.
+layout TPU tiles want), key_info int32 [b, 1, nk] (codes: 0 padding, 1 real, 2 global) or
+[b, 2, nk] (codes and segment ids, with a rule), heads int32 [b, h] (`dropout.head_bits` of the
+global b * H + h, bit-cast). Runs anywhere with interpret=True.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +50,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jaxtyping import Array, Bool, Float, Int
 
-from lra_jax.kernels import dropout
+from lra_jax.kernels import dropout, masking
 from lra_jax.kernels.masking import MASK_VALUE
 
 BLOCK = 128  # queries and keys per block: the TPU's lane width
@@ -75,41 +87,151 @@ def head_state(seed: Array, batch: int, heads: int, batch_offset: Array | int = 
                                     jnp.int32)
 
 
-def _tile_keep(heads_ref, b, h, qi, ki, bq, bk, rate):
+@dataclasses.dataclass(frozen=True)
+class Sparsity:
+    """The static part of a block-sparse pattern (None/0 fields: dense, as flash attention).
+
+    rule: `masking.Rule` applied to every tile (band, segments, global codes); needs `Pattern.query_info`
+      and a second row (segment ids) in the key info.
+    mask_block: B of an element-level block mask finer than the kernel block (BigBird's 64 in 128-blocks:
+      `Pattern.block_bits`); 0 without one.
+    query_visits, key_visits: grid steps per query tile over its listed key tiles (`Pattern.layout`) and
+      per key tile over its listed query tiles (`Pattern.layout_t`): the largest count there can be;
+      None: every tile (dense).
+    """
+
+    rule: tuple | None = None
+    mask_block: int = 0
+    query_visits: int | None = None
+    key_visits: int | None = None
+
+
+class Pattern(NamedTuple):
+    """The arrays of a block-sparse pattern, at the padded lengths (None where `Sparsity` needs none)."""
+
+    query_info: Int[Array, "q 2"] | None = None  # per query: code (2 = global query) and segment id
+    block_bits: Int[Array, "qt r k"] | None = None  # [tile, a, j] = block_mask[tile * r + a, j // B]
+    layout: Int[Array, "qt*(kt+1)"] | None = None  # per query tile [count, key tiles...] (`layout.compact`)
+    layout_t: Int[Array, "kt*(qt+1)"] | None = None  # per key tile [count, query tiles...]
+
+
+DENSE = Sparsity()
+
+
+def _visited(layout_ref, row, step, width: int):
+    """The tile that `row` visits at `step` of its list; past its count the last one listed (the index
+    maps then ask for the block already in VMEM: no copy), tile 0 for an empty row."""
+    start = row * width
+    last = jnp.maximum(layout_ref[start] - 1, 0)
+    return layout_ref[start + 1 + jnp.minimum(step, last)]
+
+
+def _tiles(heads_ref, layout_ref, sparse: bool, width: int, keys_outer: bool):
+    """(query tile, key tile), whether this step visits a listed pair (bool; None when dense) and the
+    dropout state of the program's head. Program ids are read here, outside any `pl.when`."""
+    b, h, outer, step = (pl.program_id(axis) for axis in range(4))
+    head = heads_ref[b, h]
+    if not sparse:
+        return ((step, outer) if keys_outer else (outer, step)), None, head
+    inner = _visited(layout_ref, outer, step, width)
+    active = step < layout_ref[outer * width]
+    return ((inner, outer) if keys_outer else (outer, inner)), active, head
+
+
+def _when(active, body):
+    """body() where `active` (always when None: dense)."""
+    if active is None:
+        body()
+    else:
+        pl.when(active)(body)
+
+
+def _block_mask_tile(bits: Int[Array, "r k"], bq: int, block: int) -> Bool[Array, "q k"]:
+    """The element-level block mask of one tile: query rows a B.. (a + 1) B - 1 take row a of `bits`."""
+    rows = lax.broadcasted_iota(jnp.int32, (bq, 1), 0)
+    ok = jnp.zeros((bq, bits.shape[1]), bool)
+    for a in range(bits.shape[0]):
+        ok = ok | ((rows >= a * block) & (rows < (a + 1) * block) & (bits[a:a + 1, :] != 0))
+    return ok
+
+
+def _allowed(refs, sparsity: Sparsity, qi, ki, bq: int, bk: int) -> Bool[Array, "q k"]:
+    """The pairs of tile (qi, ki) that may interact: `masking.pairs_allowed` on the tile (key padding
+    alone when dense), and the element-level block mask."""
+    keys = refs.keys[...]  # [1 or 2, bk]: code, segment id
+    if sparsity.rule is None:
+        ok = keys[0:1, :] > 0
+    else:
+        query = refs.query[...]  # [bq, 2]: code, segment id
+        q_pos = qi * bq + lax.broadcasted_iota(jnp.int32, (bq, 1), 0)
+        k_pos = ki * bk + lax.broadcasted_iota(jnp.int32, (1, bk), 1)
+        ok = masking.pairs_allowed(q_pos, k_pos, keys[0:1, :], query[:, 0:1], query[:, 1:2], keys[1:2, :],
+                                   sparsity.rule)
+    if sparsity.mask_block:
+        ok = ok & _block_mask_tile(refs.bits[...], bq, sparsity.mask_block)
+    return ok
+
+
+class _Refs(NamedTuple):
+    """A kernel's input refs: q, k, v, the key info, then the pattern's (None where absent), then the rest."""
+
+    q: object
+    k: object
+    v: object
+    keys: object
+    query: object
+    bits: object
+    rest: tuple
+
+
+def _unpack(refs, sparsity: Sparsity) -> _Refs:
+    q, k, v, keys, *rest = refs
+    query = rest.pop(0) if sparsity.rule is not None else None
+    bits = rest.pop(0) if sparsity.mask_block else None
+    return _Refs(q, k, v, keys, query, bits, tuple(rest))
+
+
+def _tile_keep(head, qi, ki, bq, bk, rate):
     q_pos = qi * bq + lax.broadcasted_iota(jnp.int32, (bq, 1), 0)
     k_pos = ki * bk + lax.broadcasted_iota(jnp.int32, (1, bk), 1)
-    return keep_int32(heads_ref[b, h], q_pos, k_pos, rate)
+    return keep_int32(head, q_pos, k_pos, rate)
 
 
-def _logits(q, k, key_ref, scale):
+def _logits(q, k, ok, scale):
     s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
-    valid = key_ref[...] != 0  # [1, bk]
-    return jnp.where(valid, s, MASK_VALUE), valid
+    return jnp.where(ok, s, MASK_VALUE)
 
 
-def _forward_kernel(heads_ref, q_ref, k_ref, v_ref, key_ref, o_ref, lse_ref, m_sc, l_sc, acc_sc, *,
-                    scale, rate, bq, bk):
-    b, h, qi, ki = (pl.program_id(axis) for axis in range(4))
+def _forward_kernel(heads_ref, layout_ref, *refs, scale, rate, bq, bk, sparsity, width):
+    refs = _unpack(refs, sparsity)
+    o_ref, lse_ref, m_sc, l_sc, acc_sc = refs.rest
+    sparse = sparsity.query_visits is not None
+    (qi, ki), active, head = _tiles(heads_ref, layout_ref, sparse, width, keys_outer=False)
+    step = pl.program_id(3)
 
-    @pl.when(ki == 0)
+    @pl.when(step == 0)
     def _():
         m_sc[...] = jnp.full(m_sc.shape, MASK_VALUE, jnp.float32)
         l_sc[...] = jnp.zeros(l_sc.shape, jnp.float32)
         acc_sc[...] = jnp.zeros(acc_sc.shape, jnp.float32)
 
-    s, valid = _logits(q_ref[...], k_ref[...], key_ref, scale)
-    m_prev = m_sc[...]
-    m_new = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
-    alpha = jnp.exp(m_prev - m_new)
-    p = jnp.where(valid, jnp.exp(s - m_new), 0.0)
-    l_sc[...] = alpha * l_sc[...] + p.sum(axis=1, keepdims=True)
-    m_sc[...] = m_new
-    if rate > 0.0:
-        p = jnp.where(_tile_keep(heads_ref, b, h, qi, ki, bq, bk, rate), p * (1.0 / (1.0 - rate)), 0.0)
-    v = v_ref[...]
-    acc_sc[...] = alpha * acc_sc[...] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    def accumulate():
+        ok = _allowed(refs, sparsity, qi, ki, bq, bk)
+        s = _logits(refs.q[...], refs.k[...], ok, scale)
+        m_prev = m_sc[...]
+        m_new = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
+        alpha = jnp.exp(m_prev - m_new)
+        p = jnp.where(ok, jnp.exp(s - m_new), 0.0)
+        l_sc[...] = alpha * l_sc[...] + p.sum(axis=1, keepdims=True)
+        m_sc[...] = m_new
+        if rate > 0.0:
+            p = jnp.where(_tile_keep(head, qi, ki, bq, bk, rate), p * (1.0 / (1.0 - rate)), 0.0)
+        v = refs.v[...]
+        acc_sc[...] = alpha * acc_sc[...] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
 
-    @pl.when(ki == pl.num_programs(3) - 1)
+    _when(active, accumulate)
+
+    @pl.when(step == pl.num_programs(3) - 1)
     def _():
         total = l_sc[...]
         has_keys = total > 0.0
@@ -117,13 +239,13 @@ def _forward_kernel(heads_ref, q_ref, k_ref, v_ref, key_ref, o_ref, lse_ref, m_s
         lse_ref[...] = jnp.where(has_keys, m_sc[...] + jnp.log(jnp.where(has_keys, total, 1.0)), _NO_ROW)
 
 
-def _probs(heads_ref, b, h, qi, ki, q, k, key_ref, lse, scale, rate, bq, bk):
+def _probs(head, refs, sparsity, qi, ki, q, k, lse, scale, rate, bq, bk):
     """P and its dropped form P * z / (1 - r) of one tile."""
-    s, valid = _logits(q, k, key_ref, scale)
-    p = jnp.where(valid, jnp.exp(s - lse), 0.0)
+    ok = _allowed(refs, sparsity, qi, ki, bq, bk)
+    p = jnp.where(ok, jnp.exp(_logits(q, k, ok, scale) - lse), 0.0)
     if rate == 0.0:
         return p, p, None
-    kept = _tile_keep(heads_ref, b, h, qi, ki, bq, bk, rate)
+    kept = _tile_keep(head, qi, ki, bq, bk, rate)
     return p, jnp.where(kept, p * (1.0 / (1.0 - rate)), 0.0), kept
 
 
@@ -134,41 +256,53 @@ def _dscores(p, kept, do, v, di, rate):
     return p * (dp - di)
 
 
-def _dq_kernel(heads_ref, q_ref, k_ref, v_ref, key_ref, do_ref, lse_ref, di_ref, dq_ref, dq_sc, *,
-               scale, rate, bq, bk):
-    b, h, qi, ki = (pl.program_id(axis) for axis in range(4))
+def _dq_kernel(heads_ref, layout_ref, *refs, scale, rate, bq, bk, sparsity, width):
+    refs = _unpack(refs, sparsity)
+    do_ref, lse_ref, di_ref, dq_ref, dq_sc = refs.rest
+    sparse = sparsity.query_visits is not None
+    (qi, ki), active, head = _tiles(heads_ref, layout_ref, sparse, width, keys_outer=False)
+    step = pl.program_id(3)
 
-    @pl.when(ki == 0)
+    @pl.when(step == 0)
     def _():
         dq_sc[...] = jnp.zeros(dq_sc.shape, jnp.float32)
 
-    q, k = q_ref[...], k_ref[...]
-    p, _, kept = _probs(heads_ref, b, h, qi, ki, q, k, key_ref, lse_ref[...], scale, rate, bq, bk)
-    ds = _dscores(p, kept, do_ref[...], v_ref[...], di_ref[...], rate)
-    dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
+    def accumulate():
+        q, k = refs.q[...], refs.k[...]
+        p, _, kept = _probs(head, refs, sparsity, qi, ki, q, k, lse_ref[...], scale, rate, bq, bk)
+        ds = _dscores(p, kept, do_ref[...], refs.v[...], di_ref[...], rate)
+        dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
 
-    @pl.when(ki == pl.num_programs(3) - 1)
+    _when(active, accumulate)
+
+    @pl.when(step == pl.num_programs(3) - 1)
     def _():
         dq_ref[...] = (dq_sc[...] * scale).astype(dq_ref.dtype)
 
 
-def _dkv_kernel(heads_ref, q_ref, k_ref, v_ref, key_ref, do_ref, lse_ref, di_ref, dk_ref, dv_ref, dk_sc, dv_sc, *,
-                scale, rate, bq, bk):
-    b, h, ki, qi = (pl.program_id(axis) for axis in range(4))
+def _dkv_kernel(heads_ref, layout_ref, *refs, scale, rate, bq, bk, sparsity, width):
+    refs = _unpack(refs, sparsity)
+    do_ref, lse_ref, di_ref, dk_ref, dv_ref, dk_sc, dv_sc = refs.rest
+    sparse = sparsity.key_visits is not None
+    (qi, ki), active, head = _tiles(heads_ref, layout_ref, sparse, width, keys_outer=True)
+    step = pl.program_id(3)
 
-    @pl.when(qi == 0)
+    @pl.when(step == 0)
     def _():
         dk_sc[...] = jnp.zeros(dk_sc.shape, jnp.float32)
         dv_sc[...] = jnp.zeros(dv_sc.shape, jnp.float32)
 
-    q, k, do = q_ref[...], k_ref[...], do_ref[...]
-    p, p_dropped, kept = _probs(heads_ref, b, h, qi, ki, q, k, key_ref, lse_ref[...], scale, rate, bq, bk)
-    transposed = (((0,), (0,)), ((), ()))  # contract the query axis: x^T y
-    dv_sc[...] += lax.dot_general(p_dropped.astype(do.dtype), do, transposed, preferred_element_type=jnp.float32)
-    ds = _dscores(p, kept, do, v_ref[...], di_ref[...], rate)
-    dk_sc[...] += lax.dot_general(ds.astype(q.dtype), q, transposed, preferred_element_type=jnp.float32)
+    def accumulate():
+        q, k, do = refs.q[...], refs.k[...], do_ref[...]
+        p, p_dropped, kept = _probs(head, refs, sparsity, qi, ki, q, k, lse_ref[...], scale, rate, bq, bk)
+        transposed = (((0,), (0,)), ((), ()))  # contract the query axis: x^T y
+        dv_sc[...] += lax.dot_general(p_dropped.astype(do.dtype), do, transposed, preferred_element_type=jnp.float32)
+        ds = _dscores(p, kept, do, refs.v[...], di_ref[...], rate)
+        dk_sc[...] += lax.dot_general(ds.astype(q.dtype), q, transposed, preferred_element_type=jnp.float32)
 
-    @pl.when(qi == pl.num_programs(3) - 1)
+    _when(active, accumulate)
+
+    @pl.when(step == pl.num_programs(3) - 1)
     def _():
         dk_ref[...] = (dk_sc[...] * scale).astype(dk_ref.dtype)
         dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
@@ -181,89 +315,134 @@ def _params(interpret: bool) -> dict:
         dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"))}
 
 
-def _specs(d: int, bq: int, bk: int, keys_outer: bool):
-    """BlockSpecs of q-like, k-like, key-mask and row-stat ([b, h, n, 1]) operands for a grid
-    (b, h, qi, ki), or (b, h, ki, qi) when `keys_outer` (the dK/dV kernel)."""
+class _Specs(NamedTuple):
+    q: pl.BlockSpec  # [b, h, nq, d] operands (q, dO, out, dQ)
+    k: pl.BlockSpec  # [b, h, nk, d] operands (k, v, dK, dV)
+    row: pl.BlockSpec  # [b, h, nq, 1] row statistics (lse, D)
+    inputs: list  # q, k, v, key info and the pattern's inputs
+
+
+def _specs(d: int, bq: int, bk: int, key_rows: int, sparsity: Sparsity, keys_outer: bool, width: int) -> _Specs:
+    """BlockSpecs for a grid (b, h, query tile, step) or, when `keys_outer` (the dK/dV kernel),
+    (b, h, key tile, step); the step walks the tiles of the other axis, or the listed ones when sparse."""
+    sparse = (sparsity.key_visits if keys_outer else sparsity.query_visits) is not None
+
     def order(fn):
-        return (lambda b, h, j, i, heads: fn(b, h, i, j)) if keys_outer else (
-            lambda b, h, i, j, heads: fn(b, h, i, j))
+        def index_map(b, h, outer, step, heads_ref, layout_ref):
+            inner = _visited(layout_ref, outer, step, width) if sparse else step
+            i, j = (inner, outer) if keys_outer else (outer, inner)
+            return fn(b, h, i, j)
+        return index_map
+
     q_spec = pl.BlockSpec((None, None, bq, d), order(lambda b, h, i, j: (b, h, i, 0)))
     k_spec = pl.BlockSpec((None, None, bk, d), order(lambda b, h, i, j: (b, h, j, 0)))
-    key_spec = pl.BlockSpec((None, 1, bk), order(lambda b, h, i, j: (b, 0, j)))
-    row_spec = pl.BlockSpec((None, None, bq, 1), order(lambda b, h, i, j: (b, h, i, 0)))
-    return q_spec, k_spec, key_spec, row_spec
+    inputs = [q_spec, k_spec, k_spec, pl.BlockSpec((None, key_rows, bk), order(lambda b, h, i, j: (b, 0, j)))]
+    if sparsity.rule is not None:
+        inputs.append(pl.BlockSpec((bq, 2), order(lambda b, h, i, j: (i, 0))))
+    if sparsity.mask_block:
+        inputs.append(pl.BlockSpec((None, bq // sparsity.mask_block, bk), order(lambda b, h, i, j: (i, 0, j))))
+    return _Specs(q_spec, k_spec, pl.BlockSpec((None, None, bq, 1), order(lambda b, h, i, j: (b, h, i, 0))), inputs)
 
 
-def _forward(q, k, v, key_mask, heads, scale, rate, block_q, block_k, interpret):
+def _pattern_inputs(pattern: Pattern, sparsity: Sparsity) -> list:
+    return ([pattern.query_info] if sparsity.rule is not None else []) + (
+        [pattern.block_bits] if sparsity.mask_block else [])
+
+
+def _layout(pattern: Pattern, visits: int | None, cols: int, transposed: bool):
+    """(flattened layout, its row width, grid steps per row) of the query tiles (or, transposed, key tiles)
+    over `cols` tiles of the other axis; dense: a placeholder, every tile."""
+    if visits is None:
+        return jnp.zeros((1,), jnp.int32), 1, cols
+    return (pattern.layout_t if transposed else pattern.layout), cols + 1, visits
+
+
+def _forward(q, k, v, key_info, heads, pattern, scale, rate, block_q, block_k, interpret, sparsity):
     b, h, nq, d = q.shape
     nk = k.shape[2]
-    q_spec, k_spec, key_spec, row_spec = _specs(d, block_q, block_k, keys_outer=False)
-    kernel = functools.partial(_forward_kernel, scale=scale, rate=rate, bq=block_q, bk=block_k)
+    layout, width, steps = _layout(pattern, sparsity.query_visits, nk // block_k, False)
+    specs = _specs(d, block_q, block_k, key_info.shape[1], sparsity, keys_outer=False, width=width)
+    kernel = functools.partial(_forward_kernel, scale=scale, rate=rate, bq=block_q, bk=block_k, sparsity=sparsity,
+                               width=width)
     return pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1, grid=(b, h, nq // block_q, nk // block_k),
-            in_specs=[q_spec, k_spec, k_spec, key_spec], out_specs=[q_spec, row_spec],
+            num_scalar_prefetch=2, grid=(b, h, nq // block_q, steps),
+            in_specs=specs.inputs, out_specs=[specs.q, specs.row],
             scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
                             pltpu.VMEM((block_q, d), jnp.float32)]),
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, nq, 1), jnp.float32)],
-        name="lra_flash_fwd", **_params(interpret),
-    )(heads, q, k, v.astype(q.dtype), key_mask)
+        name="lra_flash_fwd" if sparsity == DENSE else "lra_block_sparse_fwd", **_params(interpret),
+    )(heads, layout, q, k, v.astype(q.dtype), key_info, *_pattern_inputs(pattern, sparsity))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
 def attention(
     q: Float[Array, "b h q d"],
     k: Float[Array, "b h k d"],
     v: Float[Array, "b h k d"],
-    key_mask: Int[Array, "b 1 k"],
+    key_info: Int[Array, "b r k"],
     heads: Int[Array, "b h"],
     scale: float,
     rate: float,
     block_q: int = BLOCK,
     block_k: int = BLOCK,
     interpret: bool = False,
+    pattern: Pattern = Pattern(),
+    sparsity: Sparsity = DENSE,
 ) -> Float[Array, "b h q d"]:
-    """softmax(scale q k^T) over the real keys (key_mask 1), dropped at `rate` with the mask of
-    `heads` (`head_state`), times v; rows without real keys are 0. Differentiable in q, k, v."""
-    return _forward(q, k, v, key_mask, heads, scale, rate, block_q, block_k, interpret)[0]
+    """softmax(scale q k^T) over the allowed pairs, dropped at `rate` with the mask of `heads`
+    (`head_state`), times v; rows without an allowed key are 0. Differentiable in q, k, v.
+
+    key_info: row 0 the key codes (0 padding, 1 real, 2 real and global), row 1 (with a `sparsity.rule`)
+    the key segment ids. Dense (`DENSE`): key padding only; block-sparse: `pattern` and `sparsity`.
+    """
+    return _attention(q, k, v, (key_info, heads, pattern), (scale, rate, block_q, block_k, interpret, sparsity))
 
 
-def _attention_fwd(q, k, v, key_mask, heads, scale, rate, block_q, block_k, interpret):
-    out, lse = _forward(q, k, v, key_mask, heads, scale, rate, block_q, block_k, interpret)
-    return out, (q, k, v, key_mask, heads, out, lse)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _attention(q, k, v, inputs, static):
+    return _forward(q, k, v, *inputs, *static)[0]
 
 
-def _attention_bwd(scale, rate, block_q, block_k, interpret, res, dout):
-    q, k, v, key_mask, heads, out, lse = res
+def _attention_fwd(q, k, v, inputs, static):
+    out, lse = _forward(q, k, v, *inputs, *static)
+    return out, (q, k, v, inputs, out, lse)
+
+
+def _attention_bwd(static, res, dout):
+    scale, rate, block_q, block_k, interpret, sparsity = static
+    q, k, v, (key_info, heads, pattern), out, lse = res
     b, h, nq, d = q.shape
     nk = k.shape[2]
     v_dtype, v = v.dtype, v.astype(q.dtype)
     dout = dout.astype(q.dtype)
     di = (dout.astype(jnp.float32) * out.astype(jnp.float32)).sum(-1, keepdims=True)  # D [b, h, nq, 1]
-    common = dict(scale=scale, rate=rate, bq=block_q, bk=block_k)
+    common = dict(scale=scale, rate=rate, bq=block_q, bk=block_k, sparsity=sparsity)
+    extra = _pattern_inputs(pattern, sparsity)
 
-    q_spec, k_spec, key_spec, row_spec = _specs(d, block_q, block_k, keys_outer=False)
+    layout, width, steps = _layout(pattern, sparsity.query_visits, nk // block_k, False)
+    specs = _specs(d, block_q, block_k, key_info.shape[1], sparsity, keys_outer=False, width=width)
     dq = pl.pallas_call(
-        functools.partial(_dq_kernel, **common),
+        functools.partial(_dq_kernel, width=width, **common),
         grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1, grid=(b, h, nq // block_q, nk // block_k),
-            in_specs=[q_spec, k_spec, k_spec, key_spec, q_spec, row_spec, row_spec], out_specs=q_spec,
+            num_scalar_prefetch=2, grid=(b, h, nq // block_q, steps),
+            in_specs=specs.inputs + [specs.q, specs.row, specs.row], out_specs=specs.q,
             scratch_shapes=[pltpu.VMEM((block_q, d), jnp.float32)]),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), name="lra_flash_dq", **_params(interpret),
-    )(heads, q, k, v, key_mask, dout, lse, di)
+    )(heads, layout, q, k, v, key_info, *extra, dout, lse, di)
 
-    q_spec, k_spec, key_spec, row_spec = _specs(d, block_q, block_k, keys_outer=True)
+    layout, width, steps = _layout(pattern, sparsity.key_visits, nq // block_q, True)
+    specs = _specs(d, block_q, block_k, key_info.shape[1], sparsity, keys_outer=True, width=width)
     dk, dv = pl.pallas_call(
-        functools.partial(_dkv_kernel, **common),
+        functools.partial(_dkv_kernel, width=width, **common),
         grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1, grid=(b, h, nk // block_k, nq // block_q),
-            in_specs=[q_spec, k_spec, k_spec, key_spec, q_spec, row_spec, row_spec], out_specs=[k_spec, k_spec],
+            num_scalar_prefetch=2, grid=(b, h, nk // block_k, steps),
+            in_specs=specs.inputs + [specs.q, specs.row, specs.row], out_specs=[specs.k, specs.k],
             scratch_shapes=[pltpu.VMEM((block_k, d), jnp.float32), pltpu.VMEM((block_k, d), jnp.float32)]),
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(k.shape, v_dtype)],
         name="lra_flash_dkv", **_params(interpret),
-    )(heads, q, k, v, key_mask, dout, lse, di)
-    return dq, dk, dv, None, None
+    )(heads, layout, q, k, v, key_info, *extra, dout, lse, di)
+    return dq, dk, dv, None
 
 
-attention.defvjp(_attention_fwd, _attention_bwd)
+_attention.defvjp(_attention_fwd, _attention_bwd)
