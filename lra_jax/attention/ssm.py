@@ -54,7 +54,16 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Complex, Float
 
-from lra_jax.attention.core import SSMParam, TokenMask, TokenMixer, Tokens, fft_flops, matmul_flops, zero_padding
+from lra_jax.attention.core import (
+    SSMParam,
+    TokenMask,
+    TokenMixer,
+    Tokens,
+    complex_matmul_flops,
+    fft_flops,
+    matmul_flops,
+    zero_padding,
+)
 from lra_jax.attention.dropout import Dropout
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
@@ -121,13 +130,13 @@ class S4D(TokenMixer):
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
         """The output projection (d -> 2d with the GLU, else d -> d); the Vandermonde kernel, one complex
-        [Q, N/2] x [N/2, R] product per kernel and channel (Q R >= n, R = ceil(sqrt(n)); a complex multiply-add
-        is 8 FLOPs), once for the batch; and the FFT convolution, real transforms of 2n points by the
+        [Q, N/2] x [N/2, R] product per kernel and channel (Q R >= n, R = ceil(sqrt(n)); 8 FLOPs per complex
+        multiply-add, `core.complex_matmul_flops`), once for the batch; and the FFT convolution, real transforms of 2n points by the
         2.5 N log2 N convention (`core.fft_flops`): rfft of u and irfft per example and channel, rfft of the kernel."""
         kernels = 2 if settings["bidirectional"] else 1
         inner = math.isqrt(max(n - 1, 0)) + 1
         outer = -(-n // inner)
-        vandermonde = 4 * matmul_flops(kernels * dim * outer, settings["state_size"] // 2, inner)
+        vandermonde = complex_matmul_flops(kernels * dim * outer, settings["state_size"] // 2, inner)
         convolution = fft_flops(2 * n, 2 * batch * dim + dim, real=True)
         projection = matmul_flops(batch * n, dim, 2 * dim if settings["glu"] else dim)
         return projection + vandermonde + convolution
