@@ -13,12 +13,12 @@ below 1e-4 of a step here) are left out, so XLA's count of the same step is a li
 `tests/test_flops.py` bounds the difference, for one layer of every variant and for train steps.
 
 Each variant counts what its XLA path computes, not the ideal pattern: whole masked blocks (local,
-Longformer, BigBird), padded chunks and blocks (Reformer, Sinkhorn, strided). Counted as matmuls too: a
-depthwise convolution's multiply-adds (lightweight and dynamic convolutions, Nystromformer's value
-convolution) and a complex product (S4D's kernel, 8 FLOPs per complex multiply-add). FFTs, the only
-mixing FNet has, count 5 N log2 N per complex transform of N points and half that for a real one
-(`attention.core.fft_flops`; XLA counts 8 per point and stage). Sorts, gathers, top-k and Sinkhorn's
-normalisations do no multiply-adds and are not counted.
+Longformer, BigBird), padded chunks and blocks (Reformer, Sinkhorn, strided). Counted as matmuls too:
+a depthwise convolution's multiply-adds (lightweight and dynamic convolutions, Nystromformer's value
+convolution) and a complex product (S4D's kernel: 8 FLOPs per complex multiply-add, where XLA counts 2).
+FFTs, the only mixing FNet has, count 5 N log2 N per complex transform of N points and half that for a
+real one (`attention.core.fft_flops`; XLA counts 8 per point and stage). Sorts, gathers, top-k and
+Sinkhorn's normalisations do no multiply-adds and are not counted.
 """
 
 from __future__ import annotations
