@@ -51,7 +51,7 @@ def test_forward_and_gradients_match_the_reference(name, rate, dtype):
     reference's, padded query rows are 0, nothing is NaN."""
     rng = np.random.default_rng(0)
     lengths = (N, 170, 0)
-    q, k, v = (jnp.asarray(rng.standard_normal((3, N, 2, 32)), dtype) for _ in range(3))
+    q, k, v = (jnp.asarray(rng.standard_normal((3, N, 1, 32)), dtype) for _ in range(3))
     mask = np.arange(N)[None, :] < np.asarray(lengths)[:, None]
     weights = jnp.asarray(rng.standard_normal(q.shape), jnp.float32)
 

@@ -357,6 +357,10 @@ def _layout(pattern: Pattern, visits: int | None, cols: int, transposed: bool):
     return (pattern.layout_t if transposed else pattern.layout), cols + 1, visits
 
 
+def _kernel_name(part: str, sparsity: Sparsity) -> str:
+    return f"lra_{'flash' if sparsity == DENSE else 'block_sparse'}_{part}"
+
+
 def _forward(q, k, v, key_info, heads, pattern, scale, rate, block_q, block_k, interpret, sparsity):
     b, h, nq, d = q.shape
     nk = k.shape[2]
@@ -372,7 +376,7 @@ def _forward(q, k, v, key_info, heads, pattern, scale, rate, block_q, block_k, i
             scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
                             pltpu.VMEM((block_q, d), jnp.float32)]),
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, nq, 1), jnp.float32)],
-        name="lra_flash_fwd" if sparsity == DENSE else "lra_block_sparse_fwd", **_params(interpret),
+        name=_kernel_name("fwd", sparsity), **_params(interpret),
     )(heads, layout, q, k, v.astype(q.dtype), key_info, *_pattern_inputs(pattern, sparsity))
 
 
@@ -428,7 +432,7 @@ def _attention_bwd(static, res, dout):
             num_scalar_prefetch=2, grid=(b, h, nq // block_q, steps),
             in_specs=specs.inputs + [specs.q, specs.row, specs.row], out_specs=specs.q,
             scratch_shapes=[pltpu.VMEM((block_q, d), jnp.float32)]),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), name="lra_flash_dq", **_params(interpret),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), name=_kernel_name("dq", sparsity), **_params(interpret),
     )(heads, layout, q, k, v, key_info, *extra, dout, lse, di)
 
     layout, width, steps = _layout(pattern, sparsity.key_visits, nq // block_q, True)
@@ -440,7 +444,7 @@ def _attention_bwd(static, res, dout):
             in_specs=specs.inputs + [specs.q, specs.row, specs.row], out_specs=[specs.k, specs.k],
             scratch_shapes=[pltpu.VMEM((block_k, d), jnp.float32), pltpu.VMEM((block_k, d), jnp.float32)]),
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(k.shape, v_dtype)],
-        name="lra_flash_dkv", **_params(interpret),
+        name=_kernel_name("dkv", sparsity), **_params(interpret),
     )(heads, layout, q, k, v, key_info, *extra, dout, lse, di)
     return dq, dk, dv, None
 
