@@ -4,6 +4,7 @@
                   (per TensorCore on v2/v3), through `jax.experimental.topologies.get_topology_desc`
     h100, a100    one GPU: XLA:GPU compiling through Triton and ptxas to cubin for the GPU described
                   by its target config (the `[cuda]` extra; jax itself runs on the CPU)
+    h100x8        a host of 8 such GPUs (any count: a100x4, ...), the batch split over them
 
 Neither needs the hardware. The compilers enforce what the hardware would (HBM on TPU, shared
 memory and registers on GPU) and report the memory of a compiled step (`memory_analysis()`);
@@ -120,29 +121,34 @@ class Target:
 
 
 TPU_PATTERN = re.compile(r"^(?:tpu-)?(v\d+[a-z]?):(\d+(?:x\d+){1,2})$")
-NAMES = ("tpu-v3:4x4", "tpu-v4:2x2x1", "tpu-v5e:2x2", "tpu-v5e:1x1", "tpu-v5p:2x2x1", "tpu-v6e:2x2", "h100", "a100")
+GPU_PATTERN = re.compile(r"^([a-z]\d+)(?:x(\d+))?$")  # h100, h100x8: GPUs on one host
+NAMES = ("tpu-v3:4x4", "tpu-v4:2x2x1", "tpu-v5e:2x2", "tpu-v5e:1x1", "tpu-v5p:2x2x1", "tpu-v6e:2x2", "h100", "a100",
+         "h100x8")
 
 
 def describe_names() -> str:
     return ("tpu-<generation>:<topology> (" + ", ".join(n for n in NAMES if n.startswith("tpu")) + "; generations "
-            + ", ".join(TPU_CHIPS) + "), " + ", ".join(GPU_CHIPS))
+            + ", ".join(TPU_CHIPS) + "), " + ", ".join(GPU_CHIPS) + " (one GPU; <gpu>x<n>: n GPUs on one host)")
 
 
 @functools.lru_cache(maxsize=None)
 def get(name: str) -> Target:
-    """The target named `name` ("tpu-v5e:2x2", "v4:2x2x1", "h100", "a100"); its devices are compile-only.
+    """The target named `name` ("tpu-v5e:2x2", "v4:2x2x1", "h100", "a100", "h100x8"); its devices are
+    compile-only.
 
     Raises LraError for an unknown name, or when the compiler it needs is not installed.
     """
     from jax.experimental import topologies
 
-    if name in GPU_CHIPS:
+    gpu = GPU_PATTERN.match(name)
+    if gpu and gpu.group(1) in GPU_CHIPS and int(gpu.group(2) or 1) >= 1:
+        chip, count = gpu.group(1), int(gpu.group(2) or 1)
         if not _has_cuda_plugin():
             raise LraError(f"compiling for {name} needs XLA:GPU and ptxas: pip install -e \".[cuda]\" "
                            "(then run with JAX_PLATFORMS=cpu on a machine without a GPU)")
-        topology = topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(name),
-                                                topology="1x1x1")
-        return Target(name, "cuda", GPU_CHIPS[name], tuple(topology.devices), GPU_KINDS[name])
+        topology = topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(chip),
+                                                topology=f"1x1x{count}")  # slices x hosts x GPUs per host
+        return Target(name, "cuda", GPU_CHIPS[chip], tuple(topology.devices), GPU_KINDS[chip])
     match = TPU_PATTERN.match(name)
     if not match or match.group(1) not in TPU_CHIPS:
         raise LraError(f"unknown compile target {name!r}; choose {describe_names()}")

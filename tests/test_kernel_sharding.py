@@ -1,4 +1,5 @@
-"""Kernels under a data-parallel mesh run per device on their rows of the batch (`kernels.sharding`)."""
+"""Kernels (Mosaic and Triton) under a data-parallel mesh run per device on their rows of the batch
+(`kernels.sharding`)."""
 
 import os
 import subprocess
@@ -21,6 +22,7 @@ from helpers import assert_close, qkv_and_mask, reassociation_tol
 from lra_jax import compat
 from lra_jax.kernels.block_sparse.api import block_sparse_attention
 from lra_jax.kernels.flash.api import flash_attention
+from lra_jax.kernels.linear.api import linear_attention
 assert jax.device_count() == 4
 mesh = Mesh(np.array(jax.devices()), ("data",))
 q, k, v, mask = qkv_and_mask(256, [256, 200, 130, 1, 256, 77, 256, 9], heads=2, head_dim=16)
@@ -33,6 +35,15 @@ cases = {
 seed = np.array([7], np.uint32)  # dropout in our TPU kernel: sharded, each device draws its global rows' mask
 cases["flash-dropout"] = lambda q, k, v, m, impl: flash_attention(
     q, k, v, key_mask=m, impl=impl, platform="tpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
+# the Triton kernels too: XLA would gather the whole batch onto every GPU; with dropout, each device
+# offsets its batch index by its first row, so that the mask is the whole batch's
+half = lambda *xs: [x[:, :128] for x in xs]  # the interpreted Triton kernels are slow: 128 tokens
+cases["flash-gpu-dropout"] = lambda q, k, v, m, impl: flash_attention(
+    *half(q, k, v), key_mask=m[:, :128], impl=impl, platform="gpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
+cases["local-gpu-dropout"] = lambda q, k, v, m, impl: block_sparse_attention(
+    *half(q, k, v), key_mask=m[:, :128], window=40, impl=impl, platform="gpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
+cases["linear-gpu"] = lambda q, k, v, m, impl: linear_attention(
+    *half(q, k, v), key_mask=m[:, :128], impl=impl, platform="gpu", interpret=True)
 rows = NamedSharding(mesh, PartitionSpec("data"))
 for name, fn in cases.items():
     want = fn(q, k, v, mask, "xla")
@@ -79,3 +90,30 @@ def test_splash_compiles_on_a_four_chip_tpu_slice():
         compiled = jax.jit(lambda q, k, v, m: flash_attention(q, k, v, key_mask=m, impl="pallas")).lower(
             qkv, qkv, qkv, mask).compile()
     assert "tpu_custom_call" in compiled.as_text()
+
+
+def test_the_triton_kernel_compiles_per_gpu_on_a_two_gpu_host():
+    """XLA:GPU accepts a Triton call over several GPUs but gathers the batch onto each; per device,
+    no all-gather is left in the compiled module."""
+    reason = accelerators.available()["cuda"]
+    if reason:
+        pytest.skip(f"compiling for GPUs needs XLA:GPU: {reason}")
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from lra_jax import kernels
+    from lra_jax.tools import compile as compile_cmd
+    from lra_jax.tools.lower import KERNEL_CALLS
+
+    target = accelerators.get("h100x2")
+    mesh = Mesh(np.array(target.devices), ("data",))
+    rows = NamedSharding(mesh, PartitionSpec("data"))
+    qkv = jax.ShapeDtypeStruct((4, 256, 2, 32), jnp.bfloat16, sharding=rows)
+    mask = jax.ShapeDtypeStruct((4, 256), bool, sharding=rows)
+    seed = np.array([3], np.uint32)
+    step = jax.jit(lambda q, k, v, m: flash_attention(q, k, v, key_mask=m, impl="pallas", dropout_rate=0.1,
+                                                      dropout_seed=seed))
+    with kernels.target_platform("gpu", shared_memory=target.shared_memory), compat.abstract_mesh(mesh):
+        text = step.lower(qkv, qkv, qkv, mask).compile(compiler_options=compile_cmd.compiler_options(target)).as_text()
+    assert KERNEL_CALLS["gpu"] in text
+    assert "all-gather" not in text

@@ -138,7 +138,10 @@ def block_sparse_attention(
     qp = pad_axis(pad_axis(q, 1, nq_pad), 3, d_pad)
     kp = pad_axis(pad_axis(k, 1, nk_pad), 3, d_pad)
     vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
-    out = pallas_gpu.attention(qp, kp, vp, key_code, query_code, q_seg, k_seg, dense_blocks, scale=scale,
-                               rule=rule, tiles=tiles, interpret=interpret,
-                               dropout_rate=dropout_rate, dropout_seed=dropout_seed)[:, :nq, :, :d]
+    triton = lambda q, k, v, key_code, **shared: pallas_gpu.attention(  # noqa: E731
+        q, k, v, key_code, **shared, scale=scale, rule=rule, tiles=tiles, interpret=interpret,
+        dropout_rate=dropout_rate)
+    out = sharding.over_batch(triton, first_row=True)(
+        qp, kp, vp, key_code, query_code=query_code, q_seg=q_seg, k_seg=k_seg, dense_blocks=dense_blocks,
+        dropout_seed=dropout_seed)[:, :nq, :, :d]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))

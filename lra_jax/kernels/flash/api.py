@@ -47,7 +47,7 @@ def check_dropout(rate: float, seed: Array | None) -> Array:
     """The seed a call passes on: `seed` as uint32 [1] when rate > 0 (required), zeros otherwise."""
     dropout.threshold(rate)  # checks 0 <= rate < 1
     if rate == 0.0:
-        return pallas_gpu.no_seed()
+        return jnp.zeros((1,), jnp.uint32)
     if seed is None:
         raise ValueError(f"attention dropout at rate {rate} needs a dropout_seed (dropout.seed_from_key(key))")
     return jnp.asarray(seed, jnp.uint32).reshape(1)
@@ -132,9 +132,14 @@ def flash_attention(
     kp = pad_axis(pad_axis(k, 1, nk_pad), 3, d_pad)
     vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
     key_code = pad_axis(key_mask.astype(jnp.int32), 1, nk_pad)
-    zeros_q, zeros_k = jnp.zeros((nq_pad,), jnp.int32), jnp.zeros((nk_pad,), jnp.int32)
-    out = pallas_gpu.attention(qp, kp, vp, key_code, zeros_q, zeros_q, zeros_k, dropout_seed, None, None, scale,
-                               None, tiles, dropout_rate, interpret)[:, :nq, :, :d]
+
+    def triton(q, k, v, key_code, seed, first_row):
+        zeros_q, zeros_k = jnp.zeros((nq_pad,), jnp.int32), jnp.zeros((nk_pad,), jnp.int32)
+        return pallas_gpu.attention(q, k, v, key_code, zeros_q, zeros_q, zeros_k,
+                                    pallas_gpu.dropout_state(seed, first_row), None, None, scale, None, tiles,
+                                    dropout_rate, interpret)
+
+    out = sharding.over_batch(triton, first_row=True)(qp, kp, vp, key_code, seed=dropout_seed)[:, :nq, :, :d]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
 
 

@@ -66,10 +66,13 @@ def _scores(q, k, q_pos, k_pos, key_code, query_code, q_seg, k_seg, scale, rule)
 
 
 def _head(seed_ref, rate):
-    """The dropout hash state of this program's (batch, head); None without dropout."""
+    """The dropout hash state of this program's (batch, head), its batch index offset by the call's
+    first row in the whole batch (`seed_ref` = [seed, first row]); None without dropout."""
     if rate == 0.0:
         return None
-    return dropout.head_bits(seed_ref[0], pl.program_id(1) * pl.num_programs(2) + pl.program_id(2))
+    u32 = lambda x: jnp.asarray(x, jnp.uint32)  # noqa: E731
+    batch = seed_ref[1] + u32(pl.program_id(1))
+    return dropout.head_bits(seed_ref[0], batch * u32(pl.num_programs(2)) + u32(pl.program_id(2)))
 
 
 def _dropped(x, head, q_pos, k_pos, rate, kept=None):
@@ -228,7 +231,7 @@ def _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t
             pl.BlockSpec((block_q,), lambda i, bb, hh: (i,)),
             pl.BlockSpec((block_q,), lambda i, bb, hh: (i,)),
             pl.BlockSpec((nk,), lambda i, bb, hh: (0,)),
-            pl.BlockSpec((1,), lambda i, bb, hh: (0,)),
+            pl.BlockSpec((2,), lambda i, bb, hh: (0,)),
         ],
         out_specs=[q_block, pl.BlockSpec((None, None, block_q), lambda i, bb, hh: (bb, hh, i))],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, nq), jnp.float32)],
@@ -249,7 +252,7 @@ def _backward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_
         layout_t = jnp.zeros((nk // block_k, 1), jnp.int32)
     delta = jnp.einsum("bqhd,bqhd->bhq", o.astype(jnp.float32), do.astype(jnp.float32))
     common = {"scale": scale, "rule": rule, "sparse": sparse, "rate": rate}
-    seed_spec = pl.BlockSpec((1,), lambda i, bb, hh: (0,))
+    seed_spec = pl.BlockSpec((2,), lambda i, bb, hh: (0,))
 
     q_block = pl.BlockSpec((None, block_q, None, d), lambda i, bb, hh: (bb, i, hh, 0))
     kv_full = pl.BlockSpec((None, nk, None, d), lambda i, bb, hh: (bb, 0, hh, 0))
@@ -306,7 +309,8 @@ def attention(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_
       q, k, v: [b, nq, h, d], [b, nk, h, d], [b, nk, h, d]; float32 or bfloat16.
       key_code: int32 [b, nk]: 0 padding, 1 real, 2 real and global.
       query_code: int32 [nq]: 2 marks a global query. q_seg, k_seg: int32 [nq], [nk] segment ids.
-      seed: uint32 [1], the dropout seed (unused at rate 0).
+      seed: uint32 [2], `dropout_state`: the dropout seed and the first row's index in the whole batch
+        (unused at rate 0).
       layout, layout_t: None (dense) or int32 [nq / B_q, W], [nk / B_k, W']: per query
         (key) block [count, block indices...]; see `lra_jax.kernels.block_sparse.layout`.
       scale: softmax scale. rule: static element rule (`masking.Rule`) or None.
@@ -334,6 +338,8 @@ def _attention_bwd(scale, rule, tiles, rate, interpret, residuals, do):
 attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def no_seed():
-    """The seed argument of a call without dropout."""
-    return jnp.zeros((1,), jnp.uint32)
+def dropout_state(seed, first_row=0):
+    """The kernel's `seed` argument, uint32 [2]: the dropout seed ([1], or None without dropout) and the
+    index in the whole batch of the call's first row (`sharding.over_batch(first_row=True)`)."""
+    seed = jnp.zeros((1,), jnp.uint32) if seed is None else jnp.asarray(seed, jnp.uint32).reshape(1)
+    return jnp.concatenate([seed, jnp.asarray(first_row, jnp.uint32).reshape(1)])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import pallas_backend, resolve_impl, tiling
+from lra_jax.kernels import pallas_backend, resolve_impl, sharding, tiling
 from lra_jax.kernels.flash.api import (
     kernel_block,
     masks_from,
@@ -78,5 +78,7 @@ def linear_attention(
     qp, kp = (pad_axis(pad_axis(x, 1, n_pad), 3, m_pad) for x in (q, k))
     vp = pad_axis(pad_axis(v, 1, n_pad), 3, d_pad)
     key_code = pad_axis(key_mask.astype(jnp.int32), 1, n_pad)
-    out = pallas_gpu.attention(qp, kp, vp, key_code, tiles, feature_map, m, interpret)[:, :n, :, :d]
+    triton = lambda q, k, v, key_code: pallas_gpu.attention(  # noqa: E731
+        q, k, v, key_code, tiles, feature_map, m, interpret)
+    out = sharding.over_batch(triton)(qp, kp, vp, key_code)[:, :n, :, :d]
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
