@@ -35,6 +35,8 @@ cases = {
 seed = np.array([7], np.uint32)  # dropout in our TPU kernel: sharded, each device draws its global rows' mask
 cases["flash-dropout"] = lambda q, k, v, m, impl: flash_attention(
     q, k, v, key_mask=m, impl=impl, platform="tpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
+cases["local-dropout"] = lambda q, k, v, m, impl: block_sparse_attention(  # the same kernel over a band
+    q, k, v, key_mask=m, window=40, impl=impl, platform="tpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
 # the Triton kernels too: XLA would gather the whole batch onto every GPU; with dropout, each device
 # offsets its batch index by its first row, so that the mask is the whole batch's
 half = lambda *xs: [x[:, :128] for x in xs]  # the interpreted Triton kernels are slow: 128 tokens
