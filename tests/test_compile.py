@@ -84,6 +84,24 @@ def test_modeled_time_is_printed_only_where_there_is_one():
     assert "ms" not in compile_cmd.format_row(row)
 
 
+def test_a_roofline_is_printed_where_the_compiler_gives_no_model():
+    line = compile_cmd.format_row(make_row(modeled_note=compile_cmd.NOT_MODELED, roofline_seconds=2.5e-3))
+    assert "2.50ms r" in line
+    assert "1.50ms " in compile_cmd.format_row(make_row(modeled_seconds=1.5e-3, roofline_seconds=2.5e-3))
+    chip = accelerators.TPU_CHIPS["v5e"]
+    assert compile_cmd.roofline_seconds(197e12, 1, chip) == pytest.approx(1.0)  # compute-bound: bf16 peak
+    assert compile_cmd.roofline_seconds(1, 819e9, chip) == pytest.approx(1.0)  # memory-bound: HBM bandwidth
+
+
+def test_kernel_calls_with_a_cost_estimate_are_counted():
+    estimated = ('%a = f32[8] custom-call(%x), custom_call_target="tpu_custom_call", backend_config='
+                 '{"custom_call_config": {"body": "..", "cost_estimate":{"flops":"10","transcendentals":"0"}}}')
+    bare = '%b = f32[8] custom-call(%x), custom_call_target="tpu_custom_call", backend_config={"body": ".."}'
+    text = "\n".join([estimated, bare, bare])
+    assert compile_cmd.unestimated_calls(text, "tpu_custom_call") == 2
+    assert compile_cmd.flops_partial(estimated, compile_cmd.unestimated_calls(estimated, "tpu_custom_call")) is None
+
+
 def test_flops_partial_and_needed_bytes():
     assert compile_cmd.flops_partial("ROOT %x = f32[] add(...)", 0) is None
     reason = compile_cmd.flops_partial("%w = (s32[]) while(%t), body=%b", 2)
@@ -165,6 +183,7 @@ def test_an_error_row_exits_1(monkeypatch, tmp_path, capsys):
     (["--steps=both"], "error: unknown step both"),
     (["--per_device_batch=-1"], "error: --per_device_batch must be >= 0"),
     (["--lengths=1024,4k"], "error: --lengths must be positive integers"),
+    (["--attention_dropout_rate=1"], "error: --attention_dropout_rate must be in [0, 1)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert compile_cmd.main(argv) == 2
@@ -260,6 +279,23 @@ def test_mini_train_steps_compile_with_their_kernels_and_fit(variant, name, kern
         assert row.modeled_seconds is None  # never the cost model's figure for a step with a kernel
     if target.platform == "tpu" and not row.kernel_calls:
         assert row.modeled_seconds > 0
+
+
+def test_a_step_on_our_mosaic_kernel_counts_it_and_gets_a_roofline():
+    """With attention dropout, mini softmax trains on our Mosaic flash kernel, whose calls carry their cost
+    estimates: the FLOPs are complete (mini layers are unrolled), and the row has a roofline time where
+    the compiler's own model, which cannot take the kernel, gives none."""
+    target = target_or_skip("tpu-v5e:1x1")
+    config = mini("softmax")
+    config.model.attention_dropout_rate = 0.1
+    config.batch_size, config.max_len = 8, 256
+    (row,) = compile_cmd.compile_config("softmax", "listops", config, target, modes=("train",))
+    assert row.result == "ok", row.error
+    assert row.kernels == "pallas-mosaic-flash x2" and row.kernel_calls >= 3
+    assert row.flops_partial is None and row.modeled_seconds is None
+    assert row.roofline_seconds == pytest.approx(compile_cmd.roofline_seconds(row.flops, row.bytes_accessed,
+                                                                              target.chip))
+    assert row.roofline_seconds > 0
 
 
 def test_splash_eval_step_compiles_on_a_four_chip_slice():

@@ -135,3 +135,10 @@ def test_compiles_forward_and_backward_with_dropout_for_v5e():
         compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(qkv, qkv, qkv, mask, seed).compile()
     text = compiled.as_text()
     assert text.count("tpu_custom_call") >= 3, "forward, dq and dk/dv kernels"
+    # Each call carries its cost estimate, so XLA's count holds the kernels' matmuls: 2 + 3 + 4 per
+    # 128 x 128 tile pair (the 1,000 tokens padded to 1,024), 2 FLOPs per multiply-add.
+    from lra_jax.tools import compile as compile_cmd
+
+    assert compile_cmd.unestimated_calls(text, "tpu_custom_call") == 0
+    cost = compile_cmd.cost_of(compiled)
+    assert cost["flops"] >= 2 * (2 + 3 + 4) * 2 * 4 * 1024 * 1024 * 64

@@ -24,7 +24,10 @@ replicated, with the attention kernels chosen for the target's platform. Per row
   module as its custom call, else the row is an error;
 - modeled (TPU only): the TPU compiler's modeled step time (`cost_analysis()["optimal_seconds"]`),
   a model, not a measurement. It is left out for a step containing a Mosaic kernel, which the cost
-  model does not model (it comes out negative there): such rows say "not modeled";
+  model does not model (it comes out negative there): such rows say "not modeled". Where the counts
+  are complete (no loop, every kernel call with its cost estimate, as our Mosaic kernels give), such a
+  step gets a roofline instead (`roofline_seconds`, printed with an "r"): its FLOPs at the chip's peak
+  or its bytes at HBM bandwidth, whichever takes longer; also a model, never a measurement;
 - compile seconds on this machine.
 
 A train step that does not fit is planned (`lra_jax.fit`, unless --plan=false): the largest per-device
@@ -67,6 +70,7 @@ from lra_jax.tools import table2
 GIB = 2**30
 DEFAULT_TARGETS = "tpu-v5e:2x2,tpu-v4:2x2x1,h100,a100"
 NOT_MODELED = "not modeled: the step has a Mosaic kernel, which the TPU cost model gives negative time"
+KERNEL_ESTIMATE = re.compile(r'"cost_estimate":\s*\{')  # in a Mosaic call's backend config (`pl.CostEstimate`)
 # XLA:GPU options of every GPU compile here. Without a device XLA cannot autotune: on a GPU it compiles
 # several Triton tilings of each GEMM fusion, drops those that fail and may choose cuBLAS; deviceless it
 # takes one tiling per fusion, which can fail ("Couldn't find output tile sizes that satisfy hlo: %dot =
@@ -92,10 +96,12 @@ class Row:
     device_memory: int | None = None
     flops: float | None = None
     flops_partial: str | None = None  # why the FLOPs are a lower bound; None: complete
+    bytes_accessed: float | None = None  # XLA's count of HBM bytes read and written, partial as the FLOPs
     kernels: str = "-"
     kernel_calls: int = 0  # Pallas custom calls in the compiled module
     modeled_seconds: float | None = None  # TPU compiler's modeled step time
     modeled_note: str | None = None
+    roofline_seconds: float | None = None  # TPU, complete counts only: `roofline_seconds()`
     compile_seconds: float = 0.0
     error: str | None = None
     plan: dict[str, Any] | None = None  # for a train step that does not fit
@@ -149,15 +155,30 @@ def cost_of(compiled) -> dict[str, float]:
     return dict(cost) if cost else compat.hlo_cost_analysis(compiled)
 
 
-def flops_partial(hlo_text: str, kernel_calls: int) -> str | None:
-    """Why XLA's FLOP count of `hlo_text` is a lower bound, or None."""
+def unestimated_calls(hlo_text: str, call: str) -> int:
+    """Kernel calls (`custom_call_target="<call>"`) in `hlo_text` without a cost estimate, which XLA's
+    cost analysis counts as 0 (a Mosaic call with `pl.CostEstimate` is counted by its estimate)."""
+    target = f'custom_call_target="{call}"'
+    return sum(target in line and not KERNEL_ESTIMATE.search(line) for line in hlo_text.splitlines())
+
+
+def flops_partial(hlo_text: str, unestimated: int) -> str | None:
+    """Why XLA's FLOP count of `hlo_text` is a lower bound, or None (`unestimated`: kernel calls it counts as 0)."""
     reasons = []
     loops = len(re.findall(r"\bwhile\(", hlo_text))
     if loops:
         reasons.append(f"{loops} loop(s) counted for one iteration")
-    if kernel_calls:
-        reasons.append(f"{kernel_calls} Pallas kernel call(s) counted as 0")
+    if unestimated:
+        reasons.append(f"{unestimated} Pallas kernel call(s) counted as 0")
     return "partial: " + ", ".join(reasons) if reasons else None
+
+
+def roofline_seconds(flops: float, bytes_accessed: float, chip) -> float:
+    """The roofline time of a step (Williams et al. 2009): max(FLOPs / peak, bytes / HBM bandwidth), the
+    least time the chip needs for that work. Peak is the bf16 MXU peak, which f32 matmuls also run at on
+    TPU under jax's default precision (one bf16 pass). A lower bound: it assumes perfect overlap and
+    XLA's byte count (each fusion's operands and results) as the HBM traffic."""
+    return max(flops / chip.peak_flops["bfloat16"], bytes_accessed / chip.bandwidth)
 
 
 def needed_bytes(message: str) -> int | None:
@@ -231,8 +252,8 @@ def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: 
     row.memory = memory_of(compiled)
     row.device_memory = target.memory_per_device
     cost = cost_of(compiled)
-    row.flops = cost.get("flops")
-    row.flops_partial = flops_partial(text, row.kernel_calls)
+    row.flops, row.bytes_accessed = cost.get("flops"), cost.get("bytes accessed")
+    row.flops_partial = flops_partial(text, unestimated_calls(text, call))
     if target.platform != "tpu":  # Pathfinder softmax: 43 GFLOP for 512 examples here, 399 for 128 on TPU
         row.flops_partial = (row.flops_partial or "partial: ") + "; GPU: the HLO cost analysis of the optimized " \
             "module counts no cuBLAS GEMM (custom calls, `GPU_COMPILER_OPTIONS`)"
@@ -244,6 +265,8 @@ def compile_step(step, args, target, mode: str, layer_kernels: list[dict], row: 
             row.modeled_note = f"not modeled: the TPU cost model gave {seconds}"
         else:
             row.modeled_seconds = float(seconds)
+        if row.flops_partial is None and row.flops and row.bytes_accessed:
+            row.roofline_seconds = roofline_seconds(row.flops, row.bytes_accessed, target.chip)
     planned = [entry[mode] for entry in layer_kernels if entry[mode] != kernels.XLA]
     if planned and not row.kernel_calls:
         row.result, row.error = "error", f"{planned[0]} planned but {call} is not in the compiled {mode} step"
@@ -345,7 +368,8 @@ def format_row(row: Row) -> str:
     """One line per row (GiB per device), plus indented lines for an error, partial FLOPs, a plan."""
     memory = row.memory or {}
     flops = "-" if row.flops is None else f"{row.flops / 1e9:.1f}" + ("*" if row.flops_partial else "")
-    modeled = f"{row.modeled_seconds * 1e3:.2f}ms" if row.modeled_seconds is not None else "-"
+    modeled = (f"{row.modeled_seconds * 1e3:.2f}ms" if row.modeled_seconds is not None else
+               f"{row.roofline_seconds * 1e3:.2f}ms r" if row.roofline_seconds is not None else "-")
     batch = f"{row.per_device_batch}" + (f"x{row.accum_steps}" if row.accum_steps > 1 else "")
     line = (f"{row.variant:<15}{row.task:<13}{row.target:<14}{row.mode:<6}{row.result:<13}{batch:>5} "
             f"{gib(memory.get('argument')):>6} {gib(memory.get('temp')):>7} {gib(memory.get('total')):>7} "
@@ -459,6 +483,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--impl", default="auto", choices=("auto", "xla", "pallas"),
                         help="config.attention.impl of every config; auto leaves each config's own "
                              "(xla: the LRA paper's Table 2 setting)")
+    parser.add_argument("--attention_dropout_rate", type=float, default=None,
+                        help="config.model.attention_dropout_rate of every config (0: TPU softmax and the "
+                             "block-sparse variants train on splash attention); default: each config's own")
     parser.add_argument("--out", default="", help="write the rows as JSON here (e.g. experiments/results/...)")
     return parser.parse_args(argv)
 
@@ -576,6 +603,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = parse_lengths(args.lengths)
         if args.per_device_batch < 0:
             raise LraError(f"--per_device_batch must be >= 0, got {args.per_device_batch}")
+        if args.attention_dropout_rate is not None and not 0 <= args.attention_dropout_rate < 1:
+            raise LraError(f"--attention_dropout_rate must be in [0, 1), got {args.attention_dropout_rate}")
         if args.scale not in lower.SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
         names = [n.strip() for n in args.targets.split(",") if n.strip()]
@@ -593,9 +622,12 @@ def main(argv: list[str] | None = None) -> int:
     start -= earlier_seconds
     print(HEADER, flush=True)
     for variant, label, config in configs(variants, tasks, lengths, args.scale, files):
-        if args.impl != "auto":
+        if args.impl != "auto" or args.attention_dropout_rate is not None:
             config = config.copy_and_resolve_references()
-            config.attention.impl = args.impl
+            if args.impl != "auto":
+                config.attention.impl = args.impl
+            if args.attention_dropout_rate is not None:
+                config.model.attention_dropout_rate = args.attention_dropout_rate
         for target in targets:
             if args.per_device_batch:
                 config = config.copy_and_resolve_references()
@@ -619,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
     if lengths:
         print(table2.format_table(table2.relative(rows), table2.paper_figures()))
     print(f"{len(rows)} steps compiled ({args.scale} scale) in {seconds:.0f} s; GiB and GFLOP per device, "
-          "* = partial FLOPs (loops counted once, kernels as 0); modeled = the TPU compiler's model, not measured")
+          "* = partial FLOPs (loops counted once, kernels without an estimate as 0); modeled = the TPU compiler's "
+          "model (r: the roofline of the step's FLOPs and bytes), not measured")
     if args.out:
         write_json(args.out, argv, rows, seconds, complete=True)
         print(f"wrote {args.out}")

@@ -357,6 +357,24 @@ def _layout(pattern: Pattern, visits: int | None, cols: int, transposed: bool):
     return (pattern.layout_t if transposed else pattern.layout), cols + 1, visits
 
 
+# Per tile of bq queries x bk keys, the matmul FLOPs of each kernel: forward q k^T and p v; dQ q k^T,
+# dO v^T and dS k; dK/dV q k^T, dO v^T, p^T dO and dS^T q. Each recomputes exp of the tile once.
+_MATMULS = {"fwd": 2, "dq": 3, "dkv": 4}
+
+
+def _cost(part: str, tiles: int, rows: int, bq: int, bk: int, d: int, itemsize: int) -> pl.CostEstimate:
+    """What one call computes and moves, for the TPU compiler's cost model (which models no Mosaic call
+    without it): `tiles` grid steps of bq x bk (the grid's length, empty steps of a sparse row included:
+    an upper bound), `rows` = b * h * n of the outer axis. Bytes: the outer axis's blocks once (q, out
+    or dO, dQ, or k, v, dK, dV) and the inner axis's two blocks per tile (k, v, or q, dO), plus the f32
+    row statistics (lse, D)."""
+    inner = bk if part != "dkv" else bq
+    outer_blocks = {"fwd": 2, "dq": 3, "dkv": 4}[part]
+    statistics = 4 * (rows if part == "fwd" else 2 * (rows if part == "dq" else tiles * bq))
+    return pl.CostEstimate(flops=2 * _MATMULS[part] * tiles * bq * bk * d, transcendentals=tiles * bq * bk,
+                           bytes_accessed=itemsize * d * (outer_blocks * rows + 2 * tiles * inner) + statistics)
+
+
 def _kernel_name(part: str, sparsity: Sparsity) -> str:
     return f"lra_{'flash' if sparsity == DENSE else 'block_sparse'}_{part}"
 
@@ -377,6 +395,7 @@ def _forward(q, k, v, key_info, heads, pattern, scale, rate, block_q, block_k, i
                             pltpu.VMEM((block_q, d), jnp.float32)]),
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, nq, 1), jnp.float32)],
         name=_kernel_name("fwd", sparsity), **_params(interpret),
+        cost_estimate=_cost("fwd", b * h * (nq // block_q) * steps, b * h * nq, block_q, block_k, d, q.dtype.itemsize),
     )(heads, layout, q, k, v.astype(q.dtype), key_info, *_pattern_inputs(pattern, sparsity))
 
 
@@ -433,6 +452,7 @@ def _attention_bwd(static, res, dout):
             in_specs=specs.inputs + [specs.q, specs.row, specs.row], out_specs=specs.q,
             scratch_shapes=[pltpu.VMEM((block_q, d), jnp.float32)]),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), name=_kernel_name("dq", sparsity), **_params(interpret),
+        cost_estimate=_cost("dq", b * h * (nq // block_q) * steps, b * h * nq, block_q, block_k, d, q.dtype.itemsize),
     )(heads, layout, q, k, v, key_info, *extra, dout, lse, di)
 
     layout, width, steps = _layout(pattern, sparsity.key_visits, nq // block_q, True)
@@ -445,6 +465,7 @@ def _attention_bwd(static, res, dout):
             scratch_shapes=[pltpu.VMEM((block_k, d), jnp.float32), pltpu.VMEM((block_k, d), jnp.float32)]),
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(k.shape, v_dtype)],
         name=_kernel_name("dkv", sparsity), **_params(interpret),
+        cost_estimate=_cost("dkv", b * h * (nk // block_k) * steps, b * h * nk, block_q, block_k, d, q.dtype.itemsize),
     )(heads, layout, q, k, v, key_info, *extra, dout, lse, di)
     return dq, dk, dv, None
 
