@@ -41,21 +41,22 @@ class Chip:
 # TPU figures per jax device: a v2/v3 chip is two devices (TensorCores), later chips one.
 # Google Cloud TPU system architecture pages: v3 123 TF/s bf16 and 32 GiB per chip (2 cores), v4 275
 # TF/s and 32 GiB, v5e 197 TF/s and 16 GiB, v5p 459 TF/s and 95 GiB, v6e 918 TF/s and 32 GiB.
+# "float32" is the rate of a float32 matmul at jax's default precision, which on TPU rounds the
+# inputs to bf16 and runs one MXU pass: the bf16 peak (Precision.HIGHEST would take 6 passes).
 TPU_CHIPS = {
-    "v3": Chip("TPU v3 core", 16 * GIB, 450e9, {"bfloat16": 61.5e12, "float32": 61.5e12 / 3}),
-    "v4": Chip("TPU v4", 32 * GIB, 1228e9, {"bfloat16": 275e12, "float32": 275e12 / 3}),
-    "v5e": Chip("TPU v5e", 16 * GIB, 819e9, {"bfloat16": 197e12, "float32": 197e12 / 3}),
-    "v5p": Chip("TPU v5p", 95 * GIB, 2765e9, {"bfloat16": 459e12, "float32": 459e12 / 3}),
-    "v6e": Chip("TPU v6e", 32 * GIB, 1640e9, {"bfloat16": 918e12, "float32": 918e12 / 3}),
+    "v3": Chip("TPU v3 core", 16 * GIB, 450e9, {"bfloat16": 61.5e12, "float32": 61.5e12}),
+    "v4": Chip("TPU v4", 32 * GIB, 1228e9, {"bfloat16": 275e12, "float32": 275e12}),
+    "v5e": Chip("TPU v5e", 16 * GIB, 819e9, {"bfloat16": 197e12, "float32": 197e12}),
+    "v5p": Chip("TPU v5p", 95 * GIB, 2765e9, {"bfloat16": 459e12, "float32": 459e12}),
+    "v6e": Chip("TPU v6e", 32 * GIB, 1640e9, {"bfloat16": 918e12, "float32": 918e12}),
 }
-# float32 matmuls on the MXU: XLA's default precision runs them as bf16 passes (3 for "high",
-# the figure above, 6 for "highest"); an approximation for the analytic share of a kernel only.
 
 # NVIDIA datasheets (SXM, dense): H100 989 TF/s bf16, 67 TF/s fp32 (494 TF/s tf32), 3.35 TB/s, 80 GB;
-# A100 312 TF/s bf16, 19.5 TF/s fp32 (156 TF/s tf32), 2.04 TB/s, 80 GB.
+# A100 312 TF/s bf16, 19.5 TF/s fp32 (156 TF/s tf32), 2.04 TB/s, 80 GB. "float32" is the TF32 figure:
+# jax's default precision runs float32 matmuls on the tensor cores in TF32 on Ampere and Hopper.
 GPU_CHIPS = {
-    "h100": Chip("NVIDIA H100 80GB HBM3", 84_942_979_072, 3.35e12, {"bfloat16": 989e12, "float32": 67e12}),
-    "a100": Chip("NVIDIA A100-SXM4-80GB", 85_100_068_864, 2.04e12, {"bfloat16": 312e12, "float32": 19.5e12}),
+    "h100": Chip("NVIDIA H100 80GB HBM3", 84_942_979_072, 3.35e12, {"bfloat16": 989e12, "float32": 494e12}),
+    "a100": Chip("NVIDIA A100-SXM4-80GB", 85_100_068_864, 2.04e12, {"bfloat16": 312e12, "float32": 156e12}),
 }
 # jax's name for the GPU, from which its Triton lowering takes the compute capability (`compat.gpu_target`).
 GPU_KINDS = {"h100": "NVIDIA H100", "a100": "NVIDIA A100"}

@@ -176,8 +176,8 @@ def flops_partial(hlo_text: str, unestimated: int) -> str | None:
 def roofline_seconds(flops: float, bytes_accessed: float, chip) -> float:
     """The roofline time of a step (Williams et al. 2009): max(FLOPs / peak, bytes / HBM bandwidth), the
     least time the chip needs for that work. Peak is the bf16 MXU peak, which f32 matmuls also run at on
-    TPU under jax's default precision (one bf16 pass). A lower bound: it assumes perfect overlap and
-    XLA's byte count (each fusion's operands and results) as the HBM traffic."""
+    TPU under jax's default precision (one bf16 pass; `accelerators.TPU_CHIPS`). A lower bound: it
+    assumes perfect overlap and XLA's byte count (each fusion's operands and results) as HBM traffic."""
     return max(flops / chip.peak_flops["bfloat16"], bytes_accessed / chip.bandwidth)
 
 
