@@ -156,8 +156,9 @@ def mosaic_flash(q, k, v, key_info, query_mask, scale: float, rate: float, seed,
     nq_pad, nk_pad = padded or (-(-x // block) * block for x in (nq, nk))
     heads = pallas_mosaic.head_state(seed, b, h)  # global rows: a sharded run draws one device's mask
     major = lambda x, n: pad_axis(x, 1, n).transpose(0, 2, 1, 3)  # noqa: E731  [b, n, h, d] -> [b, h, n, d]
+    resident = pallas_mosaic.resident_block(nq_pad, nk_pad) if sparsity == pallas_mosaic.DENSE else block
     kernel = lambda q, k, v, key_info, heads, pattern: pallas_mosaic.attention(  # noqa: E731
-        q, k, v, key_info, heads, scale, rate, block, block, interpret, pattern, sparsity)
+        q, k, v, key_info, heads, scale, rate, resident, block, interpret, pattern, sparsity)
     out = sharding.over_batch(kernel)(major(q, nq_pad), major(k, nk_pad), major(v, nk_pad),
                                       pad_axis(key_info, 2, nk_pad), heads, pattern=pattern)
     out = out.transpose(0, 2, 1, 3)[:, :nq]

@@ -54,6 +54,7 @@ from lra_jax.kernels import dropout, masking
 from lra_jax.kernels.masking import MASK_VALUE
 
 BLOCK = 128  # queries and keys per block: the TPU's lane width
+RESIDENT = (512, 256, 128)  # the blocks a dense kernel may keep in VMEM, largest first (`resident_block`)
 _NO_ROW = 1e30  # lse of a row without real keys: every p of it is exp(-huge) = 0
 
 
@@ -375,6 +376,16 @@ def _cost(part: str, tiles: int, rows: int, bq: int, bk: int, d: int, itemsize: 
                            bytes_accessed=itemsize * d * (outer_blocks * rows + 2 * tiles * inner) + statistics)
 
 
+def resident_block(nq: int, nk: int) -> int:
+    """The dense kernels' resident block for padded lengths nq, nk: the largest of `RESIDENT` dividing both.
+
+    A program keeps its block (queries in the forward and dQ kernels, keys in dK/dV) in VMEM while
+    128-row blocks of the other side stream from HBM, so the other side is read n / resident times:
+    a tile does 4 * resident * 128 * d FLOPs per 2 * 128 * d elements read, 256 FLOP per byte in f32 at
+    512, above a v5e's 240 (197 TF/s over 819 GB/s), where 128 leaves the kernel bound by HBM."""
+    return next(block for block in RESIDENT if nq % block == 0 and nk % block == 0)
+
+
 def _kernel_name(part: str, sparsity: Sparsity) -> str:
     return f"lra_{'flash' if sparsity == DENSE else 'block_sparse'}_{part}"
 
@@ -407,8 +418,8 @@ def attention(
     heads: Int[Array, "b h"],
     scale: float,
     rate: float,
-    block_q: int = BLOCK,
-    block_k: int = BLOCK,
+    resident: int = BLOCK,
+    streamed: int = BLOCK,
     interpret: bool = False,
     pattern: Pattern = Pattern(),
     sparsity: Sparsity = DENSE,
@@ -418,8 +429,11 @@ def attention(
 
     key_info: row 0 the key codes (0 padding, 1 real, 2 real and global), row 1 (with a `sparsity.rule`)
     the key segment ids. Dense (`DENSE`): key padding only; block-sparse: `pattern` and `sparsity`.
+    resident: the rows a program keeps in VMEM (queries in the forward and dQ kernels, keys in dK/dV;
+    `resident_block`), streamed: the rows of the other side per grid step; a sparse pattern's tiles
+    are `BLOCK` x `BLOCK`.
     """
-    return _attention(q, k, v, (key_info, heads, pattern), (scale, rate, block_q, block_k, interpret, sparsity))
+    return _attention(q, k, v, (key_info, heads, pattern), (scale, rate, resident, streamed, interpret, sparsity))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -433,7 +447,7 @@ def _attention_fwd(q, k, v, inputs, static):
 
 
 def _attention_bwd(static, res, dout):
-    scale, rate, block_q, block_k, interpret, sparsity = static
+    scale, rate, block_q, block_k, interpret, sparsity = static  # dQ keeps block_q queries, dK/dV block_q keys
     q, k, v, (key_info, heads, pattern), out, lse = res
     b, h, nq, d = q.shape
     nk = k.shape[2]
@@ -455,17 +469,18 @@ def _attention_bwd(static, res, dout):
         cost_estimate=_cost("dq", b * h * (nq // block_q) * steps, b * h * nq, block_q, block_k, d, q.dtype.itemsize),
     )(heads, layout, q, k, v, key_info, *extra, dout, lse, di)
 
-    layout, width, steps = _layout(pattern, sparsity.key_visits, nq // block_q, True)
-    specs = _specs(d, block_q, block_k, key_info.shape[1], sparsity, keys_outer=True, width=width)
+    bq, bk = block_k, block_q  # the dK/dV kernel keeps its key block in VMEM: the resident size
+    layout, width, steps = _layout(pattern, sparsity.key_visits, nq // bq, True)
+    specs = _specs(d, bq, bk, key_info.shape[1], sparsity, keys_outer=True, width=width)
     dk, dv = pl.pallas_call(
-        functools.partial(_dkv_kernel, width=width, **common),
+        functools.partial(_dkv_kernel, width=width, **dict(common, bq=bq, bk=bk)),
         grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=2, grid=(b, h, nk // block_k, steps),
+            num_scalar_prefetch=2, grid=(b, h, nk // bk, steps),
             in_specs=specs.inputs + [specs.q, specs.row, specs.row], out_specs=[specs.k, specs.k],
-            scratch_shapes=[pltpu.VMEM((block_k, d), jnp.float32), pltpu.VMEM((block_k, d), jnp.float32)]),
+            scratch_shapes=[pltpu.VMEM((bk, d), jnp.float32), pltpu.VMEM((bk, d), jnp.float32)]),
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(k.shape, v_dtype)],
         name=_kernel_name("dkv", sparsity), **_params(interpret),
-        cost_estimate=_cost("dkv", b * h * (nk // block_k) * steps, b * h * nk, block_q, block_k, d, q.dtype.itemsize),
+        cost_estimate=_cost("dkv", b * h * (nk // bk) * steps, b * h * nk, bq, bk, d, q.dtype.itemsize),
     )(heads, layout, q, k, v, key_info, *extra, dout, lse, di)
     return dq, dk, dv, None
 
