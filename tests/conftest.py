@@ -1,5 +1,6 @@
 """Shared fixtures and the test session's compilation cache (helpers live in helpers.py)."""
 
+import os
 import tempfile
 
 import jax
@@ -7,7 +8,12 @@ import pytest
 
 # Many tests build the same small programs anew (each run's jitted init, train and eval
 # steps); a persistent compilation cache lets every compilation after the first be a lookup.
-jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="lra_jax_test_xla_"))
+# One cache for the whole session: pytest-xdist's controller loads this file before it starts
+# its workers, which inherit the variable, so a program one worker compiled is a lookup in the
+# others too (a worker that reads an entry another is still writing warns and compiles it).
+_SESSION_CACHE = "LRA_JAX_TEST_XLA_CACHE"
+os.environ.setdefault(_SESSION_CACHE, tempfile.mkdtemp(prefix="lra_jax_test_xla_"))
+jax.config.update("jax_compilation_cache_dir", os.environ[_SESSION_CACHE])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
