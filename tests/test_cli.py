@@ -7,11 +7,14 @@ import sys
 
 import pytest
 
+from helpers import child_xla_flags
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def train(*flags, tmp_path):
-    env = dict(os.environ, LRA_JAX_CACHE=str(tmp_path / "cache"), JAX_PLATFORMS="cpu")
+    env = dict(os.environ, LRA_JAX_CACHE=str(tmp_path / "cache"), JAX_PLATFORMS="cpu",
+               XLA_FLAGS=child_xla_flags())
     return subprocess.run([sys.executable, "-m", "lra_jax.train", *flags, f"--workdir={tmp_path / 'run'}"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 

@@ -14,6 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from helpers import child_xla_flags
 from lra_jax import distributed
 from lra_jax.errors import LraError
 
@@ -30,8 +31,8 @@ MULTI_DEVICE = ["--config=configs/linformer.py:listops,mini", "--config.data.gen
 
 def run_train(flags, workdir, cache, devices=1, timeout=240, **env):
     env = dict(os.environ, LRA_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu", **env,
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
-                         "--xla_cpu_collective_call_terminate_timeout_seconds=15")
+               XLA_FLAGS=child_xla_flags(f"--xla_force_host_platform_device_count={devices}",
+                                         "--xla_cpu_collective_call_terminate_timeout_seconds=15"))
     return subprocess.run([sys.executable, "-m", "lra_jax.train", *flags, f"--workdir={workdir}"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -75,7 +76,7 @@ def start_processes(workdir, cache, count=2, flags=SMALL_FLAGS):
     procs = []
     for index in range(count):
         env = dict(os.environ, LRA_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu",
-                   XLA_FLAGS="--xla_force_host_platform_device_count=1",
+                   XLA_FLAGS=child_xla_flags("--xla_force_host_platform_device_count=1"),
                    JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(count),
                    JAX_PROCESS_ID=str(index))
         procs.append(subprocess.Popen([sys.executable, "-m", "lra_jax.train", *flags, "--distributed",

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+from helpers import child_xla_flags
 from lra_jax import accelerators, compat
 from lra_jax.kernels import sharding
 from lra_jax.kernels.flash.api import flash_attention
@@ -60,7 +61,7 @@ print("kernels ran per device")
 
 
 def test_kernel_calls_run_per_device_under_a_four_device_mesh():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=child_xla_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", FOUR_DEVICES], cwd=os.path.join(REPO, "tests"), env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

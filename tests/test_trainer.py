@@ -11,7 +11,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from helpers import F32_EPS, tiny_config
+from helpers import F32_EPS, child_xla_flags, tiny_config
 from lra_jax import checkpointing, optimizer, steps, trainer
 from lra_jax import task_defaults as base
 from lra_jax.data import pipeline, tasks
@@ -232,7 +232,7 @@ print("max parameter difference", worst)
 
 
 def test_sharded_step_on_four_devices_matches_one_device():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=child_xla_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", SHARDED_VS_SINGLE], cwd=os.path.join(REPO, "tests"),
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
