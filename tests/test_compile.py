@@ -168,6 +168,45 @@ def test_a_matrix_cut_short_resumes_without_compiling_its_rows_again(monkeypatch
     assert compile_cmd.main(argv) == 0 and compiled == ["softmax", "linformer"]  # a finished run is not resumed
 
 
+def test_parallel_jobs_keep_the_matrix_order_and_the_command_that_reproduces_them(monkeypatch, tmp_path):
+    """--parallel=2: the second job finishes first (the first waits for it), yet the JSON lists the rows in
+    the matrix's order, and its command leaves --parallel out, so that any parallelism resumes it. Threads
+    stand in for the worker processes, which run the same `_run_in_worker`."""
+    import concurrent.futures
+    import threading
+
+    second_done = threading.Event()
+
+    def compile_config(variant, label, config, target, modes=compile_cmd.MODES):
+        if variant == "softmax":
+            assert second_done.wait(timeout=60), "the two jobs did not run at once"
+        rows = [make_row(variant=variant, task=label, mode=m) for m in modes]
+        if variant == "linformer":
+            second_done.set()
+        return rows
+
+    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(name=name))
+    monkeypatch.setattr(compile_cmd, "compile_config", compile_config)
+    monkeypatch.setattr(compile_cmd, "worker_pool", lambda n: concurrent.futures.ThreadPoolExecutor(n))
+    monkeypatch.setattr(compile_cmd, "_WORKER_TARGETS", {})
+    code = compile_cmd.main(["--targets=tpu-v5e:2x2", "--variants=softmax,linformer", "--tasks=listops",
+                             "--scale=mini", f"--out={tmp_path / 'compile.json'}", "--parallel", "2"])
+    assert code == 0
+    document = json.loads((tmp_path / "compile.json").read_text())
+    assert [(r["variant"], r["mode"]) for r in document["rows"]] == [
+        ("softmax", "train"), ("softmax", "eval"), ("linformer", "train"), ("linformer", "eval")]
+    assert "--parallel" not in document["command"] and " 2 " not in document["command"] + " "
+
+
+def test_a_job_crosses_to_a_worker_process_whole():
+    """A spawned worker gets its job pickled: the config with it, the target by name."""
+    import pickle
+
+    job = compile_cmd.Job("softmax", "table2:1024", table2.config("softmax", 1024), "tpu-v5e:1x1", ("train",), True)
+    copy = pickle.loads(pickle.dumps(job))
+    assert copy == job and copy.config.model.to_dict() == job.config.model.to_dict()
+
+
 def test_an_error_row_exits_1(monkeypatch, tmp_path, capsys):
     code, document = run_main(monkeypatch, tmp_path, {"train": {}, "eval": {"result": "error", "error": "boom"}})
     assert code == 1
@@ -182,6 +221,7 @@ def test_an_error_row_exits_1(monkeypatch, tmp_path, capsys):
     (["--scale=huge"], "error: unknown scale 'huge'"),
     (["--steps=both"], "error: unknown step both"),
     (["--per_device_batch=-1"], "error: --per_device_batch must be >= 0"),
+    (["--parallel=0"], "error: --parallel must be >= 1"),
     (["--lengths=1024,4k"], "error: --lengths must be positive integers"),
     (["--attention_dropout_rate=1"], "error: --attention_dropout_rate must be in [0, 1)"),
 ])

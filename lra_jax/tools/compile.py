@@ -46,6 +46,10 @@ length, with each variant's full-scale attention settings; the train steps are t
 `--impl=xla` is the paper's setting (its models ran XLA attention; none had a kernel). `--impl`
 sets `config.attention.impl` of every config (auto, the default, leaves each config's own).
 
+`--parallel=N` compiles N (config, target) pairs at once, each in a spawned process of its own (the
+compilers use about one core each); the rows, their order and the JSON are those of a serial run, and a run
+cut short resumes at any N. With `--out`, each finished pair is written at once.
+
 Exit status 0 when every row compiled (fitting or planned), 1 if any row is an error, 2 on bad input.
 `JAX_PLATFORMS` defaults to cpu here: the targets are compile-only, no local accelerator is used.
 """
@@ -53,10 +57,12 @@ Exit status 0 when every row compiled (fitting or planned), 1 if any row is an e
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
 import json
+import multiprocessing
 import os
 import platform as host_platform
 import re
@@ -354,6 +360,73 @@ def plan_fit(variant: str, label: str, config, target, row: Row) -> dict[str, An
             "overrides": planned.overrides, "verified_bytes": chosen["bytes"], "probes": probes}
 
 
+# ----------------------------------------------------------------------------- jobs, here or in workers
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One config on one target, the unit of work; picklable for a worker (the target goes by name)."""
+
+    variant: str
+    label: str
+    config: Any  # ml_collections.ConfigDict
+    target: str
+    modes: tuple[str, ...]
+    plan: bool
+
+
+def run_job(job: Job, target) -> list[Row]:
+    """The job's rows: its steps compiled for `target`, a train step that does not fit planned."""
+    rows = compile_config(job.variant, job.label, job.config, target, job.modes)
+    for row in rows:
+        if row.mode == "train" and row.result == "does not fit" and job.plan:
+            row.plan = plan_fit(job.variant, job.label, job.config, target, row)
+            if row.plan["status"] == "error":
+                row.result = "error"
+    return rows
+
+
+_WORKER_TARGETS: dict[str, Any] = {}  # a worker process's compile-only targets, built once each
+
+
+def _start_worker() -> None:
+    if "JAX_PLATFORMS" not in os.environ:
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
+
+
+def _run_in_worker(job: Job) -> list[Row]:
+    from lra_jax import accelerators
+
+    if job.target not in _WORKER_TARGETS:
+        _WORKER_TARGETS[job.target] = accelerators.get(job.target)
+    return run_job(job, _WORKER_TARGETS[job.target])
+
+
+def worker_pool(parallel: int) -> concurrent.futures.Executor:
+    """`parallel` fresh processes (spawned: JAX must not be forked), each compiling one job at a time."""
+    return concurrent.futures.ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_start_worker)
+
+
+def finished_jobs(jobs: list[Job], targets: dict[str, Any], parallel: int):
+    """(index, rows) of each job as it finishes: in order in this process, or `parallel` at a time in
+    `worker_pool` processes, in the order they finish. A compile failure is a row; a worker that dies
+    (say, killed for host memory) ends the run, and what finished before it is kept by the caller."""
+    if parallel == 1:
+        for index, job in enumerate(jobs):
+            yield index, run_job(job, targets[job.target])
+        return
+    with worker_pool(parallel) as pool:
+        futures = {pool.submit(_run_in_worker, job): index for index, job in enumerate(jobs)}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                yield futures[future], future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+
 # ----------------------------------------------------------------------------- printing
 
 HEADER = (f"{'variant':<15}{'task':<13}{'target':<14}{'step':<6}{'result':<13}{'b/dev':>5} {'args':>6} {'temp':>7} "
@@ -487,6 +560,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="config.model.attention_dropout_rate of every config (0: TPU softmax and the "
                              "block-sparse variants train on splash attention); default: each config's own")
     parser.add_argument("--out", default="", help="write the rows as JSON here (e.g. experiments/results/...)")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="compile in this many processes at once (each takes a core and up to ~3 GiB of "
+                             "host memory at full scale); the rows and the JSON do not depend on it")
     return parser.parse_args(argv)
 
 
@@ -531,7 +607,11 @@ def versions() -> dict[str, str]:
 
 
 def command_line(argv: list[str]) -> str:
-    return "python -m lra_jax.tools.compile " + " ".join(argv)
+    """The command that reproduces the rows, as the JSON records it: without --parallel, which does not change
+    them (so a run cut short resumes at any parallelism)."""
+    kept = [a for i, a in enumerate(argv) if not a.startswith("--parallel=") and a != "--parallel"
+            and not (i and argv[i - 1] == "--parallel")]
+    return "python -m lra_jax.tools.compile " + " ".join(kept)
 
 
 def unfinished_rows(path: str, argv: list[str]) -> tuple[dict[tuple[str, str, str, str], Row], float]:
@@ -603,6 +683,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = parse_lengths(args.lengths)
         if args.per_device_batch < 0:
             raise LraError(f"--per_device_batch must be >= 0, got {args.per_device_batch}")
+        if args.parallel < 1:
+            raise LraError(f"--parallel must be >= 1, got {args.parallel}")
         if args.attention_dropout_rate is not None and not 0 <= args.attention_dropout_rate < 1:
             raise LraError(f"--attention_dropout_rate must be in [0, 1), got {args.attention_dropout_rate}")
         if args.scale not in lower.SCALES:
@@ -615,12 +697,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    start, rows = time.perf_counter(), []
+    start = time.perf_counter()
     done, earlier_seconds = unfinished_rows(args.out, argv) if args.out else ({}, 0.0)
     if done:
         print(f"resuming the unfinished run in {args.out}: {len(done)} steps compiled there are kept", flush=True)
     start -= earlier_seconds
     print(HEADER, flush=True)
+    by_name = dict(zip(names, targets))
+    results: list[list[Row] | None] = []  # per (config, target) in matrix order: its rows once known
+    jobs: list[Job] = []
+    job_slot: list[int] = []  # jobs[i]'s place in `results`
     for variant, label, config in configs(variants, tasks, lengths, args.scale, files):
         if args.impl != "auto" or args.attention_dropout_rate is not None:
             config = config.copy_and_resolve_references()
@@ -628,24 +714,25 @@ def main(argv: list[str] | None = None) -> int:
                 config.attention.impl = args.impl
             if args.attention_dropout_rate is not None:
                 config.model.attention_dropout_rate = args.attention_dropout_rate
-        for target in targets:
+        for name, target in by_name.items():
             if args.per_device_batch:
                 config = config.copy_and_resolve_references()
                 config.batch_size = args.per_device_batch * len(target.devices)
             earlier = [done.get((variant, label, target.name, mode)) for mode in modes]
             if all(earlier):  # compiled by the unfinished run of this command that --out holds
-                rows.extend(earlier)
+                results.append(earlier)
                 print("\n".join(map(format_row, earlier)), flush=True)
                 continue
-            for row in compile_config(variant, label, config, target, modes):
-                if row.mode == "train" and row.result == "does not fit" and args.plan == "true":
-                    row.plan = plan_fit(variant, label, config, target, row)
-                    if row.plan["status"] == "error":
-                        row.result = "error"
-                rows.append(row)
-                print(format_row(row), flush=True)
-                if args.out:  # after every row: a long matrix cut short keeps what it compiled
-                    write_json(args.out, argv, rows, time.perf_counter() - start, complete=False)
+            job_slot.append(len(results))
+            results.append(None)
+            jobs.append(Job(variant, label, config, name, modes, args.plan == "true"))
+    for index, job_rows in finished_jobs(jobs, by_name, args.parallel):
+        results[job_slot[index]] = job_rows
+        print("\n".join(map(format_row, job_rows)), flush=True)
+        if args.out:  # after every job: a long matrix cut short keeps what it compiled
+            finished = [row for slot in results if slot for row in slot]
+            write_json(args.out, argv, finished, time.perf_counter() - start, complete=False)
+    rows = [row for slot in results for row in slot]
     seconds = time.perf_counter() - start
     print(summary(rows))
     if lengths:
