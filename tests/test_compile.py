@@ -153,6 +153,7 @@ def test_a_matrix_cut_short_resumes_without_compiling_its_rows_again(monkeypatch
     document["complete"] = False
     document["rows"] = document["rows"][:2]  # softmax's two steps, as if killed during linformer's
     document["rows"][0]["compile_seconds"] = 99.0
+    document["commit"] = "abc1234"  # the kept rows' code
     out.write_text(json.dumps(document))
     compiled = []
     monkeypatch.setattr(compile_cmd, "compile_config", lambda variant, label, config, target, modes:
@@ -163,6 +164,7 @@ def test_a_matrix_cut_short_resumes_without_compiling_its_rows_again(monkeypatch
     resumed = json.loads(out.read_text())
     assert resumed["complete"] is True and [r["variant"] for r in resumed["rows"]] == ["softmax"] * 2 + ["linformer"] * 2
     assert resumed["rows"][0]["compile_seconds"] == 99.0
+    assert resumed["commit"].startswith("abc1234, resumed at ")
     assert "resuming the unfinished run" in capsys.readouterr().out
     compiled.clear()
     assert compile_cmd.main(argv) == 0 and compiled == ["softmax", "linformer"]  # a finished run is not resumed

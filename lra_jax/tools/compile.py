@@ -614,18 +614,20 @@ def command_line(argv: list[str]) -> str:
     return "python -m lra_jax.tools.compile " + " ".join(kept)
 
 
-def unfinished_rows(path: str, argv: list[str]) -> tuple[dict[tuple[str, str, str, str], Row], float]:
+def unfinished_rows(path: str, argv: list[str]) -> tuple[dict[tuple[str, str, str, str], Row], float, str | None]:
     """The rows of an unfinished run of the same command written to `path`, by (variant, task, target,
-    mode), and its seconds: a long matrix cut short resumes where it stopped. ({}, 0) otherwise."""
+    mode), its seconds and its commit: a long matrix cut short resumes where it stopped. ({}, 0, None)
+    otherwise."""
     try:
         with open(path, encoding="utf-8") as f:
             document = json.load(f)
         if document.get("complete", True) or document.get("command") != command_line(argv):
-            return {}, 0.0
+            return {}, 0.0, None
         rows = [Row(**r) for r in document["rows"]]
     except (OSError, ValueError, KeyError, TypeError):
-        return {}, 0.0
-    return {(r.variant, r.task, r.target, r.mode): r for r in rows}, float(document.get("seconds", 0.0))
+        return {}, 0.0, None
+    return ({(r.variant, r.task, r.target, r.mode): r for r in rows}, float(document.get("seconds", 0.0)),
+            document.get("commit"))
 
 
 def source_commit() -> str | None:
@@ -643,10 +645,13 @@ def source_commit() -> str | None:
     return commit + ("+changes" if dirty else "")
 
 
-def write_json(path: str, argv: list[str], rows: list[Row], seconds: float, complete: bool) -> None:
-    """The rows as JSON at `path`, replaced atomically; `complete` False while the command still runs."""
+def write_json(path: str, argv: list[str], rows: list[Row], seconds: float, complete: bool,
+               commit: str | None) -> None:
+    """The rows as JSON at `path`, replaced atomically; `complete` False while the command still runs.
+    `commit`: the checkout's `source_commit()` when the command started, the code its rows were compiled
+    from (a commit made while it runs changes nothing it imported)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    document = {"command": command_line(argv), "complete": complete, "commit": source_commit(),
+    document = {"command": command_line(argv), "complete": complete, "commit": commit,
                 "date": datetime.date.today().isoformat(), "machine": f"{host_platform.machine()}, "
                 f"{os.cpu_count()} cores (compile-only targets: nothing ran on the accelerators)",
                 "versions": versions(), "seconds": round(seconds, 1),
@@ -697,10 +702,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    start = time.perf_counter()
-    done, earlier_seconds = unfinished_rows(args.out, argv) if args.out else ({}, 0.0)
+    start, commit = time.perf_counter(), source_commit()
+    done, earlier_seconds, earlier_commit = unfinished_rows(args.out, argv) if args.out else ({}, 0.0, None)
     if done:
         print(f"resuming the unfinished run in {args.out}: {len(done)} steps compiled there are kept", flush=True)
+        if earlier_commit and earlier_commit != commit:  # the kept rows came from other code
+            commit = f"{earlier_commit}, resumed at {commit}"
     start -= earlier_seconds
     print(HEADER, flush=True)
     by_name = dict(zip(names, targets))
@@ -731,7 +738,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(map(format_row, job_rows)), flush=True)
         if args.out:  # after every job: a long matrix cut short keeps what it compiled
             finished = [row for slot in results if slot for row in slot]
-            write_json(args.out, argv, finished, time.perf_counter() - start, complete=False)
+            write_json(args.out, argv, finished, time.perf_counter() - start, complete=False, commit=commit)
     rows = [row for slot in results for row in slot]
     seconds = time.perf_counter() - start
     print(summary(rows))
@@ -741,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
           "* = partial FLOPs (loops counted once, kernels without an estimate as 0); modeled = the TPU compiler's "
           "model (r: the roofline of the step's FLOPs and bytes), not measured")
     if args.out:
-        write_json(args.out, argv, rows, seconds, complete=True)
+        write_json(args.out, argv, rows, seconds, complete=True, commit=commit)
         print(f"wrote {args.out}")
     return 1 if any(r.failed for r in rows) else 0
 
