@@ -1,0 +1,144 @@
+"""What has been compiled for which accelerator, and whether it fits: the full-scale compile matrix
+gathered from `compile`'s JSONs (`python -m lra_jax.tools.fits`).
+
+    python -m lra_jax.tools.fits                                   # experiments/results/compile-*.json
+    python -m lra_jax.tools.fits --targets=h100,a100 experiments/results/compile-full-*.json
+
+Per target, a line per variant and a column per full-scale task shape (Text twice, at 1000 and 4000
+tokens, as `compile` runs it), each cell its train and eval steps, `train/eval`: memory per device in
+GiB where the step fits as configured, `aN` where it fits with accumulation N (`compile` planned it and
+printed the overrides), `X` where one example per device does not fit, `E` a compile error, `.` not
+compiled yet. Only rows of the configs as they are count: a JSON made with --lengths, --per_device_batch,
+--impl other than auto, --attention_dropout_rate or at mini scale is skipped. Where several files hold
+the same step, the last file read wins (files in the order given; globbed ones by date, then name).
+The end says how much of the matrix `compile` runs by default (every variant and task on its default
+targets, train and eval) has been compiled. Every figure is the compiler's, never a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from typing import Any
+
+from lra_jax.errors import LraError
+
+DEFAULT_GLOB = "experiments/results/compile-*.json"
+OVERRIDES = ("--lengths", "--per_device_batch", "--impl=xla", "--impl=pallas", "--attention_dropout_rate",
+             "--scale=mini")
+MODES = ("train", "eval")
+GIB = 2**30
+
+Key = tuple[str, str, str, str]  # variant, task label, target, mode
+
+
+def shapes() -> list[str]:
+    """The full-scale task shapes, labelled as `compile` labels its rows."""
+    from lra_jax import task_defaults
+    from lra_jax.tools import lower
+
+    return [f"{task}:{length}" if length else task
+            for _, task, length in lower.combinations(["-"], list(task_defaults.TASKS), "full")]
+
+
+def load_rows(paths: list[str]) -> dict[Key, dict[str, Any]]:
+    """The rows of the configs as they are, by (variant, task, target, mode); a later file's row wins."""
+    rows: dict[Key, dict[str, Any]] = {}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                document = json.load(f)
+            command, found = document["command"], document["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise LraError(f"{path}: not a compile JSON ({type(error).__name__}: {error}); "
+                           "make one with python -m lra_jax.tools.compile --out=...") from None
+        if any(flag in command for flag in OVERRIDES):
+            continue
+        for row in found:
+            rows[(row["variant"], row["task"], row["target"], row["mode"])] = row
+    return rows
+
+
+def cell(row: dict[str, Any] | None) -> str:
+    """One step's mark: GiB per device, aN, X, E or '.' (see the module docstring)."""
+    if row is None:
+        return "."
+    if row["result"] == "ok":
+        return f"{(row.get('memory') or {}).get('total', 0) / GIB:.2f}"
+    if row["result"] == "does not fit":
+        plan = row.get("plan") or {}
+        return f"a{plan['accum_steps']}" if plan.get("status") == "planned" else "X"
+    return "E"
+
+
+def table(rows: dict[Key, dict[str, Any]], target: str, variants: list[str], columns: list[str]) -> str:
+    lines = [f"{target}: train/eval, GiB per device (aN: fits with accumulation N; X: one example does not "
+             "fit; E: error; .: not compiled)", f"{'variant':<17}" + "".join(f"{c:>14}" for c in columns)]
+    for variant in variants:
+        cells = ["/".join(cell(rows.get((variant, c, target, m))) for m in MODES) for c in columns]
+        lines.append(f"{variant:<17}" + "".join(f"{c:>14}" for c in cells))
+    return "\n".join(lines)
+
+
+def coverage(rows: dict[Key, dict[str, Any]], variants: list[str], columns: list[str], targets: list[str]) -> str:
+    """How much of the variants x shapes x targets x steps matrix is compiled, and how it came out."""
+    keys = [(v, c, t, m) for t in targets for v in variants for c in columns for m in MODES]
+    marks = [cell(rows.get(k)) for k in keys]
+    done = [m for m in marks if m != "."]
+    counts = {name: sum(test(m) for m in done) for name, test in (
+        ("fit", lambda m: m[0].isdigit()), ("fit with accumulation", lambda m: m.startswith("a")),
+        ("do not fit one example per device", lambda m: m == "X"), ("errors", lambda m: m == "E"))}
+    return (f"{len(done)} of the {len(keys)} steps of the default matrix ({len(variants)} variants x {len(columns)} "
+            f"task shapes x {', '.join(targets)} x train, eval) compiled: "
+            + ", ".join(f"{n} {name}" for name, n in counts.items()))
+
+
+def by_date(paths: list[str]) -> list[str]:
+    def date(path: str) -> str:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return str(json.load(f).get("date", ""))
+        except (OSError, ValueError):
+            return ""
+    return sorted(paths, key=lambda p: (date(p), p))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lra_jax.tools import compile as compile_cmd
+    from lra_jax.tools.choices import config_files
+
+    parser = argparse.ArgumentParser(prog="python -m lra_jax.tools.fits", description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help=f"compile JSONs (default: {DEFAULT_GLOB}, by date)")
+    parser.add_argument("--targets", default="", help="comma-separated targets to show (default: the default "
+                                                      "matrix's and every other target in the files)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    paths = args.files or by_date(glob.glob(DEFAULT_GLOB))
+    try:
+        if not paths:
+            raise LraError(f"no compile JSONs match {DEFAULT_GLOB} in {os.getcwd()}; run from the repository root "
+                           "or name the files")
+        rows = load_rows(paths)
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    variants, columns = sorted(config_files()), shapes()
+    matrix = compile_cmd.DEFAULT_TARGETS.split(",")
+    seen = sorted({k[2] for k in rows} - set(matrix))
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()] or matrix + seen
+    for target in targets:
+        print(table(rows, target, variants, columns) + "\n")
+    print(coverage(rows, variants, columns, matrix))
+    print(f"from {len(paths)} files; memory as compiled (deviceless), not measured")
+    return 0
+
+
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.fits`, `lra-fits`)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,54 @@
+"""The compile matrix gathered from compile JSONs (`lra_jax.tools.fits`): cells, precedence, coverage."""
+
+from __future__ import annotations
+
+import json
+
+from lra_jax.tools import fits
+
+GIB = 2**30
+
+
+def row(variant, task, target, mode, result="ok", total=2 * GIB, plan=None):
+    return {"variant": variant, "task": task, "target": target, "mode": mode, "result": result,
+            "memory": {"total": total} if result == "ok" else None, "plan": plan}
+
+
+def write(path, command, rows):
+    path.write_text(json.dumps({"command": command, "date": "2026-11-25", "rows": rows}))
+    return str(path)
+
+
+def test_cells_show_memory_accumulation_refusals_and_errors_and_the_last_file_wins(tmp_path, capsys):
+    first = write(tmp_path / "a.json", "python -m lra_jax.tools.compile --targets=h100 --scale=full", [
+        row("softmax", "listops", "h100", "train", total=3 * GIB),
+        row("softmax", "listops", "h100", "eval"),
+        row("linformer", "pathx", "h100", "train", "does not fit",
+            plan={"status": "planned", "per_device_batch": 8, "accum_steps": 4}),
+        row("additive", "pathx", "h100", "train", "does not fit", plan={"status": "one example does not fit"}),
+        row("routing", "text:4000", "h100", "eval", "error")])
+    later = write(tmp_path / "b.json", "python -m lra_jax.tools.compile --targets=h100", [
+        row("softmax", "listops", "h100", "train", total=int(1.5 * GIB))])
+    skipped = write(tmp_path / "c.json", "python -m lra_jax.tools.compile --targets=h100 --per_device_batch=8", [
+        row("softmax", "image", "h100", "train")])
+    assert fits.main([first, later, skipped, "--targets=h100"]) == 0
+    lines = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.strip()}
+    columns = fits.shapes()
+    assert columns == ["listops", "text", "text:4000", "retrieval", "image", "pathfinder", "pathx"]
+    cells = {v: dict(zip(columns, lines[v])) for v in ("softmax", "linformer", "additive", "routing")}
+    assert cells["softmax"]["listops"] == "1.50/2.00"  # b.json's train row replaced a.json's
+    assert cells["softmax"]["image"] == "./."  # a --per_device_batch run is not the config as it is
+    assert cells["linformer"]["pathx"] == "a4/."
+    assert cells["additive"]["pathx"] == "X/."
+    assert cells["routing"]["text:4000"] == "./E"
+    coverage = " ".join(lines["5"])  # "5 of the 1232 steps ..."
+    assert "of the" in coverage and "2 fit, 1 fit with accumulation, 1 do not fit one example per device, 1 errors" \
+        in coverage
+
+
+def test_a_file_that_is_not_a_compile_json_is_one_clear_error(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"rows\": []}")
+    assert fits.main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "not a compile JSON" in err[0]
