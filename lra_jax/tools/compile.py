@@ -429,7 +429,7 @@ def finished_jobs(jobs: list[Job], targets: dict[str, Any], parallel: int):
 
 # ----------------------------------------------------------------------------- printing
 
-HEADER = (f"{'variant':<15}{'task':<13}{'target':<14}{'step':<6}{'result':<13}{'b/dev':>5} {'args':>6} {'temp':>7} "
+HEADER = (f"{'variant':<17}{'task':<13}{'target':<14}{'step':<6}{'result':<13}{'b/dev':>5} {'args':>6} {'temp':>7} "
           f"{'total':>7} {'of':>5}  {'GFLOP':>9} {'modeled':>9} {'comp s':>6}  kernels")
 
 
@@ -444,7 +444,7 @@ def format_row(row: Row) -> str:
     modeled = (f"{row.modeled_seconds * 1e3:.2f}ms" if row.modeled_seconds is not None else
                f"{row.roofline_seconds * 1e3:.2f}ms r" if row.roofline_seconds is not None else "-")
     batch = f"{row.per_device_batch}" + (f"x{row.accum_steps}" if row.accum_steps > 1 else "")
-    line = (f"{row.variant:<15}{row.task:<13}{row.target:<14}{row.mode:<6}{row.result:<13}{batch:>5} "
+    line = (f"{row.variant:<17}{row.task:<13}{row.target:<14}{row.mode:<6}{row.result:<13}{batch:>5} "
             f"{gib(memory.get('argument')):>6} {gib(memory.get('temp')):>7} {gib(memory.get('total')):>7} "
             f"{gib(row.device_memory):>5}  {flops:>9} {modeled:>9} {row.compile_seconds:>6.1f}  {row.kernels}")
     if row.error:

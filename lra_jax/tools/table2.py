@@ -96,11 +96,11 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
         lines.append(f"Table 2 on {target}: {speed}memory per device (GiB, compiled; !N: does not fit, the compiler "
                      "asked for N GiB); paper: Tay et al. 2021 at 4K")
         speed_lengths = lengths if modeled else []
-        header = f"{'variant':<15}" + "".join(f"{'x' + str(n):>8}" for n in speed_lengths) \
+        header = f"{'variant':<17}" + "".join(f"{'x' + str(n):>8}" for n in speed_lengths) \
             + "".join(f"{str(n) + ' GiB':>10}" for n in lengths) + f"{'paper x':>9}{'paper GB':>9}"
         lines.append(header)
         for variant in dict.fromkeys(e["variant"] for e in mine):
-            row = f"{variant:<15}"
+            row = f"{variant:<17}"
             for n in speed_lengths:
                 e = cells.get((variant, n), {})
                 row += f"{_cell(e.get('relative_speed'), '.2f'):>8}"
