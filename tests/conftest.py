@@ -6,6 +6,17 @@ import tempfile
 import jax
 import pytest
 
+from helpers import FAST_COMPILE
+
+# The suite's CPU programs compile without LLVM's optimisation passes (helpers.FAST_COMPILE), as
+# the process tests' child processes do: most of the suite's time is compiling small programs.
+# Set before any test touches a backend (XLA reads XLA_FLAGS when the CPU client starts), and
+# inherited by pytest-xdist's workers and by every child process that keeps the environment. A
+# level already in XLA_FLAGS is kept; the other flags there (the README's other reduction orders)
+# are kept too. The deviceless TPU and GPU compiles took the same CPU time either way.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), FAST_COMPILE]))
+
 # Many tests build the same small programs anew (each run's jitted init, train and eval
 # steps); a persistent compilation cache lets every compilation after the first be a lookup.
 # One cache for the whole session: pytest-xdist's controller loads this file before it starts
