@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,19 +97,25 @@ def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, dat
     assert last_params(config, workdir)[0] == 12
 
 
-def test_finished_run_returns_its_results_without_training(tmp_path, data_cache, monkeypatch):
-    config = tiny_config(data_cache)
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, data_cache):
+    """tiny_config's run trained to its end once, for the tests that compare with it or start from it
+    (they read it, or copy it before they write): (config, workdir, the results it returned)."""
+    config = tiny_config(data_cache)  # dropout on: a resumed run must reuse the same keys
+    workdir = str(tmp_path_factory.mktemp("straight") / "run")
+    return config, workdir, trainer.train_and_evaluate(config, workdir)
+
+
+def test_finished_run_returns_its_results_without_training(straight, tmp_path, monkeypatch):
+    config, finished, first = straight
     workdir = str(tmp_path / "run")
-    first = trainer.train_and_evaluate(config, workdir)
+    shutil.copytree(finished, workdir)
     monkeypatch.setattr(steps, "make_train_step", lambda *a, **k: pytest.fail("trained again"))
     assert trainer.train_and_evaluate(config, workdir) == json.loads(json.dumps(first))
 
 
-def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path, data_cache, monkeypatch):
-    config = tiny_config(data_cache)  # dropout on: the resumed run must reuse the same keys
-    straight = str(tmp_path / "straight")
-    trainer.train_and_evaluate(config, straight)
-
+def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(straight, tmp_path, monkeypatch):
+    config, straight, _ = straight
     check_finite, signalled = trainer.check_finite, []
 
     def terminated_while_step_5_runs(step_metrics, step, *args):
@@ -189,11 +196,12 @@ def test_non_finite_updates_are_skipped_up_to_the_limit(data_cache):
     assert flags == [(True, True), (True, True), (False, False)]
 
 
-def test_resuming_with_a_different_model_is_refused(tmp_path, data_cache):
-    config = tiny_config(data_cache)
-    config.num_train_steps = 3
+def test_resuming_with_a_different_model_is_refused(straight, tmp_path):
+    trained, finished, _ = straight
     workdir = str(tmp_path / "run")
-    trainer.train_and_evaluate(config, workdir)
+    shutil.copytree(finished, workdir)
+    config = trained.copy_and_resolve_references()
+    config.num_train_steps *= 2  # unfinished: this command resumes it
     config.model.emb_dim = 32
     with pytest.raises(ConfigError, match="model.emb_dim"):
         trainer.train_and_evaluate(config, workdir)
