@@ -139,7 +139,14 @@ def _await_stragglers(running: set[threading.Thread], seconds: float = STRAGGLER
     may still be writing into the temporary directory; deleting it before they end leaves debris."""
     deadline = time.monotonic() + seconds
     for thread in set(threading.enumerate()) - running:
-        thread.join(max(deadline - time.monotonic(), 0))
+        while True:  # a thread started a moment ago is listed before it runs, and cannot be joined yet
+            try:
+                thread.join(max(deadline - time.monotonic(), 0))
+                break
+            except RuntimeError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.01)
 
 
 class Checkpoints:

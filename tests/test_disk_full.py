@@ -147,3 +147,21 @@ def test_a_writer_thread_still_running_when_the_save_fails_leaves_no_debris(tmp_
     writers[0].join()  # what it left is there now
     assert debris(str(tmp_path)) == []
     assert os.listdir(where) == []
+
+
+def test_a_writer_thread_listed_before_it_runs_is_waited_for(monkeypatch):
+    """With several devices Orbax starts more writer threads at once, and `threading.enumerate()`
+    lists one an instant before it runs, when `join` raises (seen with two host devices: "cannot join
+    thread before it is started" instead of the disk-full message). The cleanup waits for it to start
+    and end."""
+    import threading
+    import time
+
+    done = []
+    writer = threading.Thread(target=lambda: (time.sleep(0.2), done.append(True)))
+    listed = threading.enumerate
+    threading.Timer(0.2, writer.start).start()
+    running = set(listed())
+    monkeypatch.setattr(checkpointing.threading, "enumerate", lambda: listed() + [writer])
+    checkpointing._await_stragglers(running)
+    assert done == [True]

@@ -57,8 +57,8 @@ def test_micro_batches_are_strided_so_each_stays_on_the_devices_of_its_rows():
 
 def test_trainer_refuses_a_batch_the_devices_and_accumulation_cannot_split(tmp_path):
     config = tiny_config(tmp_path)
-    config.grad_accum_steps = 3
-    with pytest.raises(ConfigError, match="multiple of 3"):
+    config.grad_accum_steps = 3  # the batch must split over the devices and then into 3 micro-batches
+    with pytest.raises(ConfigError, match=f"multiple of {3 * jax.device_count()}"):
         trainer.train_and_evaluate(config, str(tmp_path / "run"))
 
 
