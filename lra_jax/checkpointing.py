@@ -7,7 +7,8 @@
 
 Orbax writes each checkpoint to a temporary directory and renames it when complete, so a run
 killed mid-write leaves the previous checkpoints intact; the temporary directory is removed when
-the next run opens the checkpoints. A checkpoint that fails to restore (a truncated file, a bad
+the next run opens the checkpoints (here, before they open: Orbax's own clean-up runs in a thread
+that a process exiting at once, e.g. on missing data, interrupts with a traceback). A checkpoint that fails to restore (a truncated file, a bad
 copy) is reported in one line and moved aside, and the run resumes from the newest one that does.
 Before each save the free space at the directory is compared with the size of the last checkpoint
 plus a margin; a save that does not fit, or fails for lack of space anyway, raises `DiskFull` and
@@ -149,6 +150,17 @@ def _await_stragglers(running: set[threading.Thread], seconds: float = STRAGGLER
                 time.sleep(0.01)
 
 
+def _remove_interrupted_saves(directory: str) -> None:
+    """Deletes the temporary directories of saves that never completed (`<step>.orbax-checkpoint-tmp`)
+    in `directory`: process 0 deletes, every process waits for it."""
+    if jax.process_index() == 0 and os.path.isdir(directory):
+        for name in os.listdir(directory):
+            if TMP_SUFFIX in name:
+                shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"lra_jax removed interrupted saves in {directory}")
+
+
 class Checkpoints:
     """Saves and restores a run's train state (any pytree of arrays).
 
@@ -164,7 +176,7 @@ class Checkpoints:
         self.keep = max(int(keep), 1)
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         options = lambda keep: ocp.CheckpointManagerOptions(  # noqa: E731
-            max_to_keep=keep, enable_async_checkpointing=False, cleanup_tmp_directories=True)
+            max_to_keep=keep, enable_async_checkpointing=False, cleanup_tmp_directories=False)
         self.last = self._open("last", options(self.keep), item_names=("state", "unlogged"))
         self.best = self._open("best", options(1))
         self._unlogged: dict[int, list[dict[str, float]]] = {}
@@ -173,6 +185,7 @@ class Checkpoints:
         """The manager of `directory/kind`; CheckpointError in one line when a checkpoint there is
         too damaged for Orbax to list it (it reads each step's metadata and `metrics` item)."""
         where = os.path.join(self.directory, kind)
+        _remove_interrupted_saves(where)
         try:
             with quiet():
                 return ocp.CheckpointManager(where, options=options, **kwargs)

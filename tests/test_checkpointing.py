@@ -147,3 +147,25 @@ def test_a_damaged_best_checkpoint_stops_the_run_with_one_line(finished, tmp_pat
     assert "\n" not in message and f"best checkpoint, step {step} in {os.path.join(best, step)}" in message
     assert "new --workdir" in message and os.listdir(best) == [step]
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_opening_removes_interrupted_saves_before_it_returns_and_leaves_no_thread(tmp_path):
+    """A save killed mid-write leaves `<step>.orbax-checkpoint-tmp`; opening the checkpoints deletes it
+    at once. Orbax's own clean-up ran in a thread, and a process that then stopped on bad input (missing
+    data) exited under it: 'cannot schedule new futures after interpreter shutdown' and a traceback."""
+    import threading
+
+    from lra_jax import checkpointing
+
+    interrupted = tmp_path / "checkpoints" / "last" / f"12{checkpointing.TMP_SUFFIX}"
+    for i in range(200):  # enough files that a clean-up in the background is still busy on return
+        (interrupted / f"part{i}").mkdir(parents=True)
+        (interrupted / f"part{i}" / "data").write_bytes(b"x" * 1024)
+    before = set(threading.enumerate())
+
+    checkpoints = checkpointing.Checkpoints(tmp_path / "checkpoints")
+
+    assert not interrupted.exists()
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+    assert checkpoints.last_step() is None
+    checkpoints.close()
