@@ -14,11 +14,15 @@ from lra_jax.errors import CheckpointError
 
 
 def truncate_data_files(step_dir: str) -> None:
-    """Cuts every array data file of the checkpoint to half its size, as a bad copy or a dying disk
-    leaves them. Every file: OCDBT may leave data files the manifest no longer references, and
-    damaging only those (as cutting the three largest sometimes did) leaves a checkpoint that restores."""
-    files = glob.glob(os.path.join(step_dir, "state", "ocdbt.process_0", "d", "*"))
-    assert files, f"no data files under {step_dir}"
+    """Cuts every OCDBT data file of the checkpoint's state to half its size, as a bad copy or a
+    dying disk leaves them: the B-tree nodes under state/d/, which every restore reads first and
+    which hold the values of at most 1024 bytes inline, and the larger values under
+    state/ocdbt.process_<i>/d/. Cutting the latter alone can miss everything a restore reads: with
+    two devices each replicated array is saved in two halves, nearly all small enough to be inline,
+    and the few others lie in the first half of a file whose rest its process's own B-tree fills."""
+    files = glob.glob(os.path.join(step_dir, "state", "**", "d", "*"), recursive=True)
+    nodes = os.path.join(step_dir, "state", "d")
+    assert any(os.path.dirname(path) == nodes for path in files), f"no B-tree node under {nodes}: {files}"
     for path in files:
         os.truncate(path, os.path.getsize(path) // 2)
 
