@@ -97,6 +97,13 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, ke
     return jax.jit(train_step, donate_argnums=0)
 
 
+def eval_batch_size(config) -> int:
+    """Examples per evaluation step: the train step's micro-batch, batch_size / grad_accum_steps. A config
+    that accumulates because its batch does not fit a device then also evaluates within it (an eval step
+    keeps no activations for a backward pass, so it needs less than a train micro-step of its size)."""
+    return config.batch_size // config.get("grad_accum_steps", 1)
+
+
 def make_eval_step(graphdef: nnx.GraphDef):
     """(state, batch) -> summed loss, correct count and example count (padding weighs 0)."""
 

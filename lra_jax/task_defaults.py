@@ -55,7 +55,8 @@ def _common(task: str, scale: str) -> ml_collections.ConfigDict:
                        b2=0.98, eps=1e-9, grad_clip_norm=0.0, skip_nonfinite_updates=0)
     # batch_size is the global batch of one update; grad_accum_steps = k computes it as k
     # micro-batches of batch_size / k, for a device that cannot hold the whole batch
-    # (`python -m lra_jax.tools.compile` prints the k that fits a target).
+    # (`python -m lra_jax.tools.compile` prints the k that fits a target); evaluation runs in
+    # batches of batch_size / k too.
     c.grad_accum_steps = 1
     c.keep_checkpoints = 2  # last checkpoints kept: an older one is the fallback when the newest is damaged
     c.eval_every = 500

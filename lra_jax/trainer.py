@@ -327,7 +327,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: M
                     progress.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
                                          best_val=f"{max(best['accuracy'], 0):.3f}")
                 if validate:
-                    val = evaluate(eval_step, state, splits["val"], config.batch_size, mesh)
+                    val = evaluate(eval_step, state, splits["val"], steps.eval_batch_size(config), mesh)
                     writer.write(step, {"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
                     if val["accuracy"] > best["accuracy"]:
                         best = {"accuracy": val["accuracy"], "loss": val["loss"], "step": step}
@@ -361,7 +361,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: M
         return None
 
     best_state = checkpoints.restore_best(state)
-    test = evaluate(eval_step, best_state, splits["test"], config.batch_size, mesh)
+    test = evaluate(eval_step, best_state, splits["test"], steps.eval_batch_size(config), mesh)
     writer.write(step, {"test/accuracy": test["accuracy"], "test/loss": test["loss"]})
     writer.close()
     checkpoints.close()

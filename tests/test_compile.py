@@ -124,10 +124,9 @@ def run_main(monkeypatch, tmp_path, rows_by_mode, argv=()):
     monkeypatch.setattr(compile_cmd, "compile_config",
                         lambda variant, label, config, target, modes=compile_cmd.MODES:
                         [make_row(variant=variant, task=label, mode=m, **rows_by_mode[m]) for m in modes])
-    monkeypatch.setattr(compile_cmd, "plan_fit", lambda *a: {"status": "planned", "per_device_batch": 4,
-                                                             "accum_steps": 2, "verified_bytes": GIB,
-                                                             "overrides": "--config.batch_size=32 "
-                                                                          "--config.grad_accum_steps=2"})
+    plan = {"status": "planned", "per_device_batch": 4, "accum_steps": 2, "verified_bytes": GIB,
+            "overrides": "--config.batch_size=32 --config.grad_accum_steps=2"}
+    monkeypatch.setattr(compile_cmd, "plan_fit", lambda *a: {row.mode: plan for row in a[-1]})
     out = tmp_path / "compile.json"
     code = compile_cmd.main(["--targets=tpu-v5e:2x2", "--variants=softmax,linformer", "--tasks=listops",
                              "--scale=mini", f"--out={out}", *argv])
@@ -143,6 +142,14 @@ def test_rows_that_fit_or_are_planned_exit_0_and_go_to_json(monkeypatch, tmp_pat
         ("linformer", "train", "does not fit"), ("linformer", "eval", "ok")]
     assert document["rows"][0]["plan"]["accum_steps"] == 2
     assert "tpu-v5e:2x2: 4 steps, 2 fit, 2 fit with accumulation, 0 do not fit, 0 errors" in capsys.readouterr().out
+
+
+def test_an_eval_step_that_does_not_fit_is_planned_with_the_train_step(monkeypatch, tmp_path, capsys):
+    code, document = run_main(monkeypatch, tmp_path, {"train": {"result": "does not fit"},
+                                                      "eval": {"result": "does not fit"}})
+    assert code == 0
+    assert all(row["plan"]["overrides"].endswith("--config.grad_accum_steps=2") for row in document["rows"])
+    assert "tpu-v5e:2x2: 4 steps, 0 fit, 4 fit with accumulation" in capsys.readouterr().out
 
 
 def test_a_matrix_cut_short_resumes_without_compiling_its_rows_again(monkeypatch, tmp_path, capsys):
@@ -366,19 +373,23 @@ def test_a_full_scale_train_step_compiles_and_fits(name):
 
 
 def test_fit_planning_finds_the_batch_that_fits_and_compiles_it():
-    """An H100 with its memory cut below the mini step's: the plan's override compiles within it."""
+    """An H100 with its memory cut below the mini eval step's (so below the train step's too): one
+    accumulation makes both fit, the eval step running in the train step's micro-batches."""
     target = target_or_skip("h100")
     config = mini("performer")
-    config.batch_size, config.max_len = 8, 64
-    (row,) = compile_cmd.compile_config("performer", "listops", config, target, modes=("train",))
-    small = dataclasses.replace(target, chip=dataclasses.replace(target.chip, memory_bytes=row.memory["total"] - 1))
-    (row,) = compile_cmd.compile_config("performer", "listops", config, small, modes=("train",))
-    assert row.result == "does not fit"
-    plan = compile_cmd.plan_fit("performer", "listops", config, small, row)
-    assert plan["status"] == "planned", plan
-    assert plan["per_device_batch"] * plan["accum_steps"] == 8
-    assert plan["overrides"] == f"--config.batch_size=8 --config.grad_accum_steps={plan['accum_steps']}"
-    assert plan["verified_bytes"] <= small.memory_per_device
+    config.batch_size, config.max_len = 16, 512  # activations outweigh the parameters and optimizer state
+    train, evaluation = compile_cmd.compile_config("performer", "listops", config, target)
+    assert train.memory["total"] > evaluation.memory["total"]
+    small = dataclasses.replace(target, chip=dataclasses.replace(
+        target.chip, memory_bytes=evaluation.memory["total"] - 1))
+    rows = compile_cmd.compile_config("performer", "listops", config, small)
+    assert [row.result for row in rows] == ["does not fit", "does not fit"]
+    plans = compile_cmd.plan_fit("performer", "listops", config, small, rows)
+    assert plans["train"]["status"] == plans["eval"]["status"] == "planned", plans
+    accum = plans["train"]["accum_steps"]
+    assert plans["eval"]["accum_steps"] == accum and plans["train"]["per_device_batch"] * accum == 16
+    assert plans["train"]["overrides"] == f"--config.batch_size=16 --config.grad_accum_steps={accum}"
+    assert max(plans["train"]["verified_bytes"], plans["eval"]["verified_bytes"]) <= small.memory_per_device
 
 
 def test_sweep_estimate_for_a_target_gives_modeled_chip_hours(monkeypatch, capsys):

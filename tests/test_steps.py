@@ -62,10 +62,26 @@ def test_trainer_refuses_a_batch_the_devices_and_accumulation_cannot_split(tmp_p
         trainer.train_and_evaluate(config, str(tmp_path / "run"))
 
 
-def test_a_run_trains_with_accumulation(tmp_path):
+def test_a_run_trains_with_accumulation_and_evaluates_in_its_micro_batches(tmp_path, monkeypatch):
+    """Accumulation is what a batch that does not fit gets (`compile`'s plan), so evaluating the whole
+    batch at once would not fit either: validation and test run in micro-batches."""
     config = tiny_config(tmp_path)
     config.grad_accum_steps = 2
     config.num_train_steps = 6
+    evaluated = []
+    evaluate = trainer.evaluate
+    monkeypatch.setattr(trainer, "evaluate", lambda *a: evaluated.append(a[3]) or evaluate(*a))
     results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
     assert results["status"] == "complete" and np.isfinite(results["test_loss"])
     assert results["config"]["grad_accum_steps"] == 2
+    assert evaluated and set(evaluated) == {config.batch_size // 2}
+
+
+def test_the_compiled_eval_step_takes_the_micro_batch():
+    from lra_jax.tools import lower
+
+    config = tiny_config("/nonexistent")
+    config.grad_accum_steps = 2
+    (_, (_, train_batch)), (_, (_, eval_batch)) = lower.abstract_steps(config, "cpu")[0]
+    assert train_batch["label"].shape == (config.batch_size,)
+    assert eval_batch["label"].shape == eval_batch["weight"].shape == (config.batch_size // 2,)

@@ -314,9 +314,9 @@ def compile_config(variant: str, label: str, config, target, modes=MODES) -> lis
     for (step, args), mode in zip(built, MODES):
         if mode not in modes:
             continue
+        # the train step runs `accum` micro-batches, the eval step one of their size (`steps.eval_batch_size`)
         row = Row(**base, mode=mode, result="", accum_steps=accum if mode == "train" else 1)
-        if mode == "train":
-            row.per_device_batch //= accum
+        row.per_device_batch //= accum
         row.kernels = describe(layer_kernels, mode)
         rows.append(compile_step(step, args, target, mode, layer_kernels, row))
     return rows
@@ -332,32 +332,44 @@ def describe(layer_kernels: list[dict], mode: str) -> str:
     return ", ".join(names)
 
 
-def plan_fit(variant: str, label: str, config, target, row: Row) -> dict[str, Any]:
-    """Fit planning for a train step `row` that does not fit: the override that fits, or the memory needed."""
+def plan_fit(variant: str, label: str, config, target, rows: list[Row]) -> dict[str, dict[str, Any]]:
+    """Fit planning for the steps `rows` that do not fit: one accumulation for all of them (the eval step
+    runs in the train step's micro-batches), or the memory one example needs. Returns a plan per mode,
+    each with the memory its own step was compiled to under the plan."""
     from lra_jax import fit
+
+    modes = tuple(row.mode for row in rows)
+    compiled: dict[int, dict[str, int | None]] = {}  # per-device micro-batch -> mode -> bytes
 
     def probe(micro: int, accum: int) -> dict[str, Any]:
         trial = config.copy_and_resolve_references()
         trial.grad_accum_steps = accum
-        (result,) = compile_config(variant, label, trial, target, modes=("train",))
-        if result.failed:
-            raise RuntimeError(f"probe at {micro} per device failed: {result.error}")
-        print(f"    planning {variant} {label} on {target.name}: {micro} per device x {accum}: {result.result} "
-              f"({gib((result.memory or {}).get('total'))} GiB, {result.compile_seconds:.0f} s)", file=sys.stderr, flush=True)
-        memory = result.memory or {}
-        return {"fits": result.result == "ok", "bytes": memory.get("total") or memory.get("temp")}
+        results = compile_config(variant, label, trial, target, modes=modes)
+        for result in results:
+            if result.failed:
+                raise RuntimeError(f"probe at {micro} per device failed ({result.mode} step): {result.error}")
+        memory = {r.mode: (r.memory or {}).get("total") or (r.memory or {}).get("temp") for r in results}
+        compiled[micro] = memory
+        fits = all(r.result == "ok" for r in results)
+        print(f"    planning {variant} {label} on {target.name}: {micro} per device x {accum}: "
+              f"{'ok' if fits else 'does not fit'} ({', '.join(f'{m} {gib(b)} GiB' for m, b in memory.items())}, "
+              f"{sum(r.compile_seconds for r in results):.0f} s)", file=sys.stderr, flush=True)
+        known = [b for b in memory.values() if b]
+        return {"fits": fits, "bytes": max(known) if known else None}
 
     try:
         planned = fit.plan(config.batch_size, len(target.devices), probe)
     except RuntimeError as error:
-        return {"status": "error", "error": str(error)}
+        return {mode: {"status": "error", "error": str(error)} for mode in modes}
     probes = [{k: p[k] for k in ("per_device_batch", "accum_steps", "fits", "bytes")} for p in planned.probes]
     if planned.accum_steps is None:
-        need = planned.min_bytes or (row.memory or {}).get("total") or (row.memory or {}).get("temp")
-        return {"status": "one example does not fit", "bytes_for_one_example": need, "probes": probes}
-    chosen = next(p for p in probes if p["per_device_batch"] == planned.per_device_batch)
-    return {"status": "planned", "per_device_batch": planned.per_device_batch, "accum_steps": planned.accum_steps,
-            "overrides": planned.overrides, "verified_bytes": chosen["bytes"], "probes": probes}
+        one = compiled.get(1, {})
+        return {row.mode: {"status": "one example does not fit", "probes": probes,
+                           "bytes_for_one_example": one.get(row.mode) or (row.memory or {}).get("total")
+                           or (row.memory or {}).get("temp")} for row in rows}
+    return {mode: {"status": "planned", "per_device_batch": planned.per_device_batch,
+                   "accum_steps": planned.accum_steps, "overrides": planned.overrides,
+                   "verified_bytes": compiled[planned.per_device_batch][mode], "probes": probes} for mode in modes}
 
 
 # ----------------------------------------------------------------------------- jobs, here or in workers
@@ -375,11 +387,13 @@ class Job:
 
 
 def run_job(job: Job, target) -> list[Row]:
-    """The job's rows: its steps compiled for `target`, a train step that does not fit planned."""
+    """The job's rows: its steps compiled for `target`; the steps that do not fit planned together."""
     rows = compile_config(job.variant, job.label, job.config, target, job.modes)
-    for row in rows:
-        if row.mode == "train" and row.result == "does not fit" and job.plan:
-            row.plan = plan_fit(job.variant, job.label, job.config, target, row)
+    unfit = [row for row in rows if row.result == "does not fit"]
+    if unfit and job.plan:
+        plans = plan_fit(job.variant, job.label, job.config, target, unfit)
+        for row in unfit:
+            row.plan = plans[row.mode]
             if row.plan["status"] == "error":
                 row.result = "error"
     return rows

@@ -74,10 +74,13 @@ def abstract_steps(config, platform: str) -> tuple[list[tuple[Any, tuple]], list
     tx = optimizer.make_optimizer(config)
     state = dict(step=jax.ShapeDtypeStruct((), jnp.int32), params=params, rest=rest,
                  opt_state=jax.eval_shape(tx.init, params))
-    shape = (config.batch_size, 2, config.max_len) if task.dual else (config.batch_size, config.max_len)
-    batch = {"inputs": jax.ShapeDtypeStruct(shape, jnp.int32),
-             "label": jax.ShapeDtypeStruct((config.batch_size,), jnp.int32)}
-    eval_batch = {**batch, "weight": jax.ShapeDtypeStruct((config.batch_size,), jnp.float32)}
+
+    def batch_of(size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        shape = (size, 2, config.max_len) if task.dual else (size, config.max_len)
+        return {"inputs": jax.ShapeDtypeStruct(shape, jnp.int32), "label": jax.ShapeDtypeStruct((size,), jnp.int32)}
+
+    batch, size = batch_of(config.batch_size), steps.eval_batch_size(config)
+    eval_batch = {**batch_of(size), "weight": jax.ShapeDtypeStruct((size,), jnp.float32)}
     train_step = steps.make_train_step(graphdef, tx, jax.random.key(0), accum_steps=config.get("grad_accum_steps", 1))
     return [(train_step, (state, batch)),
             (steps.make_eval_step(graphdef), (state, eval_batch))], layer_kernels
