@@ -152,6 +152,28 @@ def test_an_eval_step_that_does_not_fit_is_planned_with_the_train_step(monkeypat
     assert "tpu-v5e:2x2: 4 steps, 0 fit, 4 fit with accumulation" in capsys.readouterr().out
 
 
+def test_a_batch_the_devices_do_not_divide_is_compiled_at_the_nearest_that_they_do(monkeypatch):
+    """S4D's ListOps batch of 50 (its paper's) on a 4-chip slice: the trainer refuses it, so the rows
+    say so and give the steps at 48; exit status 0, as for a step that needs accumulation."""
+    assert [compile_cmd.divisible_batch(b, 4) for b in (50, 51, 53, 2)] == [48, 52, 52, 4]
+    compiled = []
+
+    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+        compiled.append(config.batch_size)
+        return [make_row(variant=variant, mode=m, global_batch=config.batch_size) for m in modes]
+
+    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    config = mini("s4d")
+    config.batch_size = 50
+    rows = compile_cmd.run_job(compile_cmd.Job("s4d", "listops", config, "tpu-v5e:2x2", compile_cmd.MODES, True),
+                               FakeTarget())
+    assert compiled == [48] and config.batch_size == 50
+    assert [(r.result, r.global_batch, r.config_batch) for r in rows] == [("ok", 48, 50)] * 2
+    assert "the config's batch 50 does not split over 4 devices" in compile_cmd.format_row(rows[0])
+    assert "2 at a batch the devices divide" in compile_cmd.summary(rows)
+    assert not any(r.failed for r in rows)
+
+
 def test_a_matrix_cut_short_resumes_without_compiling_its_rows_again(monkeypatch, tmp_path, capsys):
     """--out holds an unfinished run of the same command: its rows are kept, the rest compiled."""
     code, document = run_main(monkeypatch, tmp_path, {"train": {}, "eval": {}})

@@ -9,9 +9,9 @@ from lra_jax.tools import fits
 GIB = 2**30
 
 
-def row(variant, task, target, mode, result="ok", total=2 * GIB, plan=None):
+def row(variant, task, target, mode, result="ok", total=2 * GIB, plan=None, config_batch=None):
     return {"variant": variant, "task": task, "target": target, "mode": mode, "result": result,
-            "memory": {"total": total} if result == "ok" else None, "plan": plan}
+            "memory": {"total": total} if result == "ok" else None, "plan": plan, "config_batch": config_batch}
 
 
 def write(path, command, rows):
@@ -26,7 +26,8 @@ def test_cells_show_memory_accumulation_refusals_and_errors_and_the_last_file_wi
         row("linformer", "pathx", "h100", "train", "does not fit",
             plan={"status": "planned", "per_device_batch": 8, "accum_steps": 4}),
         row("additive", "pathx", "h100", "train", "does not fit", plan={"status": "one example does not fit"}),
-        row("routing", "text:4000", "h100", "eval", "error")])
+        row("routing", "text:4000", "h100", "eval", "error"),
+        row("s4d", "listops", "h100", "train", total=GIB, config_batch=50)])
     later = write(tmp_path / "b.json", "python -m lra_jax.tools.compile --targets=h100", [
         row("softmax", "listops", "h100", "train", total=int(1.5 * GIB))])
     skipped = write(tmp_path / "c.json", "python -m lra_jax.tools.compile --targets=h100 --per_device_batch=8", [
@@ -35,15 +36,16 @@ def test_cells_show_memory_accumulation_refusals_and_errors_and_the_last_file_wi
     lines = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.strip()}
     columns = fits.shapes()
     assert columns == ["listops", "text", "text:4000", "retrieval", "image", "pathfinder", "pathx"]
-    cells = {v: dict(zip(columns, lines[v])) for v in ("softmax", "linformer", "additive", "routing")}
+    cells = {v: dict(zip(columns, lines[v])) for v in ("softmax", "linformer", "additive", "routing", "s4d")}
     assert cells["softmax"]["listops"] == "1.50/2.00"  # b.json's train row replaced a.json's
     assert cells["softmax"]["image"] == "./."  # a --per_device_batch run is not the config as it is
     assert cells["linformer"]["pathx"] == "a4/."
     assert cells["additive"]["pathx"] == "X/."
     assert cells["routing"]["text:4000"] == "./E"
-    coverage = " ".join(lines["5"])  # "5 of the 1232 steps ..."
-    assert "of the" in coverage and "2 fit, 1 fit with accumulation, 1 do not fit one example per device, 1 errors" \
-        in coverage
+    assert cells["s4d"]["listops"] == "1.00~/."  # compiled at a batch the devices divide
+    coverage = " ".join(lines["6"])  # "6 of the 1232 steps ..."
+    assert "of the" in coverage and "3 fit, 1 fit with accumulation, 1 do not fit one example per device, 1 errors, " \
+        "1 compiled at a batch the devices divide" in coverage
 
 
 def test_a_file_that_is_not_a_compile_json_is_one_clear_error(tmp_path, capsys):

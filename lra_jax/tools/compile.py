@@ -110,7 +110,8 @@ class Row:
     roofline_seconds: float | None = None  # TPU, complete counts only: `roofline_seconds()`
     compile_seconds: float = 0.0
     error: str | None = None
-    plan: dict[str, Any] | None = None  # for a train step that does not fit
+    plan: dict[str, Any] | None = None  # for a step that does not fit
+    config_batch: int | None = None  # the config's global batch where the devices do not divide it
 
     @property
     def failed(self) -> bool:
@@ -386,12 +387,33 @@ class Job:
     plan: bool
 
 
+def divisible_batch(batch: int, devices: int) -> int:
+    """The multiple of `devices` nearest to `batch` (the lower one on a tie, at least `devices`)."""
+    lower = max(batch // devices * devices, devices)
+    return lower if batch - lower <= lower + devices - batch else lower + devices
+
+
 def run_job(job: Job, target) -> list[Row]:
-    """The job's rows: its steps compiled for `target`; the steps that do not fit planned together."""
-    rows = compile_config(job.variant, job.label, job.config, target, job.modes)
+    """The job's rows: its steps compiled for `target`; the steps that do not fit planned together.
+
+    A global batch the target's devices do not divide (S4D's 50 on 4 chips) is refused by the trainer;
+    the steps are compiled at the nearest batch they divide, and each row names the config's batch."""
+    devices = len(target.devices)
+    if job.config.batch_size % devices == 0:
+        return compile_and_plan(job, target, job.config)
+    config = job.config.copy_and_resolve_references()
+    config.batch_size = divisible_batch(job.config.batch_size, devices)
+    rows = compile_and_plan(job, target, config)
+    for row in rows:
+        row.config_batch = job.config.batch_size
+    return rows
+
+
+def compile_and_plan(job: Job, target, config) -> list[Row]:
+    rows = compile_config(job.variant, job.label, config, target, job.modes)
     unfit = [row for row in rows if row.result == "does not fit"]
     if unfit and job.plan:
-        plans = plan_fit(job.variant, job.label, job.config, target, unfit)
+        plans = plan_fit(job.variant, job.label, config, target, unfit)
         for row in unfit:
             row.plan = plans[row.mode]
             if row.plan["status"] == "error":
@@ -463,6 +485,9 @@ def format_row(row: Row) -> str:
             f"{gib(row.device_memory):>5}  {flops:>9} {modeled:>9} {row.compile_seconds:>6.1f}  {row.kernels}")
     if row.error:
         line += f"\n    {row.error}"
+    if row.config_batch:
+        line += (f"\n    the config's batch {row.config_batch} does not split over {row.devices} devices (the trainer "
+                 f"refuses it): compiled at --config.batch_size={row.global_batch}, the nearest that does")
     if row.plan:
         line += "\n    " + describe_plan(row.plan)
     return line
@@ -488,8 +513,10 @@ def summary(rows: list[Row]) -> str:
         planned = sum(r.result == "does not fit" and (r.plan or {}).get("status") == "planned" for r in mine)
         unfit = sum(r.result == "does not fit" for r in mine) - planned
         errors = sum(r.failed for r in mine)
+        rebatched = sum(bool(r.config_batch) for r in mine)
         lines.append(f"{target}: {len(mine)} steps, {ok} fit, {planned} fit with accumulation, "
-                     f"{unfit} do not fit, {errors} errors")
+                     f"{unfit} do not fit, {errors} errors" + (f"; {rebatched} at a batch the devices divide, "
+                                                               "not the config's" if rebatched else ""))
     return "\n".join(lines)
 
 

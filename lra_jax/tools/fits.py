@@ -8,7 +8,8 @@ Per target, a line per variant and a column per full-scale task shape (Text twic
 tokens, as `compile` runs it), each cell its train and eval steps, `train/eval`: memory per device in
 GiB where the step fits as configured, `aN` where it fits with accumulation N (`compile` planned it and
 printed the overrides), `X` where one example per device does not fit, `E` a compile error, `.` not
-compiled yet. Only rows of the configs as they are count: a JSON made with --lengths, --per_device_batch,
+compiled yet; a trailing `~` where the devices do not divide the config's batch, so the step was
+compiled at the nearest batch they do (the trainer refuses the config's). Only rows of the configs as they are count: a JSON made with --lengths, --per_device_batch,
 --impl other than auto, --attention_dropout_rate or at mini scale is skipped. Where several files hold
 the same step, the last file read wins (files in the order given; globbed ones by date, then name).
 The end says how much of the matrix `compile` runs by default (every variant and task on its default
@@ -66,17 +67,18 @@ def cell(row: dict[str, Any] | None) -> str:
     """One step's mark: GiB per device, aN, X, E or '.' (see the module docstring)."""
     if row is None:
         return "."
+    rebatched = "~" if row.get("config_batch") else ""
     if row["result"] == "ok":
-        return f"{(row.get('memory') or {}).get('total', 0) / GIB:.2f}"
+        return f"{(row.get('memory') or {}).get('total', 0) / GIB:.2f}" + rebatched
     if row["result"] == "does not fit":
         plan = row.get("plan") or {}
-        return f"a{plan['accum_steps']}" if plan.get("status") == "planned" else "X"
+        return (f"a{plan['accum_steps']}" if plan.get("status") == "planned" else "X") + rebatched
     return "E"
 
 
 def table(rows: dict[Key, dict[str, Any]], target: str, variants: list[str], columns: list[str]) -> str:
     lines = [f"{target}: train/eval, GiB per device (aN: fits with accumulation N; X: one example does not "
-             "fit; E: error; .: not compiled)", f"{'variant':<17}" + "".join(f"{c:>14}" for c in columns)]
+             "fit; E: error; .: not compiled; ~: at the nearest batch the devices divide)", f"{'variant':<17}" + "".join(f"{c:>14}" for c in columns)]
     for variant in variants:
         cells = ["/".join(cell(rows.get((variant, c, target, m))) for m in MODES) for c in columns]
         lines.append(f"{variant:<17}" + "".join(f"{c:>14}" for c in cells))
@@ -90,7 +92,8 @@ def coverage(rows: dict[Key, dict[str, Any]], variants: list[str], columns: list
     done = [m for m in marks if m != "."]
     counts = {name: sum(test(m) for m in done) for name, test in (
         ("fit", lambda m: m[0].isdigit()), ("fit with accumulation", lambda m: m.startswith("a")),
-        ("do not fit one example per device", lambda m: m == "X"), ("errors", lambda m: m == "E"))}
+        ("do not fit one example per device", lambda m: m.startswith("X")), ("errors", lambda m: m == "E"),
+        ("compiled at a batch the devices divide, not the config's", lambda m: m.endswith("~")))}
     return (f"{len(done)} of the {len(keys)} steps of the default matrix ({len(variants)} variants x {len(columns)} "
             f"task shapes x {', '.join(targets)} x train, eval) compiled: "
             + ", ".join(f"{n} {name}" for name, n in counts.items()))
