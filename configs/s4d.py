@@ -20,6 +20,10 @@ the paper: our shared encoder normalises with pre-LayerNorm (the paper mostly Ba
 tasks post-norm) and adds positions (learned or sinusoidal, as the task's other variants); the paper's
 Text length is 4096 bytes. Its published scores are in experiments/reference/s4d_paper.json.
 
+ListOps and Image keep the paper's batch of 50, which the trainer cannot split over 4 or 8 devices
+(a v5e 2x2 or v4 2x2x1 slice, 4 or 8 GPUs): there pass `--config.batch_size=48`, the batch
+`python -m lra_jax.tools.compile` compiles for such a slice.
+
 Mini scale keeps each task's mini model and optimiser, as for every variant, with the S4D layer
 in place of attention (and the same SSM rule).
 
