@@ -400,8 +400,7 @@ def test_fit_planning_finds_the_batch_that_fits_and_compiles_it():
     target = target_or_skip("h100")
     config = mini("performer")
     config.batch_size, config.max_len = 16, 512  # activations outweigh the parameters and optimizer state
-    train, evaluation = compile_cmd.compile_config("performer", "listops", config, target)
-    assert train.memory["total"] > evaluation.memory["total"]
+    (evaluation,) = compile_cmd.compile_config("performer", "listops", config, target, modes=("eval",))
     small = dataclasses.replace(target, chip=dataclasses.replace(
         target.chip, memory_bytes=evaluation.memory["total"] - 1))
     rows = compile_cmd.compile_config("performer", "listops", config, small)
