@@ -11,6 +11,11 @@ and 64 on GPU/TPU; override with `--config.attention.query_chunk=8`.
 Expected: mini ListOps test accuracy 0.363 (majority class 0.167; seed 0,
 experiments/mini-lra/listops-mini/additive). The elementwise tanh over n * n * emb_dim values makes
 it the slowest variant on CPU. The LRA paper has no additive-attention entry.
+
+Full-scale Path-X (64 examples of 16,384 tokens) forms n x n scores and does not fit one 80 GB GPU:
+compiled for an H100 or A100 its train step asks for 417 GiB and its eval step for 256 GiB. There pass
+`--config.grad_accum_steps=8` (8 examples at a time: 52 / 32 GiB compiled;
+`python -m lra_jax.tools.compile --variants=additive --tasks=pathx --targets=h100` prints the plan).
 """
 
 from ml_collections import config_dict

@@ -5,6 +5,11 @@
 
 Expected: mini ListOps test accuracy 0.357 (majority class 0.167; 2-core CPU, seed 0);
 the LRA paper has no Luong-attention entry.
+
+Full-scale Path-X (64 examples of 16,384 tokens) forms n x n scores and does not fit one 80 GB GPU:
+compiled for an H100 or A100 its train step asks for 417 GiB and its eval step for 256 GiB. There pass
+`--config.grad_accum_steps=8` (8 examples at a time: 52 / 32 GiB compiled;
+`python -m lra_jax.tools.compile --variants=luong --tasks=pathx --targets=h100` prints the plan).
 """
 
 from lra_jax import task_defaults

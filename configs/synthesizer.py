@@ -9,6 +9,11 @@ dot-product logits with e.g. `--config.attention.mix=1.0`.
 
 Expected: mini ListOps test accuracy 0.379 (majority class 0.167; dense mode, 2-core CPU,
 seed 0); full-scale ListOps, LRA paper Table 1: 36.99 test accuracy.
+
+Full-scale Path-X (64 examples of 16,384 tokens) forms n x n scores and does not fit one 80 GB GPU:
+compiled for an H100 or A100 its train step asks for 417 GiB and its eval step for 256 GiB. There pass
+`--config.grad_accum_steps=8` (8 examples at a time: 52 / 32 GiB compiled;
+`python -m lra_jax.tools.compile --variants=synthesizer --tasks=pathx --targets=h100` prints the plan).
 """
 
 from lra_jax import task_defaults
