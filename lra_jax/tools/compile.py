@@ -410,6 +410,7 @@ def run_job(job: Job, target) -> list[Row]:
 
 
 def compile_and_plan(job: Job, target, config) -> list[Row]:
+    """`config`'s steps compiled for `target`, those that do not fit planned together (`plan_fit`)."""
     rows = compile_config(job.variant, job.label, config, target, job.modes)
     unfit = [row for row in rows if row.result == "does not fit"]
     if unfit and job.plan:
