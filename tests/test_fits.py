@@ -54,3 +54,15 @@ def test_a_file_that_is_not_a_compile_json_is_one_clear_error(tmp_path, capsys):
     assert fits.main([str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(bad) in err[0] and "not a compile JSON" in err[0]
+
+
+def test_globbed_files_are_read_in_the_order_they_were_written(tmp_path):
+    """A re-compile of a step written later the same day wins over a file with the day alone."""
+    later = write(tmp_path / "a-later.json", "python -m lra_jax.tools.compile", [])
+    day_only = write(tmp_path / "b-day-only.json", "python -m lra_jax.tools.compile", [])
+    earlier = write(tmp_path / "c-earlier.json", "python -m lra_jax.tools.compile", [])
+    for path, date in ((later, "2026-11-25T22:40:00"), (earlier, "2026-11-25T09:05:00")):
+        document = json.loads(open(path).read())
+        document["date"] = date
+        open(path, "w").write(json.dumps(document))
+    assert fits.by_date([later, day_only, earlier]) == [day_only, earlier, later]

@@ -694,7 +694,7 @@ def write_json(path: str, argv: list[str], rows: list[Row], seconds: float, comp
     from (a commit made while it runs changes nothing it imported)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     document = {"command": command_line(argv), "complete": complete, "commit": commit,
-                "date": datetime.date.today().isoformat(), "machine": f"{host_platform.machine()}, "
+                "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": f"{host_platform.machine()}, "
                 f"{os.cpu_count()} cores (compile-only targets: nothing ran on the accelerators)",
                 "versions": versions(), "seconds": round(seconds, 1),
                 "note": "memory in bytes per device; flops per device (XLA's count, flops_partial says where it is "

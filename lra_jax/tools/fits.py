@@ -11,7 +11,9 @@ printed the overrides), `X` where one example per device does not fit, `E` a com
 compiled yet; a trailing `~` where the devices do not divide the config's batch, so the step was
 compiled at the nearest batch they do (the trainer refuses the config's). Only rows of the configs as they are count: a JSON made with --lengths, --per_device_batch,
 --impl other than auto, --attention_dropout_rate or at mini scale is skipped. Where several files hold
-the same step, the last file read wins (files in the order given; globbed ones by date, then name).
+the same step, the last file read wins (files in the order given; globbed ones by the date and time of
+their last write, then name; a JSON from before compile wrote the time has its day only, which sorts
+before any time of that day).
 The end says how much of the matrix `compile` runs by default (every variant and task on its default
 targets, train and eval) has been compiled. Every figure is the compiler's, never a measurement.
 """
