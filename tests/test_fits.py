@@ -11,7 +11,8 @@ GIB = 2**30
 
 def row(variant, task, target, mode, result="ok", total=2 * GIB, plan=None, config_batch=None):
     return {"variant": variant, "task": task, "target": target, "mode": mode, "result": result,
-            "memory": {"total": total} if result == "ok" else None, "plan": plan, "config_batch": config_batch}
+            "memory": {"total": total} if result == "ok" else None, "plan": plan, "config_batch": config_batch,
+            "device_memory": 80 * GIB}
 
 
 def write(path, command, rows):
@@ -66,3 +67,21 @@ def test_globbed_files_are_read_in_the_order_they_were_written(tmp_path):
         document["date"] = date
         open(path, "w").write(json.dumps(document))
     assert fits.by_date([later, day_only, earlier]) == [day_only, earlier, later]
+
+
+def test_the_summary_gives_each_target_its_outcomes_largest_step_and_the_steps_to_plan(tmp_path, capsys):
+    path = write(tmp_path / "a.json", "python -m lra_jax.tools.compile --targets=h100,a100 --scale=full", [
+        row("softmax", "listops", "h100", "train", total=3 * GIB),
+        row("luong", "retrieval", "h100", "train", total=70 * GIB),
+        row("luong", "pathx", "h100", "eval", "does not fit",
+            plan={"status": "planned", "per_device_batch": 8, "accum_steps": 8}),
+        row("s4d", "image", "a100", "eval", total=GIB, config_batch=50),
+        row("additive", "pathx", "a100", "train", "does not fit", plan={"status": "one example does not fit"})])
+    assert fits.main([path, "--summary", "--targets=h100,a100"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    h100 = next(line for line in out if line.startswith("h100 ")).split()
+    a100 = next(line for line in out if line.startswith("a100 ")).split()
+    assert h100[1:7] == ["3/308", "2", "1", "0", "0", "0"], h100
+    assert " ".join(h100[7:]) == "70.00 of 80.00 (luong retrieval train) luong pathx eval a8"
+    assert a100[1:7] == ["2/308", "1", "0", "1", "0", "1"], a100
+    assert " ".join(a100[7:]) == "1.00 of 80.00 (s4d image eval) additive pathx train X"

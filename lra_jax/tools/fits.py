@@ -3,6 +3,7 @@ gathered from `compile`'s JSONs (`python -m lra_jax.tools.fits`).
 
     python -m lra_jax.tools.fits                                   # experiments/results/compile-*.json
     python -m lra_jax.tools.fits --targets=h100,a100 experiments/results/compile-full-*.json
+    python -m lra_jax.tools.fits --summary                         # a line per target
 
 Per target, a line per variant and a column per full-scale task shape (Text twice, at 1000 and 4000
 tokens, as `compile` runs it), each cell its train and eval steps, `train/eval`: memory per device in
@@ -14,7 +15,8 @@ compiled at the nearest batch they do (the trainer refuses the config's). Only r
 the same step, the last file read wins (files in the order given; globbed ones by the date and time of
 their last write, then name; a JSON from before compile wrote the time has its day only, which sorts
 before any time of that day).
-The end says how much of the matrix `compile` runs by default (every variant and task on its default
+`--summary` prints one line per target instead: how its steps came out, the largest that fits as
+configured, and the steps that need accumulation or more memory. The end says how much of the matrix `compile` runs by default (every variant and task on its default
 targets, train and eval) has been compiled. Every figure is the compiler's, never a measurement.
 """
 
@@ -34,6 +36,11 @@ OVERRIDES = ("--lengths", "--per_device_batch", "--impl=xla", "--impl=pallas", "
              "--scale=mini")
 MODES = ("train", "eval")
 GIB = 2**30
+FIT, ACCUMULATED, UNFIT, ERRORS, REBATCHED = (
+    "fit", "fit with accumulation", "do not fit one example per device", "errors",
+    "compiled at a batch the devices divide, not the config's")
+COUNTS = ((FIT, lambda m: m[0].isdigit()), (ACCUMULATED, lambda m: m.startswith("a")),
+          (UNFIT, lambda m: m.startswith("X")), (ERRORS, lambda m: m == "E"), (REBATCHED, lambda m: m.endswith("~")))
 
 Key = tuple[str, str, str, str]  # variant, task label, target, mode
 
@@ -87,18 +94,39 @@ def table(rows: dict[Key, dict[str, Any]], target: str, variants: list[str], col
     return "\n".join(lines)
 
 
+def outcomes(marks: list[str]) -> dict[str, int]:
+    """How many compiled steps (cells other than '.') came out each way; a `~` step counts twice."""
+    done = [m for m in marks if m != "."]
+    return {name: sum(test(m) for m in done) for name, test in COUNTS}
+
+
 def coverage(rows: dict[Key, dict[str, Any]], variants: list[str], columns: list[str], targets: list[str]) -> str:
     """How much of the variants x shapes x targets x steps matrix is compiled, and how it came out."""
     keys = [(v, c, t, m) for t in targets for v in variants for c in columns for m in MODES]
     marks = [cell(rows.get(k)) for k in keys]
-    done = [m for m in marks if m != "."]
-    counts = {name: sum(test(m) for m in done) for name, test in (
-        ("fit", lambda m: m[0].isdigit()), ("fit with accumulation", lambda m: m.startswith("a")),
-        ("do not fit one example per device", lambda m: m.startswith("X")), ("errors", lambda m: m == "E"),
-        ("compiled at a batch the devices divide, not the config's", lambda m: m.endswith("~")))}
-    return (f"{len(done)} of the {len(keys)} steps of the default matrix ({len(variants)} variants x {len(columns)} "
-            f"task shapes x {', '.join(targets)} x train, eval) compiled: "
-            + ", ".join(f"{n} {name}" for name, n in counts.items()))
+    return (f"{sum(m != '.' for m in marks)} of the {len(keys)} steps of the default matrix ({len(variants)} variants "
+            f"x {len(columns)} task shapes x {', '.join(targets)} x train, eval) compiled: "
+            + ", ".join(f"{n} {name}" for name, n in outcomes(marks).items()))
+
+
+def summary(rows: dict[Key, dict[str, Any]], targets: list[str], variants: list[str], columns: list[str]) -> str:
+    """One line per target: steps compiled, how they came out, the largest step that fits as configured
+    (GiB of the device's), and every step that needs accumulation or does not fit."""
+    lines = ["target         compiled   fit  accum  X  E  ~  largest as configured, GiB per device            "
+             "needs accumulation (aN) or more memory (X)"]
+    for target in targets:
+        keys = [(v, c, target, m) for v in variants for c in columns for m in MODES]
+        marks = {k: cell(rows.get(k)) for k in keys}
+        n = outcomes(list(marks.values()))
+        fitting = [rows[k] for k, m in marks.items() if m[0].isdigit()]
+        largest = max(fitting, key=lambda r: r["memory"]["total"], default=None)
+        biggest = (f"{largest['memory']['total'] / GIB:.2f} of {largest['device_memory'] / GIB:.2f} "
+                   f"({largest['variant']} {largest['task']} {largest['mode']})") if largest else "-"
+        unfit = [f"{k[0]} {k[1]} {k[3]} {m}" for k, m in marks.items() if m[0] in "aX"]
+        compiled = f"{sum(m != '.' for m in marks.values())}/{len(keys)}"
+        lines.append(f"{target:<14} {compiled:>8} {n[FIT]:>5} {n[ACCUMULATED]:>6} {n[UNFIT]:>2} {n[ERRORS]:>2} "
+                     f"{n[REBATCHED]:>2}  {biggest:<48} {', '.join(unfit) or '-'}")
+    return "\n".join(lines)
 
 
 def by_date(paths: list[str]) -> list[str]:
@@ -117,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m lra_jax.tools.fits", description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", help=f"compile JSONs (default: {DEFAULT_GLOB}, by date)")
+    parser.add_argument("--summary", action="store_true", help="one line per target instead of the tables")
     parser.add_argument("--targets", default="", help="comma-separated targets to show (default: the default "
                                                       "matrix's and every other target in the files)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -133,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     matrix = compile_cmd.DEFAULT_TARGETS.split(",")
     seen = sorted({k[2] for k in rows} - set(matrix))
     targets = [t.strip() for t in args.targets.split(",") if t.strip()] or matrix + seen
-    for target in targets:
-        print(table(rows, target, variants, columns) + "\n")
+    if args.summary:
+        print(summary(rows, targets, variants, columns) + "\n")
+    else:
+        for target in targets:
+            print(table(rows, target, variants, columns) + "\n")
     print(coverage(rows, variants, columns, matrix))
     print(f"from {len(paths)} files; memory as compiled (deviceless), not measured")
     return 0
