@@ -398,14 +398,14 @@ def test_fit_planning_finds_the_batch_that_fits_and_compiles_it():
     """An H100 with its memory cut below the mini eval step's (so below the train step's too): one
     accumulation makes both fit, the eval step running in the train step's micro-batches."""
     target = target_or_skip("h100")
-    config = mini("performer")
+    config = mini("mixer")
     config.batch_size, config.max_len = 16, 512  # activations outweigh the parameters and optimizer state
-    (evaluation,) = compile_cmd.compile_config("performer", "listops", config, target, modes=("eval",))
+    (evaluation,) = compile_cmd.compile_config("mixer", "listops", config, target, modes=("eval",))
     small = dataclasses.replace(target, chip=dataclasses.replace(
         target.chip, memory_bytes=evaluation.memory["total"] - 1))
-    rows = compile_cmd.compile_config("performer", "listops", config, small)
+    rows = compile_cmd.compile_config("mixer", "listops", config, small)
     assert [row.result for row in rows] == ["does not fit", "does not fit"]
-    plans = compile_cmd.plan_fit("performer", "listops", config, small, rows)
+    plans = compile_cmd.plan_fit("mixer", "listops", config, small, rows)
     assert plans["train"]["status"] == plans["eval"]["status"] == "planned", plans
     accum = plans["train"]["accum_steps"]
     assert plans["eval"]["accum_steps"] == accum and plans["train"]["per_device_batch"] * accum == 16
