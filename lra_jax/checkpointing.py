@@ -137,17 +137,20 @@ def quiet() -> Iterator[None]:
 def _await_stragglers(running: set[threading.Thread], seconds: float = STRAGGLER_SECONDS) -> None:
     """Waits for the threads a failed save started that still run. Orbax writes a checkpoint's
     parts in threads of their own, and the save raises when the first one fails while the others
-    may still be writing into the temporary directory; deleting it before they end leaves debris."""
+    may still be writing into the temporary directory; deleting it before they end leaves debris.
+    Orbax's threads re-raise their own failure from `join` (the same full disk): that one has ended."""
     deadline = time.monotonic() + seconds
     for thread in set(threading.enumerate()) - running:
-        while True:  # a thread started a moment ago is listed before it runs, and cannot be joined yet
+        while True:
             try:
                 thread.join(max(deadline - time.monotonic(), 0))
-                break
-            except RuntimeError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.01)
+            except RuntimeError as error:  # a thread started a moment ago is listed before it runs
+                if "before it is started" in str(error) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
+            except Exception:  # noqa: BLE001, S110 - the writer's own error, already reported by the save
+                pass
+            break
 
 
 def _remove_interrupted_saves(directory: str) -> None:

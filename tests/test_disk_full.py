@@ -149,6 +149,43 @@ def test_a_writer_thread_still_running_when_the_save_fails_leaves_no_debris(tmp_
     assert os.listdir(where) == []
 
 
+def test_a_writer_thread_that_reraises_its_failure_from_join_is_waited_for_quietly(tmp_path, monkeypatch):
+    """Orbax's writer threads re-raise their own error from `join` (seen under load on the newest
+    stack: the RESOURCE_EXHAUSTED of a best checkpoint's write escaped through the cleanup's wait
+    instead of the disk-full message). Waiting for such a thread must end the wait, not the run."""
+    import errno
+    import threading
+
+    import jax.numpy as jnp
+
+    waiting = threading.Event()
+    wait_for_stragglers = checkpointing._await_stragglers
+    monkeypatch.setattr(checkpointing, "_await_stragglers", lambda running: (
+        waiting.set(), wait_for_stragglers(running)))
+
+    class ReraisingWriter(threading.Thread):  # as orbax's _SignalingThread.join does
+        def run(self):  # still writing when the cleanup starts waiting
+            waiting.wait(10)
+            self.error = OSError(errno.ENOSPC, "No space left on device")
+
+        def join(self, timeout=None):
+            super().join(timeout)
+            raise ValueError(f"RESOURCE_EXHAUSTED: {self.error}")
+
+    checkpoints = checkpointing.Checkpoints(tmp_path / "checkpoints")
+    writers = []
+
+    def failing_save(step, args):
+        writers.append(ReraisingWriter())
+        writers[0].start()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints.best, "save", failing_save)
+    with pytest.raises(DiskFull, match="disk full: saving step 12"):
+        checkpoints.save_best(12, {"w": jnp.ones(3)}, {"accuracy": 0.5})
+    assert not writers[0].is_alive()
+
+
 def test_a_writer_thread_listed_before_it_runs_is_waited_for(monkeypatch):
     """With several devices Orbax starts more writer threads at once, and `threading.enumerate()`
     lists one an instant before it runs, when `join` raises (seen with two host devices: "cannot join
