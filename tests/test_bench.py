@@ -249,3 +249,27 @@ def test_dropout_rates_are_measured_side_by_side_and_their_cost_reported(tmp_pat
     merged = bench.benchmark(["fast"], [1024], {**TINY, "dropout_rates": [0.1]}, str(tmp_path / "old.json"),
                              measure_fn=timed, log=lines.append, device=device, update=True)
     assert len(merged["results"]) == 4  # the re-measured cell replaced its legacy twin
+
+
+def test_cells_run_with_huge_pages_asked_of_glibc_malloc(monkeypatch):
+    """--huge_pages (the default) puts glibc.malloc.hugetlb=1 into the cell's GLIBC_TUNABLES, keeping
+    the user's other tunables and replacing their own hugetlb setting; without it the environment is as is."""
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0:glibc.malloc.arena_max=2")
+    env = bench.cell_environment({**TINY, "huge_pages": True})
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    assert bench.cell_environment({**TINY, "huge_pages": False})["GLIBC_TUNABLES"] == (
+        "glibc.malloc.hugetlb=0:glibc.malloc.arena_max=2")
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    assert bench.cell_environment({**TINY, "huge_pages": True})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    assert "GLIBC_TUNABLES" not in bench.cell_environment(TINY)
+
+
+def test_dropout_cost_is_the_median_of_the_alternating_steps_ratios():
+    """Steps i of both rates ran back to back: one pair slowed by another job moves the median of the
+    pairs' ratios not at all, where the ratio of means would read it as dropout's cost."""
+    free = {"seconds_per_step": 2.4, "step_seconds": [2.0, 2.0, 2.0, 2.0, 4.0]}
+    dropped = {"seconds_per_step": 4.2, "step_seconds": [2.2, 2.2, 2.2, 8.0, 6.4]}  # pair 4: only this one slowed
+    assert bench.paired_cost(dropped, free) == pytest.approx(0.1)
+    assert dropped["seconds_per_step"] / free["seconds_per_step"] - 1 == pytest.approx(0.75)
+    measured_apart = {"seconds_per_step": 3.0, "step_seconds": [3.0, 3.0, 3.0]}
+    assert bench.paired_cost(measured_apart, free) == pytest.approx(0.25)  # the means, without pairs

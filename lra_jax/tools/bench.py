@@ -33,6 +33,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -53,6 +54,7 @@ VOCAB_SIZE, NUM_CLASSES = 257, 2  # Text: bytes + padding, binary sentiment
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM")
 
 FLAGS = flags.FLAGS
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"  # glibc's malloc asks for transparent huge pages
 
 
 def define_flags() -> None:
@@ -68,6 +70,9 @@ def define_flags() -> None:
     flags.DEFINE_list("dropout_rates", ["0.1"], "Dropout rates (residual, MLP and attention alike; Table 2: 0.1). "
                       "Several, e.g. 0,0.1, measure each (variant, length) at every rate one after another, "
                       "so the cost of dropout is read side by side under the same load.")
+    flags.DEFINE_bool("huge_pages", True, "Cells run with glibc's malloc backing large buffers by transparent huge "
+                      f"pages ({HUGE_PAGES_TUNABLE} in GLIBC_TUNABLES): on CPU, XLA writes a step's temporaries into "
+                      "fresh memory every step, and 4 KiB page faults cost up to 40% of a step (see cell_environment).")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
     flags.DEFINE_bool("scan_layers", False, "Layers in one lax.scan (config.model.scan_layers).")
     flags.DEFINE_bool("remat", False, "Recompute layers in the backward pass (config.model.remat).")
@@ -211,6 +216,23 @@ def cell_command(variant: str, length: int, settings: dict[str, Any]) -> list[st
     return [sys.executable, "-m", "lra_jax.tools.bench", f"--cell={cell}"]
 
 
+def cell_environment(settings: dict[str, Any]) -> dict[str, str]:
+    """This process's environment, with `settings["huge_pages"]` adding HUGE_PAGES_TUNABLE to GLIBC_TUNABLES.
+
+    XLA:CPU allocates a step's temporaries afresh every step, and glibc's malloc maps each large one
+    from the kernel, so every 4 KiB page of it faults on first touch, every step. With the tunable
+    (glibc >= 2.35) malloc asks for transparent huge pages (madvise), one fault per 2 MiB: measured
+    here, writing a fresh [8, 4, 1024, 1024] float32 array took 108 ms without and 31 ms with, and the
+    bench's softmax step at 1K 6.7 s without and 4.1 s with. Ignored where glibc or THP lacks it
+    (`device_info` records the machine's THP mode)."""
+    env = dict(os.environ)
+    if settings.get("huge_pages"):
+        name = HUGE_PAGES_TUNABLE.split("=")[0]
+        kept = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t and t.split("=")[0] != name]
+        env["GLIBC_TUNABLES"] = ":".join([*kept, HUGE_PAGES_TUNABLE])
+    return env
+
+
 def run_cell(cell_json: str) -> None:
     """The child's side: measures the cell of `--cell` and prints its result as the last line of stdout."""
     cell = json.loads(cell_json)
@@ -243,7 +265,7 @@ def measure_in_subprocess(variant: str, length: int, settings: dict[str, Any],
     """measure_cell in a fresh Python process; one killed after `timeout` seconds or dying is recorded too."""
     try:
         done = subprocess.run(cell_command(variant, length, settings), capture_output=True, text=True,
-                              timeout=timeout, check=False)
+                              timeout=timeout, check=False, env=cell_environment(settings))
     except subprocess.TimeoutExpired as expired:
         return {"status": "timeout", "error": f"no result after {timeout:g} s (--cell_timeout); killed",
                 "stderr_tail": _stderr_tail(expired.stderr)}
@@ -338,8 +360,8 @@ def cell_key(r: dict[str, Any]) -> tuple[str, int, float]:
 
 def add_relative(results: list[dict[str, Any]], baseline: str = "softmax") -> None:
     """Adds speed and memory relative to `baseline` at the same length and dropout rate (None where
-    either is missing), and `dropout_cost`: seconds per step over those of the same variant and length
-    at dropout 0, minus 1 (None without such a cell)."""
+    either is missing), and `dropout_cost` against the same variant and length at dropout 0 (None
+    without such a cell): `paired_cost` of their timed steps."""
     ok = {cell_key(r): r for r in results if r["status"] == "ok"}
     for r in results:
         variant, length, rate = cell_key(r)
@@ -348,7 +370,20 @@ def add_relative(results: list[dict[str, Any]], baseline: str = "softmax") -> No
         r["relative_memory"] = (r["peak_memory_bytes"] / b["peak_memory_bytes"]
                                 if b and r.get("peak_memory_bytes") and b.get("peak_memory_bytes") else None)
         free = ok.get((variant, length, 0.0)) if r["status"] == "ok" and rate > 0 else None
-        r["dropout_cost"] = r["seconds_per_step"] / free["seconds_per_step"] - 1 if free else None
+        r["dropout_cost"] = paired_cost(r, free) if free else None
+
+
+def paired_cost(cell: dict[str, Any], free: dict[str, Any]) -> float:
+    """How much slower `cell`'s step is than `free`'s: the median over i of step_i / free step_i - 1.
+
+    The rates of one (variant, length) alternate step by step in one process (`measure`), so step i
+    of each ran back to back, under the same load; the median of the pairs' ratios drops a step that
+    something else on the machine slowed, which a ratio of means does not. Cells without matching
+    step lists (measured apart, or by a `measure_fn`) compare their mean seconds per step."""
+    steps, free_steps = cell.get("step_seconds"), free.get("step_seconds")
+    if steps and free_steps and len(steps) == len(free_steps):
+        return statistics.median(a / b for a, b in zip(steps, free_steps)) - 1
+    return cell["seconds_per_step"] / free["seconds_per_step"] - 1
 
 
 # ----------------------------------------------------------------------------- report
@@ -406,7 +441,18 @@ def device_info() -> dict[str, Any]:
     """The accelerator, and the host CPU cores this process may use (what a CPU timing ran on)."""
     d = jax.devices()[0]
     return {"platform": d.platform, "kind": d.device_kind, "count": jax.device_count(),
-            "process_count": jax.process_count(), "host_cpu_cores": len(os.sched_getaffinity(0))}
+            "process_count": jax.process_count(), "host_cpu_cores": len(os.sched_getaffinity(0)),
+            "transparent_hugepage": transparent_hugepage_mode()}
+
+
+def transparent_hugepage_mode() -> str | None:
+    """The kernel's THP mode ('always', 'madvise' or 'never'; the bracketed word of sysfs), None off Linux."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="ascii") as f:
+            found = re.search(r"\[(\w+)\]", f.read())
+    except OSError:
+        return None
+    return found.group(1) if found else None
 
 
 def default_out(device: dict[str, Any]) -> str:
@@ -467,7 +513,7 @@ def main(argv: list[str]) -> None:
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    names = ("batch_size", "steps", "warmup", "dtype", "scan_layers", "remat", "seed", *PROTOCOL)
+    names = ("batch_size", "steps", "warmup", "dtype", "scan_layers", "remat", "seed", "huge_pages", *PROTOCOL)
     settings = {name: FLAGS[name].value for name in names}
     settings["dropout_rates"] = rates
     settings["protocol"] = all(settings[k] == v for k, v in PROTOCOL.items())
