@@ -1,6 +1,8 @@
-"""The peak a train step can reach on this device: a matmul of the step's dtype, timed here and now.
+"""The peaks a train step can reach on this device: a matmul of the step's dtype, and memory
+streaming, timed here and now.
 
     peak = 2 n^3 / (fastest of `repeats` [n, n] x [n, n] products)
+    bandwidth = 2 S / (fastest of `repeats` in-place scalings of an S-byte array)   (read + write)
 
 Measured in the same process and under the same load as the step it is compared with, so a
 utilisation (model FLOPs per second / peak, `lra_jax/flops.py`) is not skewed by other jobs
@@ -34,6 +36,20 @@ def measured_matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
         product(a, b).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return 2.0 * n**3 / best
+
+
+def measured_memory_bandwidth(megabytes: int = 1024, repeats: int = 5) -> float:
+    """Bytes/s of the fastest of `repeats` jitted in-place scalings of a float32 array of `megabytes`
+    MiB on device 0 (donated, so no fresh memory is touched): each reads and writes it once."""
+    n = megabytes * 2**20 // 4
+    scale = jax.jit(lambda x: x * 1.5, donate_argnums=0)
+    x = scale(jnp.ones((n,), jnp.float32)).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x = scale(x).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * 4 * n / best
 
 
 def vendor_peak(device_kind: str, dtype: str) -> float | None:

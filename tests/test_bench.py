@@ -40,13 +40,17 @@ def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeyp
         assert r["utilisation"] == pytest.approx(
             r["model_flops_per_step"] * r["steps_per_second"] / r["matmul_peak_flops_per_second"])
         assert r["vendor_peak_flops_per_second"] is None
+        # XLA's bytes at the bandwidth measured in the cell: the step's time were it only streaming them.
+        assert r["xla_bytes_accessed_per_step"] > 0 and r["memory_bandwidth_bytes_per_second"] > 0
+        assert r["memory_time_share"] == pytest.approx(
+            r["xla_bytes_accessed_per_step"] / r["memory_bandwidth_bytes_per_second"] / r["seconds_per_step"])
     assert by_variant["softmax"]["relative_speed"] == pytest.approx(1.0)
     linear = by_variant["linear"]
     assert linear["relative_speed"] == pytest.approx(
         linear["steps_per_second"] / by_variant["softmax"]["steps_per_second"])
     assert linear["attention"]["name"] == "linear"
     printed = "\n".join(lines)
-    assert "[2/2] linear @ 32" in printed and "×)" in printed and "% matmul peak" in printed
+    assert "[2/2] linear @ 32" in printed and "×)" in printed and "% matmul peak" in printed and "% streaming bytes" in printed
     assert report["complete"] is True
 
 

@@ -124,14 +124,19 @@ class OutOfMemory(Exception):
     """The step does not fit: raised by the trainer's memory check or by XLA."""
 
 
-def compiled_flops(compiled) -> float | None:
+def compiled_costs(compiled) -> dict[str, float | None]:
+    """XLA's cost analysis of a compiled step: flops, bytes accessed (each op's operands and outputs
+    after fusion: the memory traffic were nothing cached) and transcendentals; None where the backend
+    gives none."""
     try:
         cost = compiled.cost_analysis()
     except Exception:  # noqa: BLE001 - not every backend implements it
-        return None
+        cost = None
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else None
-    return float(cost["flops"]) if cost and "flops" in cost else None
+    cost = cost or {}
+    return {name: float(cost[key]) if key in cost else None
+            for name, key in (("flops", "flops"), ("bytes", "bytes accessed"), ("transcendentals", "transcendentals"))}
 
 
 def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, Any]:
@@ -143,7 +148,10 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
     Besides time and memory: the step's model FLOPs from the shapes (`lra_jax.flops`, None where the
     variant declares no count), XLA's compiled count, the peak of a matmul of the step's dtype measured
     right after the steps (`lra_jax.device_peak`) and the fraction of it the step reaches (the analytic
-    FLOPs where counted, else XLA's, as `utilisation_flops` says), with the vendor's peak on accelerators."""
+    FLOPs where counted, else XLA's, as `utilisation_flops` says), with the vendor's peak on accelerators;
+    XLA's bytes accessed and transcendentals, the measured memory bandwidth and `memory_time_share`:
+    the time to stream those bytes at that bandwidth over the step's time (a memory-bound step nears
+    or passes 1; caches can serve part of XLA's bytes, so it may exceed 1)."""
     from lra_jax import device_peak, flops, step_timing, trainer
     from lra_jax.data.tasks import TaskSpec
 
@@ -157,6 +165,7 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
         raise OutOfMemory(str(error)) from error
     stats = jax.devices()[0].memory_stats() or {}
     peak = device_peak.measured_matmul_peak(settings["dtype"])
+    bandwidth = device_peak.measured_memory_bandwidth()
     vendor = device_peak.vendor_peak(jax.devices()[0].device_kind, settings["dtype"])
     entries = []
     for config, timing in zip(configs, timings):
@@ -165,7 +174,8 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
             variant=variant, batch=config.batch_size, length=length + int(config.model.cls_token),
             dim=config.model.emb_dim, num_heads=config.model.num_heads, mlp_dim=config.model.mlp_dim,
             num_layers=config.model.num_layers, settings=timing["attention"])
-        xla_flops = compiled_flops(timing["compiled"])
+        costs = compiled_costs(timing["compiled"])
+        xla_flops = costs["flops"]
         counted = model_flops if model_flops is not None else xla_flops
         entries.append({
             "steps_per_second": steps_per_second,
@@ -180,6 +190,11 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
             "utilisation_flops": "model" if model_flops is not None else ("xla" if xla_flops else None),
             "utilisation": counted / timing["seconds_per_step"] / peak if counted else None,
             "utilisation_fastest_step": counted / min(timing["step_seconds"]) / peak if counted else None,
+            "xla_bytes_accessed_per_step": costs["bytes"],
+            "xla_transcendentals_per_step": costs["transcendentals"],
+            "memory_bandwidth_bytes_per_second": bandwidth,
+            # The step's time were it only streaming XLA's bytes at that bandwidth, as a share of its time.
+            "memory_time_share": costs["bytes"] / bandwidth / timing["seconds_per_step"] if costs["bytes"] else None,
             "compiled_step_memory_bytes": timing["compiled_step_memory_bytes"],
             "device_peak_bytes_in_use": stats.get("peak_bytes_in_use"),  # this cell's process
             "peak_memory_bytes": timing["compiled_step_memory_bytes"] or stats.get("peak_bytes_in_use"),
@@ -431,6 +446,9 @@ def table(results: list[dict[str, Any]]) -> str:
     if any(r.get("utilisation") is not None for r in results):
         lines += [""] + block("% matmul peak", lambda r: None if r.get("utilisation") is None else (
             f"{100 * r['utilisation']:.0f}%" + ("" if r.get("utilisation_flops") == "model" else " xla")), None)
+    if any(r.get("memory_time_share") is not None for r in results):
+        lines += [""] + block("% streaming bytes", lambda r: None if r.get("memory_time_share") is None
+                              else f"{100 * r['memory_time_share']:.0f}%", None)
     if any(r.get("dropout_cost") is not None for r in results):
         lines += [""] + block("dropout cost", lambda r: None if r.get("dropout_cost") is None else
                               f"{100 * r['dropout_cost']:+.0f}%", None)
