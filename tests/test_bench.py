@@ -277,3 +277,28 @@ def test_dropout_cost_is_the_median_of_the_alternating_steps_ratios():
     assert dropped["seconds_per_step"] / free["seconds_per_step"] - 1 == pytest.approx(0.75)
     measured_apart = {"seconds_per_step": 3.0, "step_seconds": [3.0, 3.0, 3.0]}
     assert bench.paired_cost(measured_apart, free) == pytest.approx(0.25)  # the means, without pairs
+
+
+def test_report_summarises_saved_cells_per_variant_and_length(tmp_path, capsys):
+    """--report prints, from bench JSONs alone, each variant's seconds per step at dropout 0, dropout's
+    cost, the share of the matmul peak and of streaming XLA's bytes; a failed cell shows its status."""
+    def cell(variant, length, rate, seconds, **extra):
+        return {"variant": variant, "length": length, "dropout_rate": rate, "status": "ok",
+                "seconds_per_step": seconds, "steps_per_second": 1 / seconds, "peak_memory_bytes": 1,
+                "utilisation": 0.5, "memory_time_share": 0.25, **extra}
+
+    first = {"results": [cell("softmax", 1024, 0.0, 4.0), cell("softmax", 1024, 0.1, 4.4)]}
+    second = {"results": [cell("softmax", 4096, 0.0, 40.0), {"variant": "softmax", "length": 4096,
+                                                               "dropout_rate": 0.1, "status": "oom"},
+                          {"variant": "linear", "length": 4096, "dropout_rate": 0.0, "status": "oom"}]}
+    paths = []
+    for name, report in (("a.json", first), ("b.json", second)):
+        (tmp_path / name).write_text(json.dumps(report))
+        paths.append(str(tmp_path / name))
+    lines = bench.summary(bench.read_reports(paths)).splitlines()
+    assert "n = 1024" in lines[0] and "n = 4096" in lines[0]
+    assert lines[2].split() == ["softmax", "4", "+10%", "50%", "25%", "40", "—", "50%", "25%"]
+    assert lines[3].split() == ["linear", "—", "—", "—", "—", "OOM"]
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(bench.LraError, match="bad.json is not a bench JSON"):
+        bench.read_reports([str(tmp_path / "bad.json")])

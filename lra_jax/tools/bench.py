@@ -85,6 +85,8 @@ def define_flags() -> None:
                        "compilation included; past it its process is killed and the cell recorded as 'timeout'.")
     flags.DEFINE_string("cell", None, "Internal: one cell as JSON {variant, length, settings}; measures it "
                         "in this process and prints its result as JSON (the bench runs every cell this way).")
+    flags.DEFINE_list("report", None, "Measure nothing: print the dropout-cost and utilisation summary "
+                      "(`summary`) of these bench JSONs, e.g. one per length.")
     flags.DEFINE_bool("kernels", False, "Run the kernel benchmark (lra_jax.tools.kernel_bench) instead; "
                       "the other arguments go to it.")
 
@@ -236,9 +238,8 @@ def cell_environment(settings: dict[str, Any]) -> dict[str, str]:
 
     XLA:CPU allocates a step's temporaries afresh every step, and glibc's malloc maps each large one
     from the kernel, so every 4 KiB page of it faults on first touch, every step. With the tunable
-    (glibc >= 2.35) malloc asks for transparent huge pages (madvise), one fault per 2 MiB: measured
-    here, writing a fresh [8, 4, 1024, 1024] float32 array took 108 ms without and 31 ms with, and the
-    bench's softmax step at 1K 6.7 s without and 4.1 s with. Ignored where glibc or THP lacks it
+    (glibc >= 2.35) malloc asks for transparent huge pages (madvise): one fault per 2 MiB. The README's
+    bench section gives the difference measured here. Ignored where glibc or the kernel lacks it
     (`device_info` records the machine's THP mode)."""
     env = dict(os.environ)
     if settings.get("huge_pages"):
@@ -455,6 +456,49 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def summary(results: list[dict[str, Any]]) -> str:
+    """One row per variant, per length: seconds per step at dropout 0, what dropout 0.1 costs, the
+    share of the matmul peak and the share of the step that streaming XLA's bytes takes (both at
+    dropout 0); '—' where a cell is missing, its status where it failed."""
+    cell = {cell_key(r): r for r in results}
+    lengths = sorted({r["length"] for r in results})
+    variants = list(dict.fromkeys(r["variant"] for r in results))
+    columns = ("s/step", "dropout", "% peak", "% bytes")
+    width = 9
+
+    def values(variant: str, length: int) -> list[str]:
+        free, dropped = cell.get((variant, length, 0.0)), cell.get((variant, length, 0.1))
+        if free is None:
+            return ["—"] * len(columns)
+        if free["status"] != "ok":
+            return [free["status"].upper()] + [""] * (len(columns) - 1)
+        percent = lambda x: "—" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+        cost = dropped.get("dropout_cost") if dropped and dropped["status"] == "ok" else None
+        return [f"{free['seconds_per_step']:.3g}", "—" if cost is None else f"{100 * cost:+.0f}%",
+                percent(free.get("utilisation")), percent(free.get("memory_time_share"))]
+
+    name_width = max([8] + [len(v) + 1 for v in variants])
+    head = " " * name_width + "".join(f"{f'n = {n}':^{width * len(columns)}}" for n in lengths)
+    sub = f"{'variant':<{name_width}}" + "".join(f"{c:>{width}}" for _ in lengths for c in columns)
+    rows = [f"{v:<{name_width}}" + "".join(f"{x:>{width}}" for n in lengths for x in values(v, n))
+            for v in variants]
+    return "\n".join([head, sub, *rows])
+
+
+def read_reports(paths: list[str]) -> list[dict[str, Any]]:
+    """The cells of bench JSONs `paths`, merged (a later file's cell replaces an earlier one's)."""
+    results = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                results = merge_results(results, json.load(f)["results"])
+        except OSError as error:
+            raise LraError(f"--report: cannot read {path} ({error.strerror})") from error
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise LraError(f"--report: {path} is not a bench JSON ({error})") from error
+    return results
+
+
 def device_info() -> dict[str, Any]:
     """The accelerator, and the host CPU cores this process may use (what a CPU timing ran on)."""
     d = jax.devices()[0]
@@ -516,6 +560,13 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     if FLAGS.cell is not None:
         run_cell(FLAGS.cell)
+        return
+    if FLAGS.report:
+        try:
+            print(summary(read_reports(FLAGS.report)))
+        except LraError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
         return
     try:
         if FLAGS.steps < 5:
