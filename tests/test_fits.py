@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from lra_jax.tools import fits
 
@@ -85,3 +88,12 @@ def test_the_summary_gives_each_target_its_outcomes_largest_step_and_the_steps_t
     assert " ".join(h100[7:]) == "70.00 of 80.00 (luong retrieval train) luong pathx eval a8"
     assert a100[1:7] == ["2/308", "1", "0", "1", "0", "1"], a100
     assert " ".join(a100[7:]) == "1.00 of 80.00 (s4d image eval) additive pathx train X"
+
+
+def test_a_reader_that_stops_early_ends_the_command_without_a_traceback():
+    """`python -m lra_jax.tools.fits | head -1` on the committed JSONs: head reads one line and exits."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(f"{sys.executable} -m lra_jax.tools.fits | head -1", shell=True, cwd=root,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.count("\n") == 1 and done.stdout.strip()
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr

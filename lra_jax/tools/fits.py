@@ -173,8 +173,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli() -> None:
-    """The command (`python -m lra_jax.tools.fits`, `lra-fits`)."""
-    sys.exit(main())
+    """The command (`python -m lra_jax.tools.fits`, `lra-fits`). A reader that stops early (`| head`)
+    ends it quietly, as it ends any Unix filter, not with a BrokenPipeError traceback."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
+        code = 1
+    sys.exit(code)
 
 
 if __name__ == "__main__":
