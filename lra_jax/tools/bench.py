@@ -72,7 +72,7 @@ def define_flags() -> None:
                       "so the cost of dropout is read side by side under the same load.")
     flags.DEFINE_bool("huge_pages", True, "Cells run with glibc's malloc backing large buffers by transparent huge "
                       f"pages ({HUGE_PAGES_TUNABLE} in GLIBC_TUNABLES): on CPU, XLA writes a step's temporaries into "
-                      "fresh memory every step, and 4 KiB page faults cost up to 40% of a step (see cell_environment).")
+                      "fresh memory every step, and each 4 KiB page of it faults (see cell_environment).")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
     flags.DEFINE_bool("scan_layers", False, "Layers in one lax.scan (config.model.scan_layers).")
     flags.DEFINE_bool("remat", False, "Recompute layers in the backward pass (config.model.remat).")
