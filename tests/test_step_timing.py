@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -44,3 +45,41 @@ def test_train_estimate_prints_a_projection_and_writes_nothing(tmp_path):
     assert estimate["projected_train_seconds"] == pytest.approx(
         estimate["compile_seconds"] + 500 * estimate["seconds_per_step"])
     assert not workdir.exists()
+
+
+def test_configs_timed_together_alternate_and_each_timed_step_follows_an_untimed_one_of_its_own(monkeypatch):
+    """Two configs (dropout 0 and 0.1): per round A A B B, the second of each pair timed; the switch from
+    the other executable is never in a timed step."""
+    from lra_jax import trainer
+    from lra_jax.tools import bench
+
+    calls = []
+
+    class Recorded:  # a compiled step that notes each call under its config's name
+        def __init__(self, compiled, name):
+            self.compiled, self.name = compiled, name
+
+        def __call__(self, *args):
+            calls.append(self.name)
+            return self.compiled(*args)
+
+        def __getattr__(self, attribute):  # memory_analysis, cost_analysis
+            return getattr(self.compiled, attribute)
+
+    real = step_timing.make_train_step
+    names = iter("AB")
+
+    def recording(graphdef, tx, key):
+        lower = real(graphdef, tx, key).lower
+        name = next(names)
+        compile_recorded = lambda lowered: lambda: Recorded(lowered.compile(), name)  # noqa: E731
+        return SimpleNamespace(lower=lambda *args: SimpleNamespace(compile=compile_recorded(lower(*args))))
+
+    monkeypatch.setattr(step_timing, "make_train_step", recording)
+    tiny = {"batch_size": 2, "seed": 0, "num_layers": 1, "num_heads": 2, "emb_dim": 16, "mlp_dim": 16,
+            "dtype": "float32", "scan_layers": False, "remat": False}
+    configs = [bench.bench_config("softmax", 16, tiny, rate) for rate in (0.0, 0.1)]
+    task = tasks.TaskSpec("text-bench", bench.VOCAB_SIZE, bench.NUM_CLASSES, False, load=None)
+    timings = step_timing.time_train_steps(configs, task, trainer.make_mesh(), warmup=1, steps=3)
+    assert calls == ["A", "B"] + ["A", "A", "B", "B"] * 3  # warm-up, then settle + timed per round
+    assert [len(t["step_seconds"]) for t in timings] == [3, 3]

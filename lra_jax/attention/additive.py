@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from lra_jax.attention.core import Attention, masked_softmax, matmul_flops
+from lra_jax.attention.core import Attention, matmul_flops
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
 
@@ -112,8 +112,7 @@ class AdditiveAttention(Attention):
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         logits = additive_logits(q, k, self.score_vector[...].astype(q.dtype),
                                  self.query_chunk)
-        probs = self.drop(masked_softmax(logits, mask[:, None, None, :]), deterministic=deterministic, rngs=rngs)
-        return jnp.einsum("bhnm,bmhd->bnhd", probs.astype(v.dtype), v)
+        return self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)
 
 
 @register("luong")
@@ -144,5 +143,4 @@ class LuongAttention(Attention):
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         wk = jnp.einsum("hde,bmhe->bmhd", self.bilinear[...].astype(k.dtype), k)
         logits = jnp.einsum("bnhd,bmhd->bhnm", q, wk) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
-        probs = self.drop(masked_softmax(logits, mask[:, None, None, :]), deterministic=deterministic, rngs=rngs)
-        return jnp.einsum("bhnm,bmhd->bnhd", probs.astype(v.dtype), v)
+        return self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)

@@ -45,6 +45,7 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 from lra_jax import kernels
 from lra_jax.errors import ConfigError
 from lra_jax.attention.dropout import Dropout
+from lra_jax.attention.weighted_values import NO_SEED, softmax_values
 from lra_jax.kernels import IMPLS
 from lra_jax.kernels.dropout import seed_from_key as kernel_dropout_seed
 from lra_jax.kernels.masking import MASK_VALUE  # one logit for masked pairs, kernels and variants alike
@@ -306,3 +307,25 @@ class Attention(TokenMixer):
         """Attention dropout on weights (identity when deterministic): `attention.dropout.Dropout`, whose
         mask on [b, h, q, k] weights is exactly the kernels' (`kernels.dropout.apply`)."""
         return self.attention_dropout(weights, deterministic=deterministic, rngs=rngs)
+
+    def weighted_values(
+        self,
+        logits: Float[Array, "b h q k"],
+        v: Float[Array, "b k h d"],
+        key_mask: Bool[Array, "b k"],
+        *,
+        deterministic: bool,
+        rngs: nnx.Rngs | None,
+    ) -> Float[Array, "b q h d"]:
+        """drop(masked_softmax(logits)) v, with the mask of `drop` (the kernels'), through
+        `weighted_values.softmax_values`: the softmax, dropout and product of full attention in
+        two [q, k] arrays forward and backward instead of autodiff's six."""
+        logits = jnp.where(key_mask[:, None, None, :], logits.astype(jnp.float32), MASK_VALUE)
+        out, _ = softmax_values(logits, jnp.swapaxes(v, 1, 2), *self.dropout_seed(deterministic, rngs))
+        return jnp.swapaxes(out, 1, 2)
+
+    def dropout_seed(self, deterministic: bool, rngs: nnx.Rngs | None) -> tuple[Array, float]:
+        """(seed, rate) of this call's attention dropout; (NO_SEED, 0.0) where nothing is dropped."""
+        if deterministic or self.dropout_rate == 0:
+            return NO_SEED, 0.0
+        return self.attention_dropout.seed(rngs), self.dropout_rate

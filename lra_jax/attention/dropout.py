@@ -14,7 +14,7 @@ at length 1024), this costs one multiply and one fmix32 per element. On attentio
 from __future__ import annotations
 
 from flax import nnx
-from jaxtyping import Array
+from jaxtyping import Array, UInt32
 
 from lra_jax.kernels import dropout as counter_mask
 
@@ -29,9 +29,13 @@ class Dropout(nnx.Module):
     def __call__(self, x: Array, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Array:
         if deterministic or self.rate == 0:
             return x
+        return counter_mask.drop(x, self.seed(rngs), self.rate)
+
+    def seed(self, rngs: nnx.Rngs | None) -> UInt32[Array, "1"]:
+        """The mask seed of one call: a fresh key from `rngs`' "dropout" stream, else its "default" one."""
         if rngs is None:
             raise ValueError("dropout in training needs rngs (an nnx.Rngs with a 'dropout' stream)")
         stream = next((name for name in ("dropout", "default") if name in rngs), None)
         if stream is None:
             raise ValueError("dropout needs an nnx.Rngs with a 'dropout' or 'default' stream")
-        return counter_mask.drop(x, counter_mask.seed_from_key(rngs[stream]()), self.rate)
+        return counter_mask.seed_from_key(rngs[stream]())

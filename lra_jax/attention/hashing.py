@@ -65,6 +65,7 @@ from lra_jax.attention.core import (
     zero_padding,
 )
 from lra_jax.attention.registry import register
+from lra_jax.attention.weighted_values import NO_SEED, softmax_values
 from lra_jax.errors import ConfigError
 
 # Score of a token against itself: finite, far below any real score |q . k / sqrt(d)|
@@ -129,7 +130,7 @@ def lsh_attention(
     chunk_size: int,
     mask_self: bool = True,
     dedup: bool = True,
-    drop=None,
+    dropout: tuple[Array, float] = (NO_SEED, 0.0),
 ) -> Float[Array, "b n h d"]:
     """Shared-QK LSH attention of q over the real keys k = q / |q| (module docstring).
 
@@ -142,7 +143,7 @@ def lsh_attention(
       chunk_size: chunk length m (clamped to n).
       mask_self: a token attends to itself only when it has no other key.
       dedup: lower each score by log N_{i,j}, the rounds in which j is in P_i^(r).
-      drop: optional function applied to the attention weights (dropout).
+      dropout: (seed, rate) of the attention weights' dropout (`Attention.dropout_seed`).
 
     Returns:
       The attention outputs [b n h d] in v's dtype; padded queries hold finite garbage.
@@ -198,11 +199,8 @@ def lsh_attention(
         logits = logits - jnp.log(jnp.maximum(count, 1).astype(jnp.float32))
     logits = jnp.where(allowed, logits, MASK_VALUE)
 
-    lse = jax.nn.logsumexp(logits, axis=-1)  # z(i, P_i^(r)); finite, also for a row with no key
-    probs = jnp.exp(logits - lse[..., None])
-    if drop is not None:
-        probs = drop(probs)
-    out = jnp.einsum("bhrcqk,bhrckd->bhrcqd", probs.astype(v.dtype), v_chunks)
+    # lse = z(i, P_i^(r)); finite, also for a row with no key.
+    out, lse = softmax_values(logits, v_chunks, *dropout)  # [b h r c m d], [b h r c m]
 
     # Back to the original order, then mix the rounds by their log-sum-exps.
     unsort = lambda x: jnp.take_along_axis(
@@ -313,6 +311,6 @@ class ReformerAttention(Attention):
                 raise ValueError("reformer needs `rngs` when deterministic=False (fresh hashes every call)")
             rotations = random_rotations(stream_key(rngs, "hashes", "dropout", "drawing Reformer hash rotations"), self.head_dim, self.num_hashes,
                                          self.num_buckets)
-        drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs)
         return lsh_attention(q, v, mask, rotations, num_buckets=self.num_buckets, chunk_size=self.chunk_size,
-                             mask_self=self.mask_self, dedup=self.dedup, drop=drop)
+                             mask_self=self.mask_self, dedup=self.dedup,
+                             dropout=self.dropout_seed(deterministic, rngs))

@@ -2,11 +2,13 @@
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d)) V,  padded keys masked out.
 
-O(n^2) time and memory in the sequence length n with impl="xla". With
+O(n^2) time and memory in the sequence length n with impl="xla", where the softmax, the
+attention dropout and the product with V run through `weighted_values.softmax_values`
+(a hand-written backward: two n x n arrays each way instead of autodiff's six). With
 impl="pallas" (or "auto" on a GPU or TPU) `attend` runs a FlashAttention kernel
-of `lra_jax.kernels.flash` (Dao et al. 2022; Triton on GPU, jax's splash
-attention on TPU): the same function in O(n) memory; attention dropout is not in
-the kernels, so training with dropout > 0 uses XLA.
+of `lra_jax.kernels.flash` (Dao et al. 2022; Triton on GPU, on TPU jax's splash
+attention, or our Mosaic kernel where dropout is on): the same function in O(n) memory,
+dropping the same weights.
 """
 
 from __future__ import annotations
@@ -57,5 +59,5 @@ class SoftmaxAttention(Attention):
         if plan.uses_pallas:
             return flash_attention(q, k, v, key_mask=mask, impl="pallas", interpret=plan.interpret,
                                    platform=plan.platform, **self.kernel_dropout(plan, rngs))
-        probs = self.drop(attention_weights(q, k, mask), deterministic=deterministic, rngs=rngs)
-        return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+        return self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)

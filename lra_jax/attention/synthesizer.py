@@ -34,7 +34,6 @@ from lra_jax.attention.core import (
     Attention,
     TokenMask,
     Tokens,
-    masked_softmax,
     matmul_flops,
     merge_heads,
     split_heads,
@@ -152,8 +151,7 @@ class SynthesizerAttention(Attention):
             k = split_heads(self.key(x), self.num_heads)
             dots = jnp.einsum("bnhd,bmhd->bhnm", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
             logits = logits + self.mix * dots.astype(jnp.float32)
-        probs = masked_softmax(jnp.broadcast_to(logits, (x.shape[0], *logits.shape[-3:])), mask[:, None, None, :])
-        probs = self.drop(probs, deterministic=deterministic, rngs=rngs)
         v = split_heads(self.value(x), self.num_heads)
-        out = jnp.einsum("bhnm,bmhd->bnhd", probs.astype(v.dtype), v)
+        logits = jnp.broadcast_to(logits, (x.shape[0], *logits.shape[-3:]))
+        out = self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)
         return zero_padding(self.out(merge_heads(out)), mask)
