@@ -74,7 +74,11 @@ def _shifted_sum_fwd(x, weights):
 
 
 def _shifted_sum_bwd(residuals, grad):
-    """d/dw_{i,j} = g_i . x_{i+j-k//2};  d/dx_m = sum_j w_{m-j+k//2, j} g_{m-j+k//2} (a shifted sum of w_j g)."""
+    """d/dw_{i,j} = g_i . x_{i+j-k//2};  d/dx_m = sum_j w_{m-j+k//2, j} g_{m-j+k//2} (a shifted sum of w_j g).
+
+    d/dx is summed like the forward, over slices of one padded copy of g and of w (tap j read at
+    offset k - 1 - j): XLA:CPU fuses that into one pass. Padding each product w_j g apart made it sum
+    k padded arrays in a transposed fusion that took half of a Nystromformer train step."""
     x, weights = residuals
     n, width = x.shape[1], weights.shape[-1]
     padded = _pad_length(x, width)
@@ -83,11 +87,14 @@ def _shifted_sum_bwd(residuals, grad):
         return jnp.sum(grad * jax.lax.dynamic_slice_in_dim(padded, j, n, axis=1), axis=-1)
 
     grad_weights = jnp.moveaxis(jax.lax.map(tap, jnp.arange(width)), 0, -1)
-    grad_padded = jnp.zeros_like(padded)
-    for j in range(width):
-        grad_padded = grad_padded + jnp.pad(weights[..., j, None] * grad, ((0, 0), (j, width - 1 - j), (0, 0), (0, 0)))
     left = width // 2
-    return grad_padded[:, left : left + n], grad_weights
+    reversed_pad = ((0, 0), (width - 1 - left, left), (0, 0), (0, 0))  # the forward's padding, mirrored
+    grad_padded, weights_padded = jnp.pad(grad, reversed_pad), jnp.pad(weights, reversed_pad)
+    grad_x = jnp.zeros_like(x)
+    for offset in range(width):  # position m + offset of the padded arrays is m - j + k//2 for tap j
+        j = width - 1 - offset
+        grad_x = grad_x + weights_padded[:, offset : offset + n, :, j, None] * grad_padded[:, offset : offset + n]
+    return grad_x, grad_weights
 
 
 _shifted_sum.defvjp(_shifted_sum_fwd, _shifted_sum_bwd)
