@@ -27,11 +27,14 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, UInt32
 
 from lra_jax.kernels import dropout as counter_mask
 
-NO_SEED = jnp.zeros((1,), jnp.uint32)  # the seed argument where nothing is dropped (rate 0)
+# The seed argument where nothing is dropped (rate 0); numpy, so importing this module starts no XLA
+# backend (a multi-host run must call jax.distributed.initialize first).
+NO_SEED = np.zeros((1,), np.uint32)
 
 
 def softmax_values(
