@@ -115,3 +115,15 @@ def test_luong_starts_as_softmax_attention():
     assert_close(apply(luong, x, mask), apply(softmax, x, mask), TOL)
     luong.bilinear[...] = 2.0 * np.asarray(luong.bilinear[...])
     assert np.abs(apply(luong, x, mask) - apply(softmax, x, mask)).max() > 1e-3
+
+
+def test_the_default_chunk_follows_the_platform_the_layer_is_built_for():
+    """A deviceless compile for a TPU or GPU builds the layer that platform would run (64 queries a
+    chunk), not the host CPU's (one query a chunk, 4097 sequential steps at 4K)."""
+    from lra_jax import kernels
+
+    assert build("additive").query_chunk == 1  # this CPU
+    for platform in ("tpu", "cuda"):
+        with kernels.target_platform(platform):
+            assert build("additive").query_chunk == 64
+    assert build("additive", query_chunk=8).query_chunk == 8

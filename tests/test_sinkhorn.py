@@ -23,7 +23,7 @@ HEADS, HEAD_DIM = 2, 8
 
 def test_sinkhorn_iterations_give_a_doubly_stochastic_matrix():
     logits = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
-    sinkhorn = jax.jit(lambda x, iterations: jnp.exp(log_sinkhorn(x, iterations)))
+    sinkhorn = jax.jit(lambda x, iterations: jnp.exp(log_sinkhorn(x, iterations)), static_argnums=1)
     p = np.asarray(sinkhorn(logits, 50))
     # 50 iterations of a row and a column log-sum-exp over 6 terms each: float32 round-off up to
     # 2 * 50 * 6 eps = 7e-5 in the marginals, far below one iteration's error (> 1e-2).

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
+from lra_jax import kernels
 from lra_jax.attention.core import Attention, matmul_flops
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
@@ -68,8 +69,10 @@ def additive_logits(
 
 def default_query_chunk() -> int:
     """1 on CPU (fastest there, see additive_logits); 64 on GPU/TPU, where one query per
-    sequential step would leave the device idle (not measured here: no accelerator)."""
-    return 1 if jax.default_backend() == "cpu" else 64
+    sequential step would leave the device idle (not measured here: no accelerator). The platform
+    is the one the layer is built for (`kernels.current_target`: jax's, or the target a deviceless
+    compile names), not necessarily the one this process runs on."""
+    return 1 if kernels.current_target().platform == "cpu" else 64
 
 
 @register("additive")

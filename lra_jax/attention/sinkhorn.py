@@ -54,13 +54,15 @@ from lra_jax.errors import ConfigError
 
 
 def log_sinkhorn(log_alpha: Float[Array, "... i j"], iterations: int) -> Float[Array, "... i j"]:
-    """`iterations` rounds of row then column normalisation of exp(log_alpha), in log space."""
+    """`iterations` rounds of row then column normalisation of exp(log_alpha), in log space.
 
-    def step(_, log_alpha):
+    A Python loop, not `lax.fori_loop`: the rounds are few and small ([c, c] per head), and a compiled
+    loop would be modeled for one round by the TPU compiler's cost model (`tools.compile`)."""
+    log_alpha = log_alpha.astype(jnp.float32)
+    for _ in range(iterations):
         log_alpha = log_alpha - jax.nn.logsumexp(log_alpha, axis=-1, keepdims=True)
-        return log_alpha - jax.nn.logsumexp(log_alpha, axis=-2, keepdims=True)
-
-    return jax.lax.fori_loop(0, iterations, step, log_alpha.astype(jnp.float32))
+        log_alpha = log_alpha - jax.nn.logsumexp(log_alpha, axis=-2, keepdims=True)
+    return log_alpha
 
 
 def block_mask(mask: Bool[Array, "b n"], block: int) -> tuple[Bool[Array, "b c w"], Bool[Array, "b c"]]:

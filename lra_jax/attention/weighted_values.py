@@ -3,22 +3,18 @@
 For logits S [..., q, k] (masked pairs already at MASK_VALUE), values V [..., k, d], keep mask
 M (`kernels.dropout.keep_like`: the mask `Dropout` and the kernels draw) and rate r:
 
-    m = max_k S,   E = exp(S - m),   l = sum_k E,   lse = m + log l
-    O = ((M * E) V) / ((1 - r) l)                                   (forward)
-    dV = (M * E)^T (dO / ((1 - r) l))
-    dS = P * (M * G / (1 - r) - c + dlse),   P = E / l,  G = dO V^T,  c = rowsum(dO * O)
+    m = max_k S,   l = sum_k exp(S - m),   P = exp(S - m) / l,   lse = m + log l
+    O = (M * P) V / (1 - r)                                         (forward)
+    dV = (M * P)^T dO / (1 - r)
+    dS = P * (M * G / (1 - r) - c + dlse),   G = dO V^T,  c = rowsum(dO * O)
 
 c = sum_k P~ G is the FlashAttention identity (Dao et al. 2022): the row sum over k is an [q, d]
-product instead of a pass over [q, k]. Autodiff of softmax -> dropout -> matmul writes P, the
-dropped P~, their gradients and the row sum of dP * P. Here the forward writes M * E (normalised on
-the [q, d] output), the backward G and dS, P is recomputed from the logits and the mask from its
-hash; where a compiler cannot fuse the hash into the neighbouring products (XLA:CPU's XNNPACK
-fusions), E and the masked G are arrays of their own as well. On this CPU (`python -m
-lra_jax.tools.bench`) the softmax train step at 1K lost its dropout cost (+15% -> 0%) and at 2K both
-steps got faster (10.1 / 13.3 s at dropout 0 / 0.1, from 14.5 / 18.4). Everything is float32
-inside; O and dV come back in V's dtype, dS in S's. The backward keeps S and M * E, two [q, k]
-arrays, where autodiff kept P and the mask: a compiler can recompute softmax's S from one matmul,
-but not additive's tanh scores (18.4 GiB instead of 11.9 per TPU v3 core at 4K, Table 2).
+product instead of a pass over [q, k]. Autodiff of softmax -> dropout -> matmul keeps P and the
+mask, and writes the dropped P~, their gradients and the row sum of dP * P. Here P, in the logits'
+dtype, is the only [q, k] array kept for the backward; the mask is recomputed from its hash (where a
+compiler cannot fuse the hash into the neighbouring products, as XLA:CPU's XNNPACK fusions cannot,
+M * P and the masked G are arrays of their own). Everything is float32 inside; O and dV come back
+in V's dtype, dS in S's.
 """
 
 from __future__ import annotations
@@ -65,26 +61,25 @@ def _forward(logits, values, seed, rate):
     s = logits.astype(jnp.float32)
     m = jnp.max(s, axis=-1)
     e = jnp.exp(s - m[..., None])
-    total = jnp.sum(e, axis=-1)
-    kept = _kept(e, seed, rate).astype(values.dtype)
-    scale = 1.0 / ((1.0 - rate) * total)  # [..., q]; total >= 1 (the row's maximum contributes exp(0))
-    out = jnp.einsum("...qk,...kd->...qd", kept, values, preferred_element_type=jnp.float32) * scale[..., None]
+    total = jnp.sum(e, axis=-1)  # >= 1: the row's maximum contributes exp(0)
+    probs = (e / total[..., None]).astype(logits.dtype)  # the backward's only [q, k] residual
+    kept = _kept(probs, seed, rate).astype(values.dtype)
+    out = jnp.einsum("...qk,...kd->...qd", kept, values, preferred_element_type=jnp.float32) / (1.0 - rate)
     lse = m + jnp.log(total)
-    return (out.astype(values.dtype), lse), (logits, values, seed, kept, m, scale, out)
+    return (out.astype(values.dtype), lse), (probs, values, seed, out)
 
 
 def _backward(rate, residuals, cotangents):
-    logits, values, seed, kept, m, scale, out = residuals
+    probs, values, seed, out = residuals
     d_out, d_lse = cotangents
     d_out32 = d_out.astype(jnp.float32)
-    d_values = jnp.einsum("...qk,...qd->...kd", kept, (d_out32 * scale[..., None]).astype(values.dtype),
+    kept = _kept(probs, seed, rate).astype(values.dtype)  # M * P again, from the hash
+    d_values = jnp.einsum("...qk,...qd->...kd", kept, (d_out32 / (1.0 - rate)).astype(values.dtype),
                           preferred_element_type=jnp.float32).astype(values.dtype)
     g = jnp.einsum("...qd,...kd->...qk", d_out, values, preferred_element_type=jnp.float32)
     c = jnp.sum(d_out32 * out, axis=-1) - d_lse  # [..., q]
-    p = jnp.exp(logits.astype(jnp.float32) - m[..., None]) * ((1.0 - rate) * scale[..., None])  # not exp(S - lse):
-    # lse rounds to m where |m| >> log l (a row without real keys: m = MASK_VALUE)
-    d_logits = p * (_kept(g, seed, rate) * (1.0 / (1.0 - rate)) - c[..., None])
-    return d_logits.astype(logits.dtype), d_values, None
+    d_logits = probs.astype(jnp.float32) * (_kept(g, seed, rate) / (1.0 - rate) - c[..., None])
+    return d_logits.astype(probs.dtype), d_values, None
 
 
 _softmax_values.defvjp(lambda logits, values, seed, rate: _forward(logits, values, seed, rate), _backward)
