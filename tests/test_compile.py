@@ -413,15 +413,16 @@ def test_fit_planning_finds_the_batch_that_fits_and_compiles_it():
     assert max(plans["train"]["verified_bytes"], plans["eval"]["verified_bytes"]) <= small.memory_per_device
 
 
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    coords: tuple
+
+
 def test_sweep_estimate_for_a_target_gives_modeled_chip_hours(monkeypatch, capsys):
     from lra_jax.tools import sweep
 
-    class Device:
-        def __init__(self, x):
-            self.coords = (x, 0, 0)
-
     runs = sweep.plan("softmax,linformer", "listops", ["mini"], ["0", "1"], "/nonexistent-root")
-    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(devices=tuple(Device(x) for x in range(4))))
+    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(devices=tuple(Chip((x, 0, 0)) for x in range(4))))
     compiled = []
 
     def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
@@ -437,6 +438,60 @@ def test_sweep_estimate_for_a_target_gives_modeled_chip_hours(monkeypatch, capsy
     assert lines[-1].startswith(f"total: {2 * steps * 0.5 * 4 / 3600:.2f} chip-hours modeled")
     assert "not counted: 2 runs not modeled" in lines[-1]
     assert "modeled for tpu-v5e:2x2, 4 chips; not measured" in lines[0]
+
+
+def test_sweep_estimate_models_unrolled_layers_per_micro_batch_and_marks_lower_bounds(monkeypatch):
+    """The cost model counts a loop body once: the estimate compiles each run with its layers unrolled and
+    one micro-batch, multiplies by the accumulation, and marks a time that still has loops as a bound."""
+    from lra_jax.tools import sweep
+
+    runs = sweep.plan("softmax,linformer", "listops", ["mini"], ["0"], "/nonexistent-root")
+    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(devices=(Chip((0, 0, 0)),)))
+    planned, train_config = sweep.train_config(runs[0].command), sweep.train_config
+
+    def accumulating(command):
+        config = train_config(command)
+        config.grad_accum_steps = 2
+        return config
+
+    monkeypatch.setattr(sweep, "train_config", accumulating)
+    seen = []
+
+    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+        seen.append((config.model.scan_layers, config.batch_size, config.get("grad_accum_steps", 1)))
+        return [make_row(variant=variant, modeled_seconds=0.5, loops=3 if variant == "softmax" else 0)]
+
+    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    lines = []
+    assert compile_cmd.estimate_sweep(runs, "tpu-v5e:2x2", log=lines.append) == 0
+    assert seen == [(False, planned.batch_size // 2, 1)] * 2, lines
+    softmax, linformer = lines[1:3]
+    assert ">=" in softmax and " 1000.00 " in softmax and ">=" not in linformer and " 1000.00 " in linformer
+    assert lines[-1].startswith("total: at least ") and "1 runs are lower bounds" in lines[-1]
+
+
+def test_modeling_config_unrolls_the_layers_and_takes_one_micro_batch():
+    config = mini("linformer")
+    config.model.scan_layers, config.model.remat, config.grad_accum_steps = True, True, 4
+    modeled, factor = compile_cmd.modeling_config(config)
+    assert factor == 4 and modeled.batch_size == config.batch_size // 4 and modeled.grad_accum_steps == 1
+    assert not modeled.model.scan_layers and modeled.model.remat  # the same recomputation
+    assert config.model.scan_layers and config.grad_accum_steps == 4  # the run's config is left as it was
+
+
+def test_the_tpu_cost_model_counts_a_loop_once_so_a_scanned_step_is_a_lower_bound():
+    """Mini Linformer with scanned layers and two accumulated micro-batches: the compiled row says its
+    modeled time is a lower bound; the modeling config has no loop left and models more time."""
+    target = target_or_skip("tpu-v5e:1x1")
+    config = mini("linformer")
+    config.model.scan_layers, config.grad_accum_steps = True, 2
+    (scanned,) = compile_cmd.compile_config("linformer", "listops", config, target, modes=("train",))
+    assert scanned.result == "ok" and scanned.loops >= 2, scanned  # layers, micro-batches
+    assert scanned.modeled_note.startswith("a lower bound") and ">=" in compile_cmd.format_row(scanned)
+    modeling, factor = compile_cmd.modeling_config(config)
+    (unrolled,) = compile_cmd.compile_config("linformer", "listops", modeling, target, modes=("train",))
+    assert unrolled.loops == 0 and unrolled.modeled_note is None
+    assert factor * unrolled.modeled_seconds > 1.5 * scanned.modeled_seconds
 
 
 def test_a_kernel_over_the_gpus_shared_memory_is_an_error_not_a_memory_refusal():
@@ -476,3 +531,16 @@ def test_a_large_sort_compiles_for_a_gpu_without_a_device():
 
     target = target_or_skip("h100")
     assert "sort" in compile_on(target, lambda x: jnp.argsort(x, axis=-1), ((64, 2, 16384), jnp.float32))
+
+
+def test_a_step_with_loops_has_an_upper_bound_speed_and_no_point_on_the_chart(tmp_path):
+    """Its modeled time counts each loop body once: the table marks the speed <=, the chart leaves it out."""
+    rows = [make_row(task="table2:1024", modeled_seconds=0.2),
+            make_row(variant="additive", task="table2:1024", modeled_seconds=0.4, loops=4)]
+    entries = {e["variant"]: e for e in table2.relative(rows)}
+    assert entries["additive"]["speed_is_upper_bound"] and not entries["softmax"]["speed_is_upper_bound"]
+    assert re.search(r"additive\s+<=0\.50", table2.format_table(list(entries.values()), {}))
+    out = tmp_path / "t2.json"
+    out.write_text(json.dumps({"rows": [dataclasses.asdict(r) for r in rows]}))
+    _, _, modeled = table2.load_modeled(str(out), None)
+    assert modeled["additive"]["examples_per_second"] is None and modeled["softmax"]["examples_per_second"] > 0

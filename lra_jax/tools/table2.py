@@ -59,6 +59,8 @@ def relative(rows) -> list[dict[str, Any]]:
             "variant": r.variant, "target": r.target, "length": length_of(r.task), "result": r.result,
             "modeled_steps_per_second": speed,
             "relative_speed": speed / base_speed if speed and base_speed else None,
+            # loops in the step: its modeled time is a lower bound (`compile.loops_in`), so the speed an upper one
+            "speed_is_upper_bound": bool(speed and (r.loops or (base and base.loops))),
             "memory_bytes": memory, "relative_memory": memory / base_memory if memory and base_memory else None,
             "needed_bytes": None if r.result == "ok" else (r.memory or {}).get("total") or (r.memory or {}).get("temp"),
             "note": r.modeled_note or r.error})
@@ -94,7 +96,8 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
         speed = (f"train steps/s relative to {BASELINE} (modeled by the XLA TPU compiler, not measured) and "
                  if modeled else "no speed (XLA:GPU models none; only a GPU measures it), ")
         lines.append(f"Table 2 on {target}: {speed}memory per device (GiB, compiled; !N: does not fit, the compiler "
-                     "asked for N GiB); paper: Tay et al. 2021 at 4K")
+                     "asked for N GiB); paper: Tay et al. 2021 at 4K"
+                     + ("; <=: an upper bound, the step has loops the TPU cost model counts once" if modeled else ""))
         speed_lengths = lengths if modeled else []
         header = f"{'variant':<17}" + "".join(f"{'x' + str(n):>8}" for n in speed_lengths) \
             + "".join(f"{str(n) + ' GiB':>10}" for n in lengths) + f"{'paper x':>9}{'paper GB':>9}"
@@ -103,7 +106,8 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
             row = f"{variant:<17}"
             for n in speed_lengths:
                 e = cells.get((variant, n), {})
-                row += f"{_cell(e.get('relative_speed'), '.2f'):>8}"
+                bound = "<=" if e.get("speed_is_upper_bound") else ""
+                row += f"{bound + _cell(e.get('relative_speed'), '.2f'):>8}"
             for n in lengths:
                 e = cells.get((variant, n), {})
                 memory, needed = e.get("memory_bytes"), e.get("needed_bytes")
@@ -118,8 +122,9 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
 
 def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[str, dict[str, Any]]]:
     """(length, target, variant -> {"examples_per_second", "peak_memory_bytes"}) from a compile JSON of
-    this protocol, for the chart: modeled examples/s = global batch / modeled step time; only rows that
-    fit and were modeled. `length` None: the longest in the file."""
+    this protocol, for the chart: modeled examples/s = global batch / modeled step time, for rows that
+    fit and were modeled; a row whose step has loops gets examples/s None (its modeled time is a lower
+    bound, `compile.loops_in`). `length` None: the longest in the file."""
     try:
         with open(path, encoding="utf-8") as f:
             rows = json.load(f)["rows"]
@@ -137,7 +142,7 @@ def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[s
     targets = sorted({r["target"] for r in chosen})
     if len(targets) != 1:
         raise LraError(f"{path} has Table 2 rows for {', '.join(targets)}; the chart takes one target per file")
-    modeled = {r["variant"]: {"examples_per_second": r["global_batch"] / r["modeled_seconds"],
+    modeled = {r["variant"]: {"examples_per_second": None if r.get("loops") else r["global_batch"] / r["modeled_seconds"],
                               "peak_memory_bytes": r["memory"]["total"]}
                for r in chosen if r["result"] == "ok" and r.get("modeled_seconds") and r.get("memory")}
     return length, targets[0], modeled
