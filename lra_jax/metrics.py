@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -9,6 +10,18 @@ import shutil
 import sys
 
 from tensorboardX import SummaryWriter
+
+
+@contextlib.contextmanager
+def naming_the_file(path: str):
+    """Gives an OSError raised inside (a write or flush of an open file, which names none) `path` as its
+    filename, so a full disk is reported with the file it stopped (`trainer.train_and_evaluate`)."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror, path) from error
 
 
 class MetricsWriter:
@@ -47,11 +60,13 @@ class MetricsWriter:
             return
         scalars = {key: float(value) for key, value in scalars.items()}
         line = {key: value if math.isfinite(value) else None for key, value in scalars.items()}
-        self.jsonl.write(json.dumps({"step": step, **line}, allow_nan=False) + "\n")
-        self.jsonl.flush()
-        for key, value in scalars.items():
-            self.tensorboard.add_scalar(key, value, step)
-        self.tensorboard.flush()
+        with naming_the_file(self.jsonl.name):
+            self.jsonl.write(json.dumps({"step": step, **line}, allow_nan=False) + "\n")
+            self.jsonl.flush()
+        with naming_the_file(self.tensorboard.logdir):
+            for key, value in scalars.items():
+                self.tensorboard.add_scalar(key, value, step)
+            self.tensorboard.flush()
 
     def close(self) -> None:
         if not self.enabled:

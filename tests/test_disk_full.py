@@ -71,20 +71,27 @@ def stops_for_lack_of_space(config, workdir: str, capfd) -> str:
     return message
 
 
+def fill_the_disk_after_the_first_save(monkeypatch, disk: str, remount) -> None:
+    """After the first `last` checkpoint the disk is shrunk to leave 64 KiB free: far less than any
+    checkpoint of the tiny model (164-228 KiB here; Orbax's data files vary from run to run, so a fixed
+    disk size let a whole run fit now and then), far more than the log lines before the next save."""
+    save = checkpointing.Checkpoints.save_last
+
+    def save_then_fill_the_disk(*args):
+        save(*args)
+        used = os.statvfs(disk).f_blocks - os.statvfs(disk).f_bfree
+        remount(f"{(used * os.statvfs(disk).f_frsize + (64 << 10)) >> 10}k")
+
+    monkeypatch.setattr(checkpointing.Checkpoints, "save_last", save_then_fill_the_disk)
+
+
 def test_a_save_that_would_not_fit_stops_before_writing_and_the_run_resumes_exactly(
         undisturbed, small_disk, capfd, monkeypatch):
     config, expected = undisturbed
     mount, remount = small_disk
     disk = mount("16m")
     workdir = os.path.join(disk, "run")
-    save = checkpointing.Checkpoints.save_last
-
-    def save_then_fill_the_disk(*args):  # after the first `last` checkpoint, 64 KiB are left free
-        save(*args)
-        used = os.statvfs(disk).f_blocks - os.statvfs(disk).f_bfree
-        remount(f"{(used * os.statvfs(disk).f_frsize + (64 << 10)) >> 10}k")
-
-    monkeypatch.setattr(checkpointing.Checkpoints, "save_last", save_then_fill_the_disk)
+    fill_the_disk_after_the_first_save(monkeypatch, disk, remount)
     stops_for_lack_of_space(config, workdir, capfd)
     monkeypatch.undo()
 
@@ -101,7 +108,9 @@ def test_a_save_that_fails_for_lack_of_space_leaves_no_debris_and_the_run_resume
         undisturbed, small_disk, capfd, monkeypatch):
     config, expected = undisturbed
     mount, remount = small_disk
-    workdir = os.path.join(mount("600k"), "run")
+    disk = mount("16m")
+    workdir = os.path.join(disk, "run")
+    fill_the_disk_after_the_first_save(monkeypatch, disk, remount)
     monkeypatch.setattr(checkpointing, "free_bytes", lambda path: 1 << 40)  # the check is fooled: Orbax's write fails
 
     stops_for_lack_of_space(config, workdir, capfd)
@@ -202,3 +211,22 @@ def test_a_writer_thread_listed_before_it_runs_is_waited_for(monkeypatch):
     monkeypatch.setattr(checkpointing.threading, "enumerate", lambda: listed() + [writer])
     checkpointing._await_stragglers(running)
     assert done == [True]
+
+
+def test_a_log_line_that_meets_a_full_disk_names_its_file(tmp_path, monkeypatch):
+    """A write or flush of an open file raises an OSError without a filename; the writer adds it, so the
+    run's one-line DiskFull names metrics.jsonl rather than the whole workdir."""
+    import errno
+
+    from lra_jax.metrics import MetricsWriter
+
+    writer = MetricsWriter(tmp_path)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(writer, "jsonl", type("Full", (), {"name": writer.jsonl.name, "write": full, "flush": full})())
+    with pytest.raises(OSError) as caught:
+        writer.write(3, {"train/loss": 0.5})
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(tmp_path / "metrics.jsonl")
+    assert checkpointing.out_of_space(caught.value)
