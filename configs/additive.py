@@ -16,9 +16,9 @@ Full-scale Path-X (64 examples of 16,384 tokens) forms n x n scores and does not
 compiled for an H100 or A100 its train step asks for 417 GiB and its eval step for 256 GiB. There pass
 `--config.grad_accum_steps=8` (8 examples at a time: 52 / 32 GiB compiled;
 `python -m lra_jax.tools.compile --variants=additive --tasks=pathx --targets=h100` prints the plan).
-On TPU slices it fits 2 examples per device at a time (8.12 / 8.01 GiB compiled): pass
-`--config.grad_accum_steps=8` on `tpu-v5e:2x2` (4 chips of 16 GiB) and `=4` on `tpu-v4:2x2x1`
-(8 TensorCores of 16 GiB).
+On TPU slices pass `--config.grad_accum_steps=8` too: on `tpu-v5e:2x2` (4 chips of 16 GiB) that is
+2 examples per chip at a time (8.06 / 8.01 GiB compiled), on `tpu-v4:2x2x1` (8 TensorCores of 16 GiB)
+1 per core (4.04 / 4.01 GiB; 2 per core ask for 16.04).
 """
 
 from ml_collections import config_dict
