@@ -24,7 +24,8 @@ replicated, with the attention kernels chosen for the target's platform. Per row
   module as its custom call, else the row is an error;
 - modeled (TPU only): the TPU compiler's modeled step time (`cost_analysis()["optimal_seconds"]`),
   a model, not a measurement. It is left out for a step containing a Mosaic kernel, which the cost
-  model does not model (it comes out negative there): such rows say "not modeled". Where the counts
+  model does not model (it comes out negative there): such rows say "not modeled". A step with loops
+  gets a lower bound, printed with ">=": the model counts a loop body once (`loops_in`). Where the counts
   are complete (no loop, every kernel call with its cost estimate, as our Mosaic kernels give), such a
   step gets a roofline instead (`roofline_seconds`, printed with an "r"): its FLOPs at the chip's peak
   or its bytes at HBM bandwidth, whichever takes longer; also a model, never a measurement;
