@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from lra_jax import host_memory
 from lra_jax.tools import bench
 from lra_jax.errors import ConfigError
 
@@ -266,6 +267,16 @@ def test_cells_run_with_huge_pages_asked_of_glibc_malloc(monkeypatch):
     monkeypatch.delenv("GLIBC_TUNABLES")
     assert bench.cell_environment({**TINY, "huge_pages": True})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
     assert "GLIBC_TUNABLES" not in bench.cell_environment(TINY)
+
+
+def test_cells_keep_freed_memory_when_asked(monkeypatch):
+    """--keep_host_memory (the default) adds the three tunables of `host_memory.KEEP_FREED`, replacing
+    the user's own arena_max and keeping the rest."""
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0")
+    tunables = bench.cell_environment({**TINY, "keep_host_memory": True})["GLIBC_TUNABLES"].split(":")
+    assert tunables == ["glibc.malloc.tcache_count=0", *host_memory.KEEP_FREED]
+    both = bench.cell_environment({**TINY, "huge_pages": True, "keep_host_memory": True})["GLIBC_TUNABLES"]
+    assert both.split(":") == ["glibc.malloc.tcache_count=0", *host_memory.HUGE_PAGES, *host_memory.KEEP_FREED]
 
 
 def test_dropout_cost_is_the_median_of_the_alternating_steps_ratios():

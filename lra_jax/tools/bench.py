@@ -44,7 +44,7 @@ from typing import Any
 import jax
 from absl import app, flags, logging
 
-from lra_jax import config_paths, task_defaults
+from lra_jax import config_paths, host_memory, task_defaults
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import ConfigError, LraError
 from lra_jax.tools.progress import print_now
@@ -54,7 +54,6 @@ VOCAB_SIZE, NUM_CLASSES = 257, 2  # Text: bytes + padding, binary sentiment
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM")
 
 FLAGS = flags.FLAGS
-HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"  # glibc's malloc asks for transparent huge pages
 
 
 def define_flags() -> None:
@@ -71,8 +70,11 @@ def define_flags() -> None:
                       "Several, e.g. 0,0.1, measure each (variant, length) at every rate one after another, "
                       "so the cost of dropout is read side by side under the same load.")
     flags.DEFINE_bool("huge_pages", True, "Cells run with glibc's malloc backing large buffers by transparent huge "
-                      f"pages ({HUGE_PAGES_TUNABLE} in GLIBC_TUNABLES): on CPU, XLA writes a step's temporaries into "
-                      "fresh memory every step, and each 4 KiB page of it faults (see cell_environment).")
+                      "pages (lra_jax/host_memory.py): on CPU, XLA writes a step's temporaries into fresh memory every "
+                      "step, and each 4 KiB page of it faults; huge pages fault once per 2 MiB.")
+    flags.DEFINE_bool("keep_host_memory", True, "Cells run with glibc's malloc keeping freed memory mapped "
+                      "(lra_jax/host_memory.py), so a step reuses the last step's temporaries instead of faulting "
+                      "fresh pages in.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
     flags.DEFINE_bool("scan_layers", False, "Layers in one lax.scan (config.model.scan_layers).")
     flags.DEFINE_bool("remat", False, "Recompute layers in the backward pass (config.model.remat).")
@@ -234,18 +236,13 @@ def cell_command(variant: str, length: int, settings: dict[str, Any]) -> list[st
 
 
 def cell_environment(settings: dict[str, Any]) -> dict[str, str]:
-    """This process's environment, with `settings["huge_pages"]` adding HUGE_PAGES_TUNABLE to GLIBC_TUNABLES.
-
-    XLA:CPU allocates a step's temporaries afresh every step, and glibc's malloc maps each large one
-    from the kernel, so every 4 KiB page of it faults on first touch, every step. With the tunable
-    (glibc >= 2.35) malloc asks for transparent huge pages (madvise): one fault per 2 MiB. The README's
-    bench section gives the difference measured here. Ignored where glibc or the kernel lacks it
-    (`device_info` records the machine's THP mode)."""
+    """This process's environment, with GLIBC_TUNABLES asking for huge pages (`settings["huge_pages"]`)
+    and for freed memory to stay mapped (`settings["keep_host_memory"]`): see `lra_jax.host_memory`.
+    Ignored where glibc or the kernel lacks them (`device_info` records the machine's THP mode)."""
     env = dict(os.environ)
-    if settings.get("huge_pages"):
-        name = HUGE_PAGES_TUNABLE.split("=")[0]
-        kept = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t and t.split("=")[0] != name]
-        env["GLIBC_TUNABLES"] = ":".join([*kept, HUGE_PAGES_TUNABLE])
+    huge, keep = bool(settings.get("huge_pages")), bool(settings.get("keep_host_memory"))
+    if huge or keep:
+        env["GLIBC_TUNABLES"] = host_memory.tunables(env.get("GLIBC_TUNABLES", ""), huge_pages=huge, keep_freed=keep)
     return env
 
 
@@ -582,7 +579,8 @@ def main(argv: list[str]) -> None:
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    names = ("batch_size", "steps", "warmup", "dtype", "scan_layers", "remat", "seed", "huge_pages", *PROTOCOL)
+    names = ("batch_size", "steps", "warmup", "dtype", "scan_layers", "remat", "seed", "huge_pages", "keep_host_memory",
+             *PROTOCOL)
     settings = {name: FLAGS[name].value for name in names}
     settings["dropout_rates"] = rates
     settings["protocol"] = all(settings[k] == v for k, v in PROTOCOL.items())
