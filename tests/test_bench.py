@@ -187,6 +187,24 @@ def test_update_replaces_remeasured_cells_keeps_the_rest_and_refuses_other_setti
     assert json.loads(out.read_text())["results"] == report["results"]  # a refused update changes nothing
 
 
+def test_a_file_from_before_keep_host_memory_updates_only_without_it(tmp_path):
+    """Its cells ran with freed memory returned to the kernel: --nokeep_host_memory matches them."""
+    from lra_jax.errors import LraError
+
+    out = tmp_path / "bench.json"
+    quiet = {"log": lambda line: None, "device": {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}}
+    bench.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
+    report = json.loads(out.read_text())
+    report["settings"].pop("keep_host_memory", None)
+    out.write_text(json.dumps(report))
+    with pytest.raises(LraError, match="keep_host_memory: file False, now True"):
+        bench.benchmark(["fast"], [1024], {**TINY, "keep_host_memory": True}, str(out), measure_fn=fake_measure,
+                        update=True, **quiet)
+    bench.benchmark(["fast"], [1024], {**TINY, "keep_host_memory": False}, str(out), measure_fn=fake_measure,
+                    update=True, **quiet)
+    assert {r["variant"] for r in json.loads(out.read_text())["results"]} == {"softmax", "fast"}
+
+
 def test_sigterm_ends_the_bench_with_its_running_cell_and_keeps_the_measured_cells(tmp_path, monkeypatch):
     pid_file = tmp_path / "cell.pid"
     ok = {"status": "ok", "steps_per_second": 2.0, "examples_per_second": 8.0, "peak_memory_bytes": 1000}

@@ -617,7 +617,8 @@ def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any])
         raise LraError(f"--update needs an existing --out file: cannot read {path} ({error.strerror})") from error
     except json.JSONDecodeError as error:
         raise LraError(f"--update: {path} line {error.lineno} is not valid JSON ({error.msg})") from error
-    prior_settings = {"dropout_rates": [LEGACY_DROPOUT_RATE], **prior.get("settings", {})}
+    # Settings a file predates take the value its cells were measured with.
+    prior_settings = {"dropout_rates": [LEGACY_DROPOUT_RATE], "keep_host_memory": False, **prior.get("settings", {})}
     differences = [f"{key}: file {prior_settings.get(key)!r}, now {value!r}"
                    for key, value in settings.items() if prior_settings.get(key) != value]
     if prior.get("device", {}).get("kind") != device["kind"]:
