@@ -1,6 +1,8 @@
 """Shared fixtures and the test session's compilation cache (helpers live in helpers.py)."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import jax
@@ -22,8 +24,12 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # One cache for the whole session: pytest-xdist's controller loads this file before it starts
 # its workers, which inherit the variable, so a program one worker compiled is a lookup in the
 # others too (a worker that reads an entry another is still writing warns and compiles it).
+# The process that makes the folder (pytest's, or xdist's controller, which outlives its workers)
+# removes it at exit: one suite run leaves ~50 MB of compiled programs, and the runs add up.
 _SESSION_CACHE = "LRA_JAX_TEST_XLA_CACHE"
-os.environ.setdefault(_SESSION_CACHE, tempfile.mkdtemp(prefix="lra_jax_test_xla_"))
+if _SESSION_CACHE not in os.environ:
+    os.environ[_SESSION_CACHE] = tempfile.mkdtemp(prefix="lra_jax_test_xla_")
+    atexit.register(shutil.rmtree, os.environ[_SESSION_CACHE], ignore_errors=True)
 jax.config.update("jax_compilation_cache_dir", os.environ[_SESSION_CACHE])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
