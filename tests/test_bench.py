@@ -99,6 +99,13 @@ def test_variant_settings_come_from_its_config_file():
     assert bench.variant_attention("softmax")["name"] == "softmax"  # configs/transformer.py
 
 
+def test_impl_reaches_every_variants_attention_and_defaults_to_auto():
+    """--impl=xla times the XLA forms of the variants that have kernels (what the kernels buy)."""
+    assert bench.bench_config("local", 256, TINY).attention.impl == "auto"
+    config = bench.bench_config("local", 256, {**TINY, "impl": "xla"})
+    assert (config.attention.impl, config.attention.window) == ("xla", 128)  # the config file's settings kept
+
+
 def test_kernels_without_the_module_is_a_clear_error(monkeypatch, capsys):
     def missing(name):
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
@@ -196,12 +203,13 @@ def test_a_file_from_before_keep_host_memory_updates_only_without_it(tmp_path):
     bench.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
     report = json.loads(out.read_text())
     report["settings"].pop("keep_host_memory", None)
+    report["settings"].pop("impl", None)  # a file from before --impl: measured with "auto"
     out.write_text(json.dumps(report))
     with pytest.raises(LraError, match="keep_host_memory: file False, now True"):
         bench.benchmark(["fast"], [1024], {**TINY, "keep_host_memory": True}, str(out), measure_fn=fake_measure,
                         update=True, **quiet)
-    bench.benchmark(["fast"], [1024], {**TINY, "keep_host_memory": False}, str(out), measure_fn=fake_measure,
-                    update=True, **quiet)
+    bench.benchmark(["fast"], [1024], {**TINY, "keep_host_memory": False, "impl": "auto"}, str(out),
+                    measure_fn=fake_measure, update=True, **quiet)
     assert {r["variant"] for r in json.loads(out.read_text())["results"]} == {"softmax", "fast"}
 
 

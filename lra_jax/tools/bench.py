@@ -76,6 +76,9 @@ def define_flags() -> None:
                       "(lra_jax/host_memory.py), so a step reuses the last step's temporaries instead of faulting "
                       "fresh pages in.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
+    flags.DEFINE_enum("impl", "auto", ["auto", "xla", "pallas"], "Attention implementation of every variant "
+                      "(config.attention.impl): 'auto' is the Pallas kernel on GPU/TPU where a variant has one; "
+                      "'xla' measures what the kernels buy.")
     flags.DEFINE_bool("scan_layers", False, "Layers in one lax.scan (config.model.scan_layers).")
     flags.DEFINE_bool("remat", False, "Recompute layers in the backward pass (config.model.remat).")
     flags.DEFINE_integer("seed", 0, "Seed of the random tokens and the parameters.")
@@ -109,9 +112,10 @@ def variant_attention(variant: str) -> dict[str, Any]:
 
 
 def bench_config(variant: str, length: int, settings: dict[str, Any], dropout_rate: float = 0.1):
-    """The task defaults with the Table 2 model, `length` tokens, `variant`'s attention settings and
-    `dropout_rate` on the residuals, the MLP and the attention weights."""
-    config = task_defaults.get_config(None, attention=variant_attention(variant))
+    """The task defaults with the Table 2 model, `length` tokens, `variant`'s attention settings (with
+    settings["impl"], "auto" where absent) and `dropout_rate` on the residuals, the MLP and the attention weights."""
+    attention = {**variant_attention(variant), "impl": settings.get("impl", "auto")}
+    config = task_defaults.get_config(None, attention=attention)
     config.max_len = length
     config.batch_size = settings["batch_size"]
     config.seed = settings["seed"]
@@ -579,7 +583,7 @@ def main(argv: list[str]) -> None:
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    names = ("batch_size", "steps", "warmup", "dtype", "scan_layers", "remat", "seed", "huge_pages", "keep_host_memory",
+    names = ("batch_size", "steps", "warmup", "dtype", "impl", "scan_layers", "remat", "seed", "huge_pages", "keep_host_memory",
              *PROTOCOL)
     settings = {name: FLAGS[name].value for name in names}
     settings["dropout_rates"] = rates
@@ -618,7 +622,8 @@ def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any])
     except json.JSONDecodeError as error:
         raise LraError(f"--update: {path} line {error.lineno} is not valid JSON ({error.msg})") from error
     # Settings a file predates take the value its cells were measured with.
-    prior_settings = {"dropout_rates": [LEGACY_DROPOUT_RATE], "keep_host_memory": False, **prior.get("settings", {})}
+    prior_settings = {"dropout_rates": [LEGACY_DROPOUT_RATE], "keep_host_memory": False, "impl": "auto",
+                      **prior.get("settings", {})}
     differences = [f"{key}: file {prior_settings.get(key)!r}, now {value!r}"
                    for key, value in settings.items() if prior_settings.get(key) != value]
     if prior.get("device", {}).get("kind") != device["kind"]:

@@ -57,8 +57,9 @@ def candidates(kernel: str, heads: int, d: int, n: int, with_pallas: bool, inter
     """(label, fn(q, k, v, mask) -> out) pairs for one kernel family."""
     out = []
     if kernel == "flash":
+        # The key padding as lengths: cuDNN takes no [b, 1, 1, n] mask (it wants a bias of [.., n, n]).
         dpa = lambda impl: lambda q, k, v, mask: jax.nn.dot_product_attention(
-            q, k, v, mask=mask[:, None, None, :], implementation=impl)
+            q, k, v, key_value_seq_lengths=mask.sum(-1, dtype=jnp.int32), implementation=impl)
         out.append(("dot_product_attention[xla]", dpa("xla")))
         if jax.default_backend() == "gpu":
             out.append(("dot_product_attention[cudnn]", dpa("cudnn")))
