@@ -255,11 +255,27 @@ def test_an_error_row_exits_1(monkeypatch, tmp_path, capsys):
     (["--parallel=0"], "error: --parallel must be >= 1"),
     (["--lengths=1024,4k"], "error: --lengths must be positive integers"),
     (["--attention_dropout_rate=1"], "error: --attention_dropout_rate must be in [0, 1)"),
+    (["--dropout_rate=-0.1"], "error: --dropout_rate must be in [0, 1)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert compile_cmd.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(message)
+
+
+def test_dropout_flags_set_every_configs_rates(monkeypatch):
+    """--dropout_rate=0 --attention_dropout_rate=0: the Table 2 step without dropout (its cost, modeled)."""
+    seen = []
+
+    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+        seen.append((config.model.dropout_rate, config.model.attention_dropout_rate))
+        return [make_row(variant=variant, task=label, mode=m, target=target.name) for m in modes]
+
+    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(name=name))
+    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    argv = ["--targets=tpu-v5e:1x1", "--variants=softmax", "--lengths=1024", "--steps=train"]
+    assert compile_cmd.main(argv) == 0 and compile_cmd.main([*argv, "--dropout_rate=0", "--attention_dropout_rate=0"]) == 0
+    assert seen == [(0.1, 0.1), (0.0, 0.0)]
 
 
 # ----------------------------------------------------------------------------- the LRA paper's Table 2

@@ -637,6 +637,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--attention_dropout_rate", type=float, default=None,
                         help="config.model.attention_dropout_rate of every config (0: TPU softmax and the "
                              "block-sparse variants train on splash attention); default: each config's own")
+    parser.add_argument("--dropout_rate", type=float, default=None,
+                        help="config.model.dropout_rate (residual and MLP) of every config; with "
+                             "--attention_dropout_rate=0 and 0 here a step without dropout; default: each config's own")
     parser.add_argument("--out", default="", help="write the rows as JSON here (e.g. experiments/results/...)")
     parser.add_argument("--parallel", type=int, default=1,
                         help="compile in this many processes at once (each takes a core and up to ~3 GiB of "
@@ -768,8 +771,10 @@ def main(argv: list[str] | None = None) -> int:
             raise LraError(f"--per_device_batch must be >= 0, got {args.per_device_batch}")
         if args.parallel < 1:
             raise LraError(f"--parallel must be >= 1, got {args.parallel}")
-        if args.attention_dropout_rate is not None and not 0 <= args.attention_dropout_rate < 1:
-            raise LraError(f"--attention_dropout_rate must be in [0, 1), got {args.attention_dropout_rate}")
+        for flag in ("dropout_rate", "attention_dropout_rate"):
+            rate = getattr(args, flag)
+            if rate is not None and not 0 <= rate < 1:
+                raise LraError(f"--{flag} must be in [0, 1), got {rate}")
         if args.scale not in lower.SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
         names = [n.strip() for n in args.targets.split(",") if n.strip()]
@@ -793,12 +798,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs: list[Job] = []
     job_slot: list[int] = []  # jobs[i]'s place in `results`
     for variant, label, config in configs(variants, tasks, lengths, args.scale, files):
-        if args.impl != "auto" or args.attention_dropout_rate is not None:
+        if args.impl != "auto" or args.attention_dropout_rate is not None or args.dropout_rate is not None:
             config = config.copy_and_resolve_references()
             if args.impl != "auto":
                 config.attention.impl = args.impl
-            if args.attention_dropout_rate is not None:
-                config.model.attention_dropout_rate = args.attention_dropout_rate
+            for flag in ("dropout_rate", "attention_dropout_rate"):
+                if getattr(args, flag) is not None:
+                    config.model[flag] = getattr(args, flag)
         for name, target in by_name.items():
             if args.per_device_batch:
                 config = config.copy_and_resolve_references()
