@@ -324,6 +324,25 @@ def test_table2_protocol_rows_are_relative_to_softmax_beside_the_paper(monkeypat
         table2.load_modeled(str(out), 2048)
 
 
+def test_dropout_cost_table_pairs_the_two_files_rows(tmp_path, capsys):
+    """table2 <without dropout> <with>: modeled ms both ways and the cost; loops mark it approximate."""
+    def write(name, rows):
+        path = tmp_path / name
+        path.write_text(json.dumps({"rows": [dataclasses.asdict(r) for r in rows]}))
+        return str(path)
+
+    free = write("p0.json", [make_row(task="table2:4096", modeled_seconds=0.10),
+                             make_row(variant="additive", task="table2:4096", modeled_seconds=0.50, loops=1)])
+    dropout = write("p01.json", [make_row(task="table2:4096", modeled_seconds=0.12),
+                                 make_row(variant="additive", task="table2:4096", modeled_seconds=0.51, loops=1),
+                                 make_row(variant="local", task="table2:4096", modeled_seconds=0.2)])  # no pair
+    assert table2.main([free, dropout]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert re.search(r"^softmax\s+tpu-v5e:2x2\s+4096\s+100\.0\s+120\.0\s+\+20%\s+3\.00\s+3\.00$", lines[2]), lines
+    assert re.search(r"^additive .*\s~\+2%\s", lines[3]) and len(lines) == 4
+    assert table2.main([free, dropout, free]) == 2 and capsys.readouterr().err.startswith("usage:")
+
+
 def test_a_row_without_a_modeled_time_has_no_relative_speed():
     rows = [make_row(task="table2:1024", modeled_seconds=0.2),
             make_row(variant="local", task="table2:1024", modeled_seconds=None, modeled_note=compile_cmd.NOT_MODELED),

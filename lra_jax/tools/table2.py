@@ -120,6 +120,38 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
     return "\n".join(lines)
 
 
+def dropout_cost(free_rows, dropout_rows) -> list[dict[str, Any]]:
+    """Per (target, variant, length) train row in both: the modeled step time without and with dropout
+    and dropout's cost, (with / without) - 1; None where either step has no modeled time. The cost is
+    marked approximate where a step has loops (each time is then a lower bound)."""
+    free = {(r.target, r.variant, r.task): r for r in free_rows if r.mode == "train" and length_of(r.task)}
+    entries = []
+    for r in dropout_rows:
+        base = free.get((r.target, r.variant, r.task))
+        if r.mode != "train" or base is None:
+            continue
+        times = (base.modeled_seconds, r.modeled_seconds)
+        entries.append({"variant": r.variant, "target": r.target, "length": length_of(r.task),
+                        "seconds_without": times[0], "seconds_with": times[1],
+                        "cost": times[1] / times[0] - 1 if all(times) else None,
+                        "has_loops": bool(r.loops or base.loops),
+                        "memory_without": (base.memory or {}).get("total"), "memory_with": (r.memory or {}).get("total")})
+    return entries
+
+
+def format_dropout_cost(entries: list[dict[str, Any]]) -> str:
+    """One line per variant and length: modeled ms without / with dropout, the cost, memory both ways."""
+    lines = ["dropout's modeled cost (XLA TPU cost model, not measured; ~: the step has loops, each time a lower bound)",
+             f"{'variant':<17}{'target':<14}{'n':>6}{'ms p=0':>10}{'ms p=0.1':>10}{'cost':>8}{'GiB p=0':>9}{'GiB p=0.1':>10}"]
+    gib = lambda b: _cell(b / 2**30 if b else None, ".2f")
+    for e in entries:
+        ms = lambda t: _cell(t * 1e3 if t else None, ".1f")
+        cost = "-" if e["cost"] is None else ("~" if e["has_loops"] else "") + f"{e['cost']:+.0%}"
+        lines.append(f"{e['variant']:<17}{e['target']:<14}{e['length']:>6}{ms(e['seconds_without']):>10}"
+                     f"{ms(e['seconds_with']):>10}{cost:>8}{gib(e['memory_without']):>9}{gib(e['memory_with']):>10}")
+    return "\n".join(lines)
+
+
 def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[str, dict[str, Any]]]:
     """(length, target, variant -> {"examples_per_second", "peak_memory_bytes"}) from a compile JSON of
     this protocol, for the chart: modeled examples/s = global batch / modeled step time, for rows that
@@ -148,24 +180,38 @@ def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[s
     return length, targets[0], modeled
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Prints the table of a compile JSON of this protocol; exit 2 on a file that is not one."""
+def read_rows(path: str):
+    """The compile.Row list of a compile JSON made with --lengths."""
     from lra_jax.tools.compile import Row
 
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = [Row(**r) for r in json.load(f)["rows"]]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise LraError(f"cannot read compile JSON {path}: {error}") from error
+    if not any(length_of(r.task) for r in rows):
+        raise LraError(f"{path} has no Table 2 rows: make it with `python -m lra_jax.tools.compile --lengths=...`")
+    return rows
+
+
+USAGE = ("usage: python -m lra_jax.tools.table2 <compile JSON made with --lengths>\n"
+         "       python -m lra_jax.tools.table2 <the same without dropout> <with dropout>   (dropout's modeled cost)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints the table of a compile JSON of this protocol, or with two (compiled with
+    `--dropout_rate=0 --attention_dropout_rate=0`, then with the configs' 0.1) dropout's modeled cost;
+    exit 2 on a file that is not one."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m lra_jax.tools.table2 <compile JSON made with --lengths>", file=sys.stderr)
+    if len(argv) not in (1, 2):
+        print(USAGE, file=sys.stderr)
         return 2
     try:
-        with open(argv[0], encoding="utf-8") as f:
-            rows = [Row(**r) for r in json.load(f)["rows"]]
-        entries = relative(rows)
-        if not entries:
-            raise LraError(f"{argv[0]} has no Table 2 rows: make it with `python -m lra_jax.tools.compile --lengths=...`")
-        print(format_table(entries, paper_figures()))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        print(f"error: cannot read compile JSON {argv[0]}: {error}", file=sys.stderr)
-        return 2
+        tables = [read_rows(path) for path in argv]
+        if len(tables) == 1:
+            print(format_table(relative(tables[0]), paper_figures()))
+        else:
+            print(format_dropout_cost(dropout_cost(*tables)))
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
