@@ -340,6 +340,13 @@ def test_dropout_cost_table_pairs_the_two_files_rows(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert re.search(r"^softmax\s+tpu-v5e:2x2\s+4096\s+100\.0\s+120\.0\s+\+20%\s+3\.00\s+3\.00$", lines[2]), lines
     assert re.search(r"^additive .*\s~\+2%\s", lines[3]) and len(lines) == 4
+    # no model time (v5e's is negative): the roofline, marked r; a model time on one side only: no cost
+    roofline = [make_row(task="table2:4096", roofline_seconds=0.05),
+                make_row(variant="local", task="table2:4096", roofline_seconds=0.05)]
+    entries = table2.dropout_cost(roofline, [make_row(task="table2:4096", roofline_seconds=0.06),
+                                             make_row(variant="local", task="table2:4096", modeled_seconds=0.06)])
+    assert [(e["time"], e["cost"]) for e in entries] == [("roofline", pytest.approx(0.2)), ("roofline", None)]
+    assert "50.0 r" in table2.format_dropout_cost(entries)
     assert table2.main([free, dropout, free]) == 2 and capsys.readouterr().err.startswith("usage:")
 
 

@@ -120,32 +120,47 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
     return "\n".join(lines)
 
 
+def modeled_time(row) -> tuple[float | None, str]:
+    """(seconds, kind) of a compiled step: the TPU cost model's time ("modeled"), else the roofline
+    of XLA's complete counts ("roofline": libtpu's v5e model gives negative times even without
+    kernels), else (None, "")."""
+    if row.modeled_seconds:
+        return row.modeled_seconds, "modeled"
+    if row.roofline_seconds:
+        return row.roofline_seconds, "roofline"
+    return None, ""
+
+
 def dropout_cost(free_rows, dropout_rows) -> list[dict[str, Any]]:
-    """Per (target, variant, length) train row in both: the modeled step time without and with dropout
-    and dropout's cost, (with / without) - 1; None where either step has no modeled time. The cost is
-    marked approximate where a step has loops (each time is then a lower bound)."""
+    """Per (target, variant, length) train row in both: the step time without and with dropout
+    (`modeled_time`, the same kind for both or none) and dropout's cost, (with / without) - 1. The
+    cost is marked approximate where a step has loops (each time is then a lower bound)."""
     free = {(r.target, r.variant, r.task): r for r in free_rows if r.mode == "train" and length_of(r.task)}
     entries = []
     for r in dropout_rows:
         base = free.get((r.target, r.variant, r.task))
         if r.mode != "train" or base is None:
             continue
-        times = (base.modeled_seconds, r.modeled_seconds)
-        entries.append({"variant": r.variant, "target": r.target, "length": length_of(r.task),
-                        "seconds_without": times[0], "seconds_with": times[1],
-                        "cost": times[1] / times[0] - 1 if all(times) else None,
+        (without, kind), (with_, other) = modeled_time(base), modeled_time(r)
+        if kind != other:
+            without = with_ = None
+        entries.append({"variant": r.variant, "target": r.target, "length": length_of(r.task), "time": kind,
+                        "seconds_without": without, "seconds_with": with_,
+                        "cost": with_ / without - 1 if without and with_ else None,
                         "has_loops": bool(r.loops or base.loops),
                         "memory_without": (base.memory or {}).get("total"), "memory_with": (r.memory or {}).get("total")})
     return entries
 
 
 def format_dropout_cost(entries: list[dict[str, Any]]) -> str:
-    """One line per variant and length: modeled ms without / with dropout, the cost, memory both ways."""
-    lines = ["dropout's modeled cost (XLA TPU cost model, not measured; ~: the step has loops, each time a lower bound)",
+    """One line per variant and length: ms without / with dropout (r: roofline), the cost, memory both ways."""
+    lines = ["dropout's cost in the TPU compiler's model (not measured): its modeled time, or r: the roofline "
+             "max(FLOPs / peak, bytes / HBM bandwidth) of XLA's counts; ~: the step has loops, times are lower bounds",
              f"{'variant':<17}{'target':<14}{'n':>6}{'ms p=0':>10}{'ms p=0.1':>10}{'cost':>8}{'GiB p=0':>9}{'GiB p=0.1':>10}"]
     gib = lambda b: _cell(b / 2**30 if b else None, ".2f")
     for e in entries:
-        ms = lambda t: _cell(t * 1e3 if t else None, ".1f")
+        mark = " r" if e["time"] == "roofline" else ""
+        ms = lambda t: "-" if not t else f"{t * 1e3:.1f}{mark}"
         cost = "-" if e["cost"] is None else ("~" if e["has_loops"] else "") + f"{e['cost']:+.0%}"
         lines.append(f"{e['variant']:<17}{e['target']:<14}{e['length']:>6}{ms(e['seconds_without']):>10}"
                      f"{ms(e['seconds_with']):>10}{cost:>8}{gib(e['memory_without']):>9}{gib(e['memory_with']):>10}")
