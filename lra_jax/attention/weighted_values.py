@@ -6,15 +6,16 @@ M (`kernels.dropout.keep_like`: the mask `Dropout` and the kernels draw) and rat
     m = max_k S,   l = sum_k exp(S - m),   P = exp(S - m) / l,   lse = m + log l
     O = (M * P) V / (1 - r)                                         (forward)
     dV = (M * P)^T dO / (1 - r)
-    dS = P * (M * G / (1 - r) - c + dlse),   G = dO V^T,  c = rowsum(dO * O)
+    dS = (M * P) * G - P * c = P * (M * G - c),   G = dO V^T / (1 - r),  c = rowsum(dO * O) - dlse
 
-c = sum_k P~ G is the FlashAttention identity (Dao et al. 2022): the row sum over k is an [q, d]
-product instead of a pass over [q, k]. Autodiff of softmax -> dropout -> matmul keeps P and the
-mask, and writes the dropped P~, their gradients and the row sum of dP * P. Here P, in the logits'
-dtype, is the only [q, k] array kept for the backward; the mask is recomputed from its hash (where a
-compiler cannot fuse the hash into the neighbouring products, as XLA:CPU's XNNPACK fusions cannot,
-M * P and the masked G are arrays of their own). Everything is float32 inside; O and dV come back
-in V's dtype, dS in S's.
+rowsum(dO * O) = sum_k (M * P) G is the FlashAttention identity (Dao et al. 2022): the row sum over
+k is an [q, d] product instead of a pass over [q, k]. Autodiff of softmax -> dropout -> matmul keeps
+P and the mask, and writes the dropped P~, their gradients and the row sum of dP * P. Here P, in the
+logits' dtype, is the only [q, k] array kept for the backward; M * P is drawn again from the hash
+there. On XLA:CPU the hash cannot join a matmul's fusion, so M * P is an array of its own each way,
+but written as (M * P) * G - P * c, dS is the epilogue of the product G (no masked copy of G), and
+with 1 / (1 - r) on dO no scalar is broadcast to [q, k]. Everything is float32 inside; O and dV come
+back in V's dtype, dS in S's (M * P, in V's dtype, is the matmul operand and the epilogue's factor).
 """
 
 from __future__ import annotations
@@ -72,13 +73,20 @@ def _forward(logits, values, seed, rate):
 def _backward(rate, residuals, cotangents):
     probs, values, seed, out = residuals
     d_out, d_lse = cotangents
+    # M * P again, from the hash, under a seed tied to dO by a term that is 0 for finite dO (XLA does
+    # not fold 0 * x for floats). Untied, XLA merges it with the forward's M * P or computes it as soon
+    # as P exists, and keeps a second [q, k] array per layer from the forward to the backward (at
+    # n = 4096, batch 8: 2 GiB a layer; `tests/test_weighted_values.py` checks the step's memory).
+    late_seed = seed + (0 * d_out.ravel()[:1]).astype(seed.dtype)
+    kept = _kept(probs, late_seed, rate).astype(values.dtype)
     d_out32 = d_out.astype(jnp.float32)
-    kept = _kept(probs, seed, rate).astype(values.dtype)  # M * P again, from the hash
-    d_values = jnp.einsum("...qk,...qd->...kd", kept, (d_out32 / (1.0 - rate)).astype(values.dtype),
+    # 1 / (1 - r) on the [q, d] side: dO / (1 - r) gives both dV and G / (1 - r).
+    d_scaled = (d_out32 / (1.0 - rate)).astype(values.dtype)
+    d_values = jnp.einsum("...qk,...qd->...kd", kept, d_scaled,
                           preferred_element_type=jnp.float32).astype(values.dtype)
-    g = jnp.einsum("...qd,...kd->...qk", d_out, values, preferred_element_type=jnp.float32)
+    g = jnp.einsum("...qd,...kd->...qk", d_scaled, values, preferred_element_type=jnp.float32)
     c = jnp.sum(d_out32 * out, axis=-1) - d_lse  # [..., q]
-    d_logits = probs.astype(jnp.float32) * (_kept(g, seed, rate) / (1.0 - rate) - c[..., None])
+    d_logits = kept.astype(jnp.float32) * g - probs.astype(jnp.float32) * c[..., None]  # P * (M * G - c)
     return d_logits.astype(probs.dtype), d_values, None
 
 
