@@ -77,7 +77,8 @@ def _backward(rate, residuals, cotangents):
     # not fold 0 * x for floats). Untied, XLA merges it with the forward's M * P or computes it as soon
     # as P exists, and keeps a second [q, k] array per layer from the forward to the backward (at
     # n = 4096, batch 8: 2 GiB a layer; `tests/test_weighted_values.py` checks the step's memory).
-    late_seed = seed + (0 * d_out.ravel()[:1]).astype(seed.dtype)
+    # The tie reads dO's first element: raveling dO is a relayout on TPU, a loop per layer at 4K.
+    late_seed = seed + (0 * d_out[(0,) * d_out.ndim]).astype(seed.dtype)
     kept = _kept(probs, late_seed, rate).astype(values.dtype)
     d_out32 = d_out.astype(jnp.float32)
     # 1 / (1 - r) on the [q, d] side: dO / (1 - r) gives both dV and G / (1 - r).
