@@ -7,6 +7,7 @@ shapes only (batch, max_len, dual), not on the token values.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -40,8 +41,8 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
     Raises ConfigError (from `memory.check_fits`) when XLA's memory estimate of the step
     exceeds the device's memory, before running anything. Returns seconds_per_step (the mean),
     step_seconds (each timed step), compile_seconds, the compiled step's memory figures,
-    num_parameters, the attention settings as built (`trainer.attention_settings`) and
-    `compiled` (for callers that want its cost analysis).
+    num_parameters, the attention settings as built (`trainer.attention_settings`), `compiled`
+    (for callers that want its cost analysis) and `run_step`, which runs one more step.
     """
     return time_train_steps([config], task, mesh, warmup=warmup, steps=steps)[0]
 
@@ -92,7 +93,14 @@ def time_train_steps(configs: list[ml_collections.ConfigDict], task: TaskSpec, m
         "num_parameters": int(sum(x.size for x in jax.tree.leaves(run["state"]["params"]))),
         "attention": run["attention"],
         "compiled": run["compiled"],
+        "run_step": functools.partial(_next_step, run),
     } for run in runs]
+
+
+def _next_step(run: dict[str, Any]) -> Any:
+    """One more step of `run` (its state moves on), e.g. under a profiler."""
+    run["state"], metrics = run["compiled"](run["state"], run["batch"])
+    return run["state"], metrics
 
 
 def projected_training(config: ml_collections.ConfigDict, *, warmup: int = 1, steps: int = 3) -> dict[str, Any]:

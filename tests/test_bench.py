@@ -23,8 +23,9 @@ def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeyp
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")  # cells compile in 3 s, not 10
     out = tmp_path / "bench.json"
     lines = []
-    bench.benchmark(["softmax", "linear"], [32], TINY, str(out), log=lines.append)
+    bench.benchmark(["softmax", "linear"], [32], {**TINY, "profile": True}, str(out), log=lines.append)
     report = json.loads(out.read_text())
+    assert "profile" not in report["settings"]  # measured after the timed steps: not a condition of them
     assert report["device"]["count"] >= 1 and report["device"]["platform"]
     assert report["versions"]["jax"] and report["settings"]["steps"] == 5
     by_variant = {r["variant"]: r for r in report["results"]}
@@ -45,6 +46,11 @@ def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeyp
         assert r["xla_bytes_accessed_per_step"] > 0 and r["memory_bandwidth_bytes_per_second"] > 0
         assert r["memory_time_share"] == pytest.approx(
             r["xla_bytes_accessed_per_step"] / r["memory_bandwidth_bytes_per_second"] / r["seconds_per_step"])
+        # One more step under the profiler: its ops by kind, the matmuls' FLOPs those of the model's dots.
+        profile = r["profile"]
+        assert profile["seconds_by_kind"]["matmul"] > 0 and profile["op_seconds"] > 0
+        assert sum(g["flops"] for g in profile["matmuls_by_contraction"].values()) == pytest.approx(
+            r["model_flops_per_step"], rel=0.05)
     assert by_variant["softmax"]["relative_speed"] == pytest.approx(1.0)
     linear = by_variant["linear"]
     assert linear["relative_speed"] == pytest.approx(
@@ -314,6 +320,37 @@ def test_dropout_cost_is_the_median_of_the_alternating_steps_ratios():
     assert dropped["seconds_per_step"] / free["seconds_per_step"] - 1 == pytest.approx(0.75)
     measured_apart = {"seconds_per_step": 3.0, "step_seconds": [3.0, 3.0, 3.0]}
     assert bench.paired_cost(measured_apart, free) == pytest.approx(0.25)  # the means, without pairs
+
+
+def test_cells_profiled_or_not_update_one_another(tmp_path):
+    """--profile measures after the timed steps: a file without it takes cells with it, and back."""
+    out = tmp_path / "bench.json"
+    quiet = {"log": lambda line: None, "device": {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}}
+    bench.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
+    bench.benchmark(["fast"], [1024], {**TINY, "profile": True}, str(out), measure_fn=fake_measure, update=True,
+                    **quiet)
+    bench.benchmark(["fast"], [2048], TINY, str(out), measure_fn=fake_measure, update=True, **quiet)
+    report = json.loads(out.read_text())
+    assert len(report["results"]) == 3 and "profile" not in report["settings"]
+
+
+def test_report_shows_where_profiled_steps_spend_their_time():
+    """Per profiled cell: the kinds' shares of the ops' time, the matmuls' rate against the measured peak
+    (all, and those with the smallest contraction that carry 5% of the FLOPs or more), ops over wall."""
+    profile = {"seconds_by_kind": {"matmul": 6.0, "fft": 0.0, "sort": 0.0, "gather": 0.5, "transcendental": 1.0,
+                                   "elementwise": 2.0, "data movement": 0.5, "other": 0.0},
+               "op_seconds": 10.0, "unmatched_seconds": 0.0, "profiled_wall_seconds": 10.5,
+               "matmuls_by_contraction": {"64": {"flops": 100.0, "seconds": 2.0},
+                                          "256": {"flops": 400.0, "seconds": 4.0},
+                                          "2": {"flops": 1.0, "seconds": 0.1}}}
+    cell = {"variant": "softmax", "length": 2048, "dropout_rate": 0.0, "status": "ok", "profile": profile,
+            "matmul_peak_flops_per_second": 100.0}
+    lines = bench.profile_table([cell, {**cell, "variant": "linear", "profile": None}]).splitlines()
+    assert len(lines) == 2
+    # matmul 60% of the ops; 501 FLOPs in 6.1 s at a peak of 100/s: 82%; k = 64: 100 in 2 s, 50%.
+    assert lines[1].split() == ["softmax", "p=0", "2048", "60%", "82%", "k=64", "50%", "10%", "20%", "5%", "5%",
+                                "95%"]
+    assert bench.profile_table([{**cell, "profile": None}]) == ""
 
 
 def test_report_summarises_saved_cells_per_variant_and_length(tmp_path, capsys):

@@ -75,6 +75,10 @@ def define_flags() -> None:
     flags.DEFINE_bool("keep_host_memory", True, "Cells run with glibc's malloc keeping freed memory mapped "
                       "(lra_jax/host_memory.py), so a step reuses the last step's temporaries instead of faulting "
                       "fresh pages in.")
+    flags.DEFINE_bool("profile", False, "After the timed steps, run one more step of each rate under jax's profiler "
+                      "and record where its time goes: matmuls (and the rate they reach, by contraction size), "
+                      "transcendentals, other elementwise work, data movement, sorts, gathers, FFTs "
+                      "(lra_jax/step_profile.py). The timed steps are not profiled.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
     flags.DEFINE_enum("impl", "auto", ["auto", "xla", "pallas"], "Attention implementation of every variant "
                       "(config.attention.impl): 'auto' is the Pallas kernel on GPU/TPU where a variant has one; "
@@ -160,7 +164,7 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
     XLA's bytes accessed and transcendentals, the measured memory bandwidth and `memory_time_share`:
     the time to stream those bytes at that bandwidth over the step's time (a memory-bound step nears
     or passes 1; caches can serve part of XLA's bytes, so it may exceed 1)."""
-    from lra_jax import device_peak, flops, step_timing, trainer
+    from lra_jax import device_peak, flops, step_profile, step_timing, trainer
     from lra_jax.data.tasks import TaskSpec
 
     rates = [settings["dropout_rate"]] if "dropout_rate" in settings else dropout_rates(settings)
@@ -210,6 +214,9 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
             "num_parameters": timing["num_parameters"],
             "attention": timing["attention"],  # as built: defaults and backend-derived values filled in
         })
+    if settings.get("profile"):  # after every rate's timed steps, so the profiler slows none of them
+        for entry, timing in zip(entries, timings):
+            entry["profile"] = step_profile.profile(timing["compiled"], timing["run_step"])
     return entries[0] if "dropout_rate" in settings else {"by_rate": entries}
 
 
@@ -486,6 +493,50 @@ def summary(results: list[dict[str, Any]]) -> str:
     return "\n".join([head, sub, *rows])
 
 
+def profile_table(results: list[dict[str, Any]]) -> str:
+    """Where the steps' time goes, for the cells measured with --profile: per (variant, length, rate) the
+    share of the profiled ops' time in each kind of `step_profile.KINDS` (sort, gather, FFT and other
+    together), the rate the matmuls reach as a share of the measured matmul peak (all of them, and
+    those with the smallest contraction among the groups that carry 5% of the FLOPs or more: usually
+    the head dimension), and the ops' time over the profiled step's wall time ('ops/wall')."""
+    rows = sorted((r for r in results if r.get("status") == "ok" and r.get("profile")),
+                  key=lambda r: (r["length"], cell_key(r)[2]))
+    if not rows:
+        return ""
+    head = ("matmul", "at peak", "small k", "at peak", "transc.", "elemwise", "moves", "sort etc", "ops/wall")
+    labels = [f"{r['variant']} p={cell_key(r)[2]:g}" for r in rows]
+    name_width = max(len(label) for label in labels) + 1
+    lines = [f"{'variant':<{name_width}}{'n':>6}" + "".join(f"{h:>9}" for h in head)]
+    for label, r in zip(labels, rows):
+        values = _profile_row(r["profile"], r["matmul_peak_flops_per_second"])
+        lines.append(f"{label:<{name_width}}{r['length']:>6}" + "".join(f"{v:>9}" for v in values))
+    return "\n".join(lines)
+
+
+def _profile_row(profile: dict[str, Any], peak: float | None) -> list[str]:
+    """The `profile_table` columns of one cell's profile."""
+    kinds, total = profile["seconds_by_kind"], profile["op_seconds"]
+    groups = profile["matmuls_by_contraction"]
+    flops = sum(g["flops"] for g in groups.values())
+    seconds = sum(g["seconds"] for g in groups.values())
+    small_k = min((int(k) for k, g in groups.items() if g["flops"] >= 0.05 * flops), default=None)
+
+    def percent(x: float) -> str:
+        return f"{100 * x:.0f}%"
+
+    def share(*names: str) -> str:
+        return percent(sum(kinds[n] for n in names) / total) if total else "—"
+
+    def rate(group_flops: float, group_seconds: float) -> str:
+        return percent(group_flops / group_seconds / peak) if group_seconds and peak else "—"
+
+    small = groups[str(small_k)] if small_k is not None else None
+    return [share("matmul"), rate(flops, seconds), "—" if small is None else f"k={small_k}",
+            "—" if small is None else rate(small["flops"], small["seconds"]), share("transcendental"),
+            share("elementwise"), share("data movement"), share("sort", "gather", "fft", "other"),
+            percent(profile["op_seconds"] / profile["profiled_wall_seconds"])]
+
+
 def read_reports(paths: list[str]) -> list[dict[str, Any]]:
     """The cells of bench JSONs `paths`, merged (a later file's cell replaces an earlier one's)."""
     results = []
@@ -564,7 +615,9 @@ def main(argv: list[str]) -> None:
         return
     if FLAGS.report:
         try:
-            print(summary(read_reports(FLAGS.report)))
+            results = read_reports(FLAGS.report)
+            profiles = profile_table(results)
+            print(summary(results) + (f"\n\nwhere the profiled steps' time goes\n{profiles}" if profiles else ""))
         except LraError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(2)
@@ -587,6 +640,8 @@ def main(argv: list[str]) -> None:
              *PROTOCOL)
     settings = {name: FLAGS[name].value for name in names}
     settings["dropout_rates"] = rates
+    if FLAGS.profile:
+        settings["profile"] = True
     settings["protocol"] = all(settings[k] == v for k, v in PROTOCOL.items())
     print(f"bench: {len(variants)} variants x {len(lengths)} lengths on {device['count']} x {device['kind']}, "
           "each cell in its own process", flush=True)
@@ -612,6 +667,11 @@ def end_on_sigterm() -> Any:
     return signal.signal(signal.SIGTERM, stop)
 
 
+# Settings of what a cell measures after its timed steps: they change none of them, so cells measured
+# with and without them compare.
+MEASURED_AFTER = frozenset({"profile"})
+
+
 def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """The report at `path`, checked to be comparable with a run on `device` with `settings`."""
     try:
@@ -624,8 +684,8 @@ def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any])
     # Settings a file predates take the value its cells were measured with.
     prior_settings = {"dropout_rates": [LEGACY_DROPOUT_RATE], "keep_host_memory": False, "impl": "auto",
                       **prior.get("settings", {})}
-    differences = [f"{key}: file {prior_settings.get(key)!r}, now {value!r}"
-                   for key, value in settings.items() if prior_settings.get(key) != value]
+    differences = [f"{key}: file {prior_settings.get(key)!r}, now {value!r}" for key, value in settings.items()
+                   if key not in MEASURED_AFTER and prior_settings.get(key) != value]
     if prior.get("device", {}).get("kind") != device["kind"]:
         differences.insert(0, f"device: file {prior.get('device', {}).get('kind')!r}, now {device['kind']!r}")
     if differences:
@@ -663,7 +723,8 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
 
     def save(results: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
         """Writes the report atomically; a killed or hung bench keeps what it measured."""
-        report = {"device": device, "versions": trainer.library_versions(), "settings": settings,
+        report = {"device": device, "versions": trainer.library_versions(),
+                  "settings": {k: v for k, v in settings.items() if k not in MEASURED_AFTER},
                   "date": datetime.datetime.now().isoformat(timespec="seconds"),
                   "command": commands[-1], "complete": complete,
                   "results": merge_results(prior["results"], results)}
