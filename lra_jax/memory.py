@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import resource
 from typing import Any
 
 import jax
@@ -24,7 +23,6 @@ def peak_memory(compiled) -> dict[str, Any]:
         "peak_memory_bytes": device_peak if device_peak is not None else estimate,
         "peak_memory_source": "device" if device_peak is not None else "xla_compiled_step",
         "compiled_step_memory_bytes": estimate,
-        "host_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
 
 

@@ -8,6 +8,8 @@ shapes only (batch, max_len, dual), not on the token values.
 from __future__ import annotations
 
 import functools
+import resource
+import sys
 import time
 from typing import Any
 
@@ -16,7 +18,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from lra_jax import compat, memory, trainer
+from lra_jax import compat, host_memory, memory, trainer
 from lra_jax.steps import make_train_step
 from lra_jax.data.tasks import TaskSpec
 
@@ -40,7 +42,8 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
 
     Raises ConfigError (from `memory.check_fits`) when XLA's memory estimate of the step
     exceeds the device's memory, before running anything. Returns seconds_per_step (the mean),
-    step_seconds (each timed step), compile_seconds, the compiled step's memory figures,
+    step_seconds (each timed step), compile_seconds, the compiled step's memory figures, the
+    process's largest resident host memory after the steps (`host_max_rss_bytes`),
     num_parameters, the attention settings as built (`trainer.attention_settings`), `compiled`
     (for callers that want its cost analysis) and `run_step`, which runs one more step.
     """
@@ -54,8 +57,10 @@ def time_train_steps(configs: list[ml_collections.ConfigDict], task: TaskSpec, m
     machine hits them alike and their ratio holds. With several configs each timed step follows an
     untimed one of the same config: the first step after another executable ran is slower (its
     temporaries are mapped afresh: on this 2-core CPU a softmax step at 1K took 6.0-6.5 s instead
-    of 4.1-4.3 s), a cost a run of one config pays once, not per step. Only one step's temporary
-    memory is live at a time: each config must fit alone. One dict per config, in order."""
+    of 4.1-4.3 s), a cost a run of one config pays once, not per step. Before that untimed step the
+    other config's freed memory goes back to the kernel (`host_memory.release_freed`), so where malloc
+    keeps freed memory the process holds one config's temporaries, not all of them. Only one step's
+    temporary memory is live at a time: each config must fit alone. One dict per config, in order."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     runs = []
@@ -72,24 +77,30 @@ def time_train_steps(configs: list[ml_collections.ConfigDict], task: TaskSpec, m
         runs.append({"state": state, "batch": batch, "compiled": compiled, "compile_seconds": compile_seconds,
                      "step_memory": step_memory, "attention": trainer.attention_settings(graphdef, state),
                      "step_seconds": []})
+    switching = len(runs) > 1
     for run in runs:
+        if switching:
+            host_memory.release_freed()
         for _ in range(warmup):
             run["state"], _ = run["compiled"](run["state"], run["batch"])
         jax.block_until_ready(run["state"])
     for _ in range(steps):  # each step waited for: a step takes milliseconds to minutes, the wait microseconds
         for run in runs:
-            if len(runs) > 1:  # settle: the switch from the other executable is not timed
+            if switching:  # settle, in the memory the other executable gave back: not timed
+                host_memory.release_freed()
                 run["state"], _ = run["compiled"](run["state"], run["batch"])
                 jax.block_until_ready(run["state"])
             start = time.perf_counter()
             run["state"], metrics = run["compiled"](run["state"], run["batch"])
             jax.block_until_ready((run["state"], metrics))
             run["step_seconds"].append(time.perf_counter() - start)
+    host_max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     return [{
         "seconds_per_step": sum(run["step_seconds"]) / steps,
         "step_seconds": run["step_seconds"],
         "compile_seconds": run["compile_seconds"],
         **run["step_memory"],
+        "host_max_rss_bytes": host_max_rss,  # the process's, after every config's steps
         "num_parameters": int(sum(x.size for x in jax.tree.leaves(run["state"]["params"]))),
         "attention": run["attention"],
         "compiled": run["compiled"],

@@ -44,6 +44,37 @@ def test_with_freed_memory_kept_a_cpu_step_faults_almost_no_pages_in():
     assert kept <= 0.01 * default, f"{kept:.0f} page faults a step with freed memory kept, {default:.0f} without"
 
 
+# With freed memory kept, a 256 MiB block freed below a block still in use stays resident (glibc
+# can only trim the heap's top); `release_freed` hands its pages back. Prints resident MiB: with the
+# block, after freeing it, after release_freed.
+RELEASE = """
+import os
+import numpy as np
+from lra_jax import host_memory
+def resident():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+block = np.ones(2**28, np.uint8)
+above = np.ones(2**20, np.uint8)
+with_block = resident()
+del block
+freed = resident()
+released = host_memory.release_freed()
+print(with_block, freed, resident(), released)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables and malloc_trim: Linux only")
+def test_release_freed_returns_a_freed_block_that_kept_memory_holds():
+    env = {**os.environ, "GLIBC_TUNABLES": host_memory.tunables("", huge_pages=False, keep_freed=True)}
+    result = subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with_block, freed, released, trimmed = result.stdout.split()
+    if trimmed != "True":
+        pytest.skip("no glibc malloc_trim here")
+    assert float(with_block) - float(freed) < 16, "kept memory should hold the freed block"
+    assert float(freed) - float(released) > 240, f"release_freed left {released} MiB resident of {freed}"
+
+
 def test_tunables_replace_our_names_and_keep_the_others():
     current = "glibc.malloc.hugetlb=0:glibc.malloc.tcache_count=0"
     assert host_memory.tunables(current, huge_pages=False, keep_freed=False) == current

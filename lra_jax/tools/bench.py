@@ -159,7 +159,8 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
     (`step_timing.time_train_steps`): then the result is {"by_rate": [one result per rate]}.
     Besides time and memory: the step's model FLOPs from the shapes (`lra_jax.flops`, None where the
     variant declares no count), XLA's compiled count, the peak of a matmul of the step's dtype measured
-    right after the steps (`lra_jax.device_peak`) and the fraction of it the step reaches (the analytic
+    right before and right after the steps, the faster of the two (`lra_jax.device_peak`: a change of
+    load on a shared machine during the steps slows one of them), and the fraction of it the step reaches (the analytic
     FLOPs where counted, else XLA's, as `utilisation_flops` says), with the vendor's peak on accelerators;
     XLA's bytes accessed and transcendentals, the measured memory bandwidth and `memory_time_share`:
     the time to stream those bytes at that bandwidth over the step's time (a memory-bound step nears
@@ -170,13 +171,14 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
     rates = [settings["dropout_rate"]] if "dropout_rate" in settings else dropout_rates(settings)
     configs = [bench_config(variant, length, settings, rate) for rate in rates]
     task = TaskSpec("text-bench", VOCAB_SIZE, NUM_CLASSES, False, load=None)
+    peak_before = device_peak.measured_matmul_peak(settings["dtype"])
     try:
         timings = step_timing.time_train_steps(configs, task, trainer.make_mesh(),
                                                warmup=settings["warmup"], steps=settings["steps"])
     except ConfigError as error:  # the step's memory estimate exceeds the device's memory
         raise OutOfMemory(str(error)) from error
     stats = jax.devices()[0].memory_stats() or {}
-    peak = device_peak.measured_matmul_peak(settings["dtype"])
+    peak = max(peak_before, device_peak.measured_matmul_peak(settings["dtype"]))
     bandwidth = device_peak.measured_memory_bandwidth()
     vendor = device_peak.vendor_peak(jax.devices()[0].device_kind, settings["dtype"])
     entries = []
