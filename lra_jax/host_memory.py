@@ -18,7 +18,8 @@ complete; with several, malloc's free lists fragment and some steps still map fr
 
 Two executables taking turns (the bench's dropout rates) would keep both steps' temporaries: the
 second's blocks do not fit the first's freed holes below the arrays allocated since, so the heap
-grows by the second step's size (a `softmax` cell at 2K, batch 8: 9.0 GiB resident instead of 4.9).
+grows by the second step's temporaries (a `softmax` cell at 4K, batch 8, 13 GiB a step, was killed
+for memory on this 24 GiB machine).
 `release_freed` (glibc's malloc_trim) hands the freed pages back before the other executable runs,
 so the process holds one step's temporaries at a time, as a training run does.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import time
 
 HUGE_PAGES = ("glibc.malloc.hugetlb=1",)
 KEEP_FREED = ("glibc.malloc.arena_max=1", "glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=1099511627776")
@@ -41,11 +43,17 @@ def tunables(current: str, *, huge_pages: bool, keep_freed: bool) -> str:
     return ":".join([*kept, *ours])
 
 
-def release_freed() -> bool:
+def release_freed(settle_seconds: float = 0.1) -> bool:
     """Returns the heap's free pages to the kernel (glibc's `malloc_trim(0)`: whole free pages anywhere in
-    the heap, not only at its top). True if glibc did; False where there is no glibc or nothing to free."""
+    the heap, not only at its top), after `settle_seconds`: XLA:CPU frees an execution's temporaries
+    on its own thread just after the outputs are ready, so a trim right after `block_until_ready`
+    misses them (a 1 GiB temporary: kept by a trim at once, released by one 1 ms later).
+    True if glibc released memory; False where there is no glibc or nothing to release."""
     trim = _malloc_trim()
-    return bool(trim(0)) if trim else False
+    if trim is None:
+        return False
+    time.sleep(settle_seconds)
+    return bool(trim(0))
 
 
 @functools.cache
