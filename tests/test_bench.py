@@ -322,6 +322,21 @@ def test_dropout_cost_is_the_median_of_the_alternating_steps_ratios():
     assert bench.paired_cost(measured_apart, free) == pytest.approx(0.25)  # the means, without pairs
 
 
+def test_dropout_cost_interval_is_the_order_statistics_that_hold_the_median_pair_at_90_percent():
+    """n pairs' ratios, sorted: the interval [k-th smallest, k-th largest] holds their median with
+    probability 1 - 2 P(Binomial(n, 1/2) < k); the largest k that still gives 90%."""
+    free = {"step_seconds": [1.0] * 9}
+    dropped = {"step_seconds": [1.0 + x / 100 for x in (5, -3, 12, 7, 0, 30, 9, 4, 6)]}
+    # sorted: -3 0 4 5 6 7 9 12 30. k = 2 covers 1 - 2 * 10/512 = 96%; k = 3: 1 - 2 * 46/512 = 82%.
+    assert bench.paired_cost_interval(dropped, free) == pytest.approx([0.0, 0.12])
+    assert bench.paired_cost(dropped, free) == pytest.approx(0.06)
+    five = {"step_seconds": dropped["step_seconds"][:5]}
+    assert bench.paired_cost_interval(five, {"step_seconds": [1.0] * 5}) == pytest.approx([-0.03, 0.12])  # 94%
+    four = {"step_seconds": dropped["step_seconds"][:4]}
+    assert bench.paired_cost_interval(four, {"step_seconds": [1.0] * 4}) is None  # at best 88%
+    assert bench.paired_cost_interval(dropped, {"step_seconds": [1.0] * 5}) is None  # not paired
+
+
 def test_cells_profiled_or_not_update_one_another(tmp_path):
     """--profile measures after the timed steps: a file without it takes cells with it, and back."""
     out = tmp_path / "bench.json"
@@ -371,8 +386,13 @@ def test_report_summarises_saved_cells_per_variant_and_length(tmp_path, capsys):
         paths.append(str(tmp_path / name))
     lines = bench.summary(bench.read_reports(paths)).splitlines()
     assert "n = 1024" in lines[0] and "n = 4096" in lines[0]
-    assert lines[2].split() == ["softmax", "4", "+10%", "50%", "25%", "40", "—", "50%", "25%"]
-    assert lines[3].split() == ["linear", "—", "—", "—", "—", "OOM"]
+    assert lines[2].split() == ["softmax", "4", "+10%", "—", "50%", "25%", "40", "—", "—", "50%", "25%"]
+    assert lines[3].split() == ["linear", "—", "—", "—", "—", "—", "OOM"]
+    paired = {"results": [cell("softmax", 1024, 0.0, 2.0, step_seconds=[2.0] * 5),
+                          cell("softmax", 1024, 0.1, 2.2, step_seconds=[1.9, 2.1, 2.2, 2.3, 2.5])]}
+    (tmp_path / "paired.json").write_text(json.dumps(paired))
+    lines = bench.summary(bench.read_reports([str(tmp_path / "paired.json")])).splitlines()
+    assert lines[2].split() == ["softmax", "2", "+10%", "-5..+25", "50%", "25%"]
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(bench.LraError, match="bad.json is not a bench JSON"):
         bench.read_reports([str(tmp_path / "bad.json")])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import json
+import math
 import os
 import re
 import signal
@@ -387,7 +388,8 @@ def cell_key(r: dict[str, Any]) -> tuple[str, int, float]:
 def add_relative(results: list[dict[str, Any]], baseline: str = "softmax") -> None:
     """Adds speed and memory relative to `baseline` at the same length and dropout rate (None where
     either is missing), and `dropout_cost` against the same variant and length at dropout 0 (None
-    without such a cell): `paired_cost` of their timed steps."""
+    without such a cell): `paired_cost` of their timed steps, with `dropout_cost_interval`
+    (`paired_cost_interval`)."""
     ok = {cell_key(r): r for r in results if r["status"] == "ok"}
     for r in results:
         variant, length, rate = cell_key(r)
@@ -397,6 +399,7 @@ def add_relative(results: list[dict[str, Any]], baseline: str = "softmax") -> No
                                 if b and r.get("peak_memory_bytes") and b.get("peak_memory_bytes") else None)
         free = ok.get((variant, length, 0.0)) if r["status"] == "ok" and rate > 0 else None
         r["dropout_cost"] = paired_cost(r, free) if free else None
+        r["dropout_cost_interval"] = paired_cost_interval(r, free) if free else None
 
 
 def paired_cost(cell: dict[str, Any], free: dict[str, Any]) -> float:
@@ -410,6 +413,32 @@ def paired_cost(cell: dict[str, Any], free: dict[str, Any]) -> float:
     if steps and free_steps and len(steps) == len(free_steps):
         return statistics.median(a / b for a, b in zip(steps, free_steps)) - 1
     return cell["seconds_per_step"] / free["seconds_per_step"] - 1
+
+
+COST_CONFIDENCE = 0.9
+
+
+def paired_cost_interval(cell: dict[str, Any], free: dict[str, Any],
+                         confidence: float = COST_CONFIDENCE) -> list[float] | None:
+    """A distribution-free confidence interval for `paired_cost`: [r_(k) - 1, r_(n+1-k) - 1], the k-th
+    smallest and k-th largest of the n pairs' ratios, with the largest k for which it holds the pairs'
+    median ratio with probability >= `confidence` (independent pairs: 1 - 2 P(Binomial(n, 1/2) < k)).
+    Five pairs: their smallest and largest ratio, 94%; nine: the 2nd and 8th, 96%. None without
+    pairs, or with too few for `confidence` (four or fewer at 90%)."""
+    steps, free_steps = cell.get("step_seconds"), free.get("step_seconds")
+    if not steps or not free_steps or len(steps) != len(free_steps):
+        return None
+    ratios = sorted(a / b for a, b in zip(steps, free_steps))
+    n = len(ratios)
+
+    def coverage(k: int) -> float:
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+
+    ks = [k for k in range(1, n // 2 + 1) if coverage(k) >= confidence]
+    if not ks:
+        return None
+    k = max(ks)
+    return [ratios[k - 1] - 1, ratios[n - k] - 1]
 
 
 # ----------------------------------------------------------------------------- report
@@ -461,19 +490,27 @@ def table(results: list[dict[str, Any]]) -> str:
         lines += [""] + block("% streaming bytes", lambda r: None if r.get("memory_time_share") is None
                               else f"{100 * r['memory_time_share']:.0f}%", None)
     if any(r.get("dropout_cost") is not None for r in results):
-        lines += [""] + block("dropout cost", lambda r: None if r.get("dropout_cost") is None else
-                              f"{100 * r['dropout_cost']:+.0f}%", None)
+        lines += [""] + block(f"dropout cost ({COST_CONFIDENCE:.0%} CI)", _cost_with_interval, None)
     return "\n".join(lines)
 
 
+def _cost_with_interval(r: dict[str, Any]) -> str | None:
+    """'+9% [-12, +24]': dropout's cost and its interval (`paired_cost_interval`), in percent."""
+    if r.get("dropout_cost") is None:
+        return None
+    interval = r.get("dropout_cost_interval")
+    return f"{100 * r['dropout_cost']:+.0f}%" + (
+        f" [{100 * interval[0]:+.0f}, {100 * interval[1]:+.0f}]" if interval else "")
+
+
 def summary(results: list[dict[str, Any]]) -> str:
-    """One row per variant, per length: seconds per step at dropout 0, what dropout 0.1 costs, the
-    share of the matmul peak and the share of the step that streaming XLA's bytes takes (both at
+    """One row per variant, per length: seconds per step at dropout 0, what dropout 0.1 costs and its
+    interval (`paired_cost_interval`, lower..upper in percent), the share of the matmul peak and the share of the step that streaming XLA's bytes takes (both at
     dropout 0); '—' where a cell is missing, its status where it failed."""
     cell = {cell_key(r): r for r in results}
     lengths = sorted({r["length"] for r in results})
     variants = list(dict.fromkeys(r["variant"] for r in results))
-    columns = ("s/step", "dropout", "% peak", "% bytes")
+    columns = ("s/step", "dropout", f"{COST_CONFIDENCE:.0%} CI", "% peak", "% bytes")
     width = 9
 
     def values(variant: str, length: int) -> list[str]:
@@ -483,8 +520,11 @@ def summary(results: list[dict[str, Any]]) -> str:
         if free["status"] != "ok":
             return [free["status"].upper()] + [""] * (len(columns) - 1)
         percent = lambda x: "—" if x is None else f"{100 * x:.0f}%"  # noqa: E731
-        cost = dropped.get("dropout_cost") if dropped and dropped["status"] == "ok" else None
+        ok = dropped and dropped["status"] == "ok"
+        cost = dropped.get("dropout_cost") if ok else None
+        interval = dropped.get("dropout_cost_interval") if ok else None
         return [f"{free['seconds_per_step']:.3g}", "—" if cost is None else f"{100 * cost:+.0f}%",
+                "—" if interval is None else f"{100 * interval[0]:+.0f}..{100 * interval[1]:+.0f}",
                 percent(free.get("utilisation")), percent(free.get("memory_time_share"))]
 
     name_width = max([8] + [len(v) + 1 for v in variants])
