@@ -69,10 +69,13 @@ class MetricsWriter:
             self.tensorboard.flush()
 
     def close(self) -> None:
+        """Closes both files; TensorBoard's too when the log's close raises (a full disk fails its flush)."""
         if not self.enabled:
             return
-        self.jsonl.close()
-        self.tensorboard.close()
+        try:
+            self.jsonl.close()
+        finally:
+            self.tensorboard.close()
 
 
 def read_lines(path: str | os.PathLike) -> tuple[list[dict], str | None]:

@@ -230,3 +230,23 @@ def test_a_log_line_that_meets_a_full_disk_names_its_file(tmp_path, monkeypatch)
         writer.write(3, {"train/loss": 0.5})
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(tmp_path / "metrics.jsonl")
     assert checkpointing.out_of_space(caught.value)
+    writer.tensorboard.close()  # left open, its writer thread outlives the test
+
+
+def test_closing_the_metrics_writer_on_a_full_disk_still_closes_tensorboard(tmp_path):
+    """The log's close flushes, so on a full disk it raises; TensorBoard's writer (a thread of its own)
+    is closed all the same, not left to an exit hook that fails at interpreter shutdown."""
+    import errno
+
+    from lra_jax.metrics import MetricsWriter
+
+    writer = MetricsWriter(tmp_path)
+    writer.jsonl.close()
+
+    def full():
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    writer.jsonl = type("Full", (), {"name": writer.jsonl.name, "close": staticmethod(full)})()
+    with pytest.raises(OSError):
+        writer.close()
+    assert writer.tensorboard.all_writers is None  # closed
