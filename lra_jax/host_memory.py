@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import time
 
 HUGE_PAGES = ("glibc.malloc.hugetlb=1",)
@@ -41,6 +42,13 @@ def tunables(current: str, *, huge_pages: bool, keep_freed: bool) -> str:
     names = {setting.split("=")[0] for setting in ours}
     kept = [setting for setting in current.split(":") if setting and setting.split("=")[0] not in names]
     return ":".join([*kept, *ours])
+
+
+def keeps_freed(environ: dict[str, str] | None = None) -> bool:
+    """Whether malloc keeps freed memory mapped in a process with `environ` (default: this one's, which
+    glibc read at its start): GLIBC_TUNABLES holds all of KEEP_FREED."""
+    environ = os.environ if environ is None else environ
+    return set(KEEP_FREED) <= set(environ.get("GLIBC_TUNABLES", "").split(":"))
 
 
 def release_freed(settle_seconds: float = 0.1) -> bool:

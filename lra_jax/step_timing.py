@@ -53,14 +53,19 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
 def time_train_steps(configs: list[ml_collections.ConfigDict], task: TaskSpec, mesh: Mesh, *,
                      warmup: int, steps: int) -> list[dict[str, Any]]:
     """`time_train_step` of several configs of one shape (e.g. dropout 0 and 0.1), their timed steps
-    alternating (step 1 of each, then step 2 of each, ...), so that a change of load on a shared
-    machine hits them alike and their ratio holds. With several configs each timed step follows an
-    untimed one of the same config: the first step after another executable ran is slower (its
-    temporaries are mapped afresh: on this 2-core CPU a softmax step at 1K took 6.0-6.5 s instead
-    of 4.1-4.3 s), a cost a run of one config pays once, not per step. Before that untimed step the
-    other config's freed memory goes back to the kernel (`host_memory.release_freed`), so where malloc
-    keeps freed memory the process holds one config's temporaries, not all of them. Only one step's
-    temporary memory is live at a time: each config must fit alone. One dict per config, in order."""
+    in rounds (step i of each config), so that a change of load on a shared machine hits them alike
+    and their ratio holds. Rounds alternate their order (A B, B A, A B, ...): a load that grows or
+    eases over minutes does not always favour the same config, and every other switch is saved.
+
+    Before a config runs after another, the other's freed memory goes back to the kernel
+    (`host_memory.release_freed`), so where malloc keeps freed memory the process holds one config's
+    temporaries, not all of them. Where it keeps them (`host_memory.keeps_freed`), the first step
+    after a switch maps them afresh, a cost a run of one config pays once, not per step (`softmax`
+    at 1K on this 2-core CPU: 6.0-6.5 s instead of 4.1-4.3 s): an untimed step of the same config
+    goes first. Where malloc maps every large block afresh anyway (glibc's default), every step pays
+    that, and the step after a switch is timed directly. Only one step's temporary memory is live at
+    a time: each config must fit alone. One dict per config, in order; each one's `pairing` says
+    how its steps were ordered."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     runs = []
@@ -78,23 +83,26 @@ def time_train_steps(configs: list[ml_collections.ConfigDict], task: TaskSpec, m
                      "step_memory": step_memory, "attention": trainer.attention_settings(graphdef, state),
                      "step_seconds": []})
     switching = len(runs) > 1
+    settle = switching and host_memory.keeps_freed()
     for run in runs:
         if switching:
             host_memory.release_freed()
         for _ in range(warmup):
-            run["state"], _ = run["compiled"](run["state"], run["batch"])
+            _step(run)
         jax.block_until_ready(run["state"])
-    for _ in range(steps):  # each step waited for: a step takes milliseconds to minutes, the wait microseconds
-        for run in runs:
-            if switching:  # settle, in the memory the other executable gave back: not timed
+    previous = runs[-1]
+    for step in range(steps):  # each step waited for: a step takes milliseconds to minutes, the wait microseconds
+        for run in runs if step % 2 == 0 else runs[::-1]:
+            if run is not previous:
                 host_memory.release_freed()
-                run["state"], _ = run["compiled"](run["state"], run["batch"])
-                jax.block_until_ready(run["state"])
+                if settle:  # in the memory the other executable gave back: not timed
+                    jax.block_until_ready(_step(run))
             start = time.perf_counter()
-            run["state"], metrics = run["compiled"](run["state"], run["batch"])
-            jax.block_until_ready((run["state"], metrics))
+            jax.block_until_ready(_step(run))
             run["step_seconds"].append(time.perf_counter() - start)
+            previous = run
     host_max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    pairing = {"round_order": "alternating", "untimed_step_after_switch": settle} if switching else None
     return [{
         "seconds_per_step": sum(run["step_seconds"]) / steps,
         "step_seconds": run["step_seconds"],
@@ -103,13 +111,14 @@ def time_train_steps(configs: list[ml_collections.ConfigDict], task: TaskSpec, m
         "host_max_rss_bytes": host_max_rss,  # the process's, after every config's steps
         "num_parameters": int(sum(x.size for x in jax.tree.leaves(run["state"]["params"]))),
         "attention": run["attention"],
+        "pairing": pairing,
         "compiled": run["compiled"],
-        "run_step": functools.partial(_next_step, run),
+        "run_step": functools.partial(_step, run),
     } for run in runs]
 
 
-def _next_step(run: dict[str, Any]) -> Any:
-    """One more step of `run` (its state moves on), e.g. under a profiler."""
+def _step(run: dict[str, Any]) -> Any:
+    """One more step of `run` (its state moves on); returns the new state and the step's metrics."""
     run["state"], metrics = run["compiled"](run["state"], run["batch"])
     return run["state"], metrics
 

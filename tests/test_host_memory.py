@@ -113,3 +113,11 @@ def test_tunables_replace_our_names_and_keep_the_others():
         "glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=1")
     assert host_memory.tunables("", huge_pages=True, keep_freed=True).split(":") == [
         *host_memory.HUGE_PAGES, *host_memory.KEEP_FREED]
+
+
+def test_keeps_freed_reads_all_of_the_keep_settings_from_the_tunables():
+    kept = host_memory.tunables("", huge_pages=True, keep_freed=True)
+    assert host_memory.keeps_freed({"GLIBC_TUNABLES": kept})
+    assert not host_memory.keeps_freed({"GLIBC_TUNABLES": host_memory.tunables("", huge_pages=True, keep_freed=False)})
+    assert not host_memory.keeps_freed({"GLIBC_TUNABLES": kept.replace("glibc.malloc.mmap_max=0", "")})
+    assert not host_memory.keeps_freed({})

@@ -47,9 +47,11 @@ def test_train_estimate_prints_a_projection_and_writes_nothing(tmp_path):
     assert not workdir.exists()
 
 
-def test_configs_timed_together_alternate_and_each_timed_step_follows_an_untimed_one_of_its_own(monkeypatch):
-    """Two configs (dropout 0 and 0.1): per round A A B B, the second of each pair timed; the switch from
-    the other executable is never in a timed step."""
+@pytest.mark.parametrize("keeps_freed", [True, False])
+def test_configs_timed_together_take_turns_in_alternating_rounds(monkeypatch, keeps_freed):
+    """Two configs (dropout 0 and 0.1), three rounds: A B, B A, A B. Where malloc keeps freed memory, a
+    step after a switch is an untimed one of the new config (the switch is never in a timed step);
+    where it maps every step's memory afresh anyway, the step after a switch is timed."""
     from lra_jax import trainer
     from lra_jax.tools import bench
 
@@ -76,10 +78,17 @@ def test_configs_timed_together_alternate_and_each_timed_step_follows_an_untimed
         return SimpleNamespace(lower=lambda *args: SimpleNamespace(compile=compile_recorded(lower(*args))))
 
     monkeypatch.setattr(step_timing, "make_train_step", recording)
+    monkeypatch.setattr(step_timing.host_memory, "keeps_freed", lambda: keeps_freed)
     tiny = {"batch_size": 2, "seed": 0, "num_layers": 1, "num_heads": 2, "emb_dim": 16, "mlp_dim": 16,
             "dtype": "float32", "scan_layers": False, "remat": False}
     configs = [bench.bench_config("softmax", 16, tiny, rate) for rate in (0.0, 0.1)]
     task = tasks.TaskSpec("text-bench", bench.VOCAB_SIZE, bench.NUM_CLASSES, False, load=None)
     timings = step_timing.time_train_steps(configs, task, trainer.make_mesh(), warmup=1, steps=3)
-    assert calls == ["A", "B"] + ["A", "A", "B", "B"] * 3  # warm-up, then settle + timed per round
+    warm_up = ["A", "B"]
+    if keeps_freed:  # untimed, timed after each switch; none between B's rounds 1 and 2, A's 2 and 3
+        assert calls == warm_up + ["A", "A", "B", "B"] + ["B", "A", "A"] + ["A", "B", "B"]
+    else:
+        assert calls == warm_up + ["A", "B"] + ["B", "A"] + ["A", "B"]
     assert [len(t["step_seconds"]) for t in timings] == [3, 3]
+    assert [t["pairing"] for t in timings] == [
+        {"round_order": "alternating", "untimed_step_after_switch": keeps_freed}] * 2

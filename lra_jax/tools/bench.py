@@ -216,6 +216,7 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
             "host_max_rss_bytes": timing["host_max_rss_bytes"],
             "num_parameters": timing["num_parameters"],
             "attention": timing["attention"],  # as built: defaults and backend-derived values filled in
+            "pairing": timing["pairing"],  # how the rates' steps took turns; absent: before rounds alternated
         })
     if settings.get("profile"):  # after every rate's timed steps, so the profiler slows none of them
         for entry, timing in zip(entries, timings):
