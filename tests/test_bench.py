@@ -349,6 +349,24 @@ def test_cells_profiled_or_not_update_one_another(tmp_path):
     assert len(report["results"]) == 3 and "profile" not in report["settings"]
 
 
+def test_an_update_may_time_more_steps_than_the_file_never_fewer(tmp_path):
+    """More timed steps measure the same cost more precisely: such cells join the file, whose settings
+    keep its own step count; fewer would make a cell less precise than the file says, and are refused."""
+    from lra_jax.errors import LraError
+
+    out = tmp_path / "bench.json"
+    quiet = {"log": lambda line: None, "device": {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}}
+    bench.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
+    more = {**TINY, "steps": TINY["steps"] + 4}
+    bench.benchmark(["fast"], [1024], more, str(out), measure_fn=fake_measure, update=True, **quiet)
+    report = json.loads(out.read_text())
+    assert report["settings"]["steps"] == TINY["steps"] and len(report["results"]) == 2
+    with pytest.raises(LraError, match=f"steps: file {TINY['steps']}, now {TINY['steps'] - 1} \\(fewer"):
+        bench.benchmark(["fast"], [1024], {**TINY, "steps": TINY["steps"] - 1}, str(out), measure_fn=fake_measure,
+                        update=True, **quiet)
+    assert json.loads(out.read_text()) == report
+
+
 def test_report_shows_where_profiled_steps_spend_their_time():
     """Per profiled cell: the kinds' shares of the ops' time, the matmuls' rate against the measured peak
     (all, and those with the smallest contraction that carry 5% of the FLOPs or more), ops over wall."""

@@ -66,7 +66,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("warmup", 2, "Untimed steps after compilation.")
     flags.DEFINE_string("out", None, "Output JSON (default experiments/results/bench-<device>-<date>.json).")
     flags.DEFINE_bool("update", False, "Merge into an existing --out: the cells measured now replace or join "
-                      "its cells (a new variant, a re-measured one); device and settings must match.")
+                      "its cells (a new variant, a re-measured one); device and settings must match, "
+                      "except that --steps may be larger than the file's (a more precise re-measure).")
     flags.DEFINE_list("dropout_rates", ["0.1"], "Dropout rates (residual, MLP and attention alike; Table 2: 0.1). "
                       "Several, e.g. 0,0.1, measure each (variant, length) at every rate one after another, "
                       "so the cost of dropout is read side by side under the same load.")
@@ -713,6 +714,9 @@ def end_on_sigterm() -> Any:
 # Settings of what a cell measures after its timed steps: they change none of them, so cells measured
 # with and without them compare.
 MEASURED_AFTER = frozenset({"profile"})
+# Settings of how precisely a cell is measured, not of what: a cell measured again may take more timed
+# steps (pairs of rates) than the file's, never fewer; each cell's step_seconds say how many it took.
+AT_LEAST_THE_FILES = frozenset({"steps"})
 
 
 def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
@@ -728,7 +732,10 @@ def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any])
     prior_settings = {"dropout_rates": [LEGACY_DROPOUT_RATE], "keep_host_memory": False, "impl": "auto",
                       **prior.get("settings", {})}
     differences = [f"{key}: file {prior_settings.get(key)!r}, now {value!r}" for key, value in settings.items()
-                   if key not in MEASURED_AFTER and prior_settings.get(key) != value]
+                   if key not in MEASURED_AFTER | AT_LEAST_THE_FILES and prior_settings.get(key) != value]
+    differences += [f"{key}: file {prior_settings[key]!r}, now {settings[key]!r} (fewer is less precise)"
+                    for key in sorted(AT_LEAST_THE_FILES) if key in settings and key in prior_settings
+                    and settings[key] < prior_settings[key]]
     if prior.get("device", {}).get("kind") != device["kind"]:
         differences.insert(0, f"device: file {prior.get('device', {}).get('kind')!r}, now {device['kind']!r}")
     if differences:
@@ -753,13 +760,18 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
     """Measures the grid, writes the JSON report to `out` (default path names the device), prints the table.
 
     Each cell runs in a fresh process unless `measure_fn` is given (see run); `device` defaults to
-    probe_device(). With `update`, `out` must exist with the same device and settings, and the cells
-    measured now replace or join its cells; its earlier commands are kept under "commands"."""
+    probe_device(). With `update`, `out` must exist with the same device and settings (steps: at least
+    the file's), and the cells measured now replace or join its cells; its earlier commands are kept
+    under "commands"."""
     from lra_jax import trainer
 
     device = device or probe_device()
     out = out or default_out(device)
     prior = load_for_update(out, device, settings) if update else {"results": []}
+    # The file's settings stay the first run's: an update with more steps leaves them as they were.
+    file_settings = {k: v for k, v in {**settings, **{k: prior["settings"][k] for k in AT_LEAST_THE_FILES
+                                                      if k in prior.get("settings", {})}}.items()
+                     if k not in MEASURED_AFTER}
     commands = [*prior.get("commands", [prior["command"]] if "command" in prior else []), " ".join(sys.argv)]
     log(f"{'updating' if update else 'writing'} {out}")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -767,7 +779,7 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
     def save(results: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
         """Writes the report atomically; a killed or hung bench keeps what it measured."""
         report = {"device": device, "versions": trainer.library_versions(),
-                  "settings": {k: v for k, v in settings.items() if k not in MEASURED_AFTER},
+                  "settings": file_settings,
                   "date": datetime.datetime.now().isoformat(timespec="seconds"),
                   "command": commands[-1], "complete": complete,
                   "results": merge_results(prior["results"], results)}
