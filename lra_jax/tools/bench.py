@@ -716,7 +716,7 @@ def end_on_sigterm() -> Any:
 MEASURED_AFTER = frozenset({"profile"})
 # Settings of how precisely a cell is measured, not of what: a cell measured again may take more timed
 # steps (pairs of rates) than the file's, never fewer; each cell's step_seconds say how many it took.
-AT_LEAST_THE_FILES = frozenset({"steps"})
+PRECISION = frozenset({"steps"})
 
 
 def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
@@ -732,9 +732,9 @@ def load_for_update(path: str, device: dict[str, Any], settings: dict[str, Any])
     prior_settings = {"dropout_rates": [LEGACY_DROPOUT_RATE], "keep_host_memory": False, "impl": "auto",
                       **prior.get("settings", {})}
     differences = [f"{key}: file {prior_settings.get(key)!r}, now {value!r}" for key, value in settings.items()
-                   if key not in MEASURED_AFTER | AT_LEAST_THE_FILES and prior_settings.get(key) != value]
+                   if key not in MEASURED_AFTER | PRECISION and prior_settings.get(key) != value]
     differences += [f"{key}: file {prior_settings[key]!r}, now {settings[key]!r} (fewer is less precise)"
-                    for key in sorted(AT_LEAST_THE_FILES) if key in settings and key in prior_settings
+                    for key in sorted(PRECISION) if key in settings and key in prior_settings
                     and settings[key] < prior_settings[key]]
     if prior.get("device", {}).get("kind") != device["kind"]:
         differences.insert(0, f"device: file {prior.get('device', {}).get('kind')!r}, now {device['kind']!r}")
@@ -768,10 +768,9 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
     device = device or probe_device()
     out = out or default_out(device)
     prior = load_for_update(out, device, settings) if update else {"results": []}
-    # The file's settings stay the first run's: an update with more steps leaves them as they were.
-    file_settings = {k: v for k, v in {**settings, **{k: prior["settings"][k] for k in AT_LEAST_THE_FILES
-                                                      if k in prior.get("settings", {})}}.items()
-                     if k not in MEASURED_AFTER}
+    file_settings = {k: v for k, v in settings.items() if k not in MEASURED_AFTER}
+    # An update with more steps leaves the file's as they were: the fewest any of its cells took.
+    file_settings.update({k: prior["settings"][k] for k in PRECISION if k in prior.get("settings", {})})
     commands = [*prior.get("commands", [prior["command"]] if "command" in prior else []), " ".join(sys.argv)]
     log(f"{'updating' if update else 'writing'} {out}")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
