@@ -52,26 +52,33 @@ TPU_CHIPS = {
 }
 
 # NVIDIA datasheets (SXM, dense): H100 989 TF/s bf16, 67 TF/s fp32 (494 TF/s tf32), 3.35 TB/s, 80 GB;
+# H200 the H100's compute with 4.8 TB/s and 141 GB (150,109,880,320 bytes as CUDA counted them on one);
 # A100 312 TF/s bf16, 19.5 TF/s fp32 (156 TF/s tf32), 2.04 TB/s, 80 GB. "float32" is the TF32 figure:
 # jax's default precision runs float32 matmuls on the tensor cores in TF32 on Ampere and Hopper.
 GPU_CHIPS = {
     "h100": Chip("NVIDIA H100 80GB HBM3", 84_942_979_072, 3.35e12, {"bfloat16": 989e12, "float32": 494e12}),
+    "h200": Chip("NVIDIA H200", 150_109_880_320, 4.8e12, {"bfloat16": 989e12, "float32": 494e12}),
     "a100": Chip("NVIDIA A100-SXM4-80GB", 85_100_068_864, 2.04e12, {"bfloat16": 312e12, "float32": 156e12}),
 }
 # jax's name for the GPU, from which its Triton lowering takes the compute capability (`compat.gpu_target`).
-GPU_KINDS = {"h100": "NVIDIA H100", "a100": "NVIDIA A100"}
+GPU_KINDS = {"h100": "NVIDIA H100", "h200": "NVIDIA H200", "a100": "NVIDIA A100"}
 
 # XLA:GPU target configs (stream_executor.GpuTargetConfigProto), the fields the compiler reads, with
 # the values of the devices (as the openxla/xla target-config specs for h100_sxm and a100_sxm_80 list them).
+_H100_DEVICE_INFO = dict(
+    threads_per_block_limit=1024, threads_per_warp=32, shared_memory_per_block=49152,
+    shared_memory_per_core=233472, threads_per_core_limit=2048, core_count=132, fpus_per_core=128,
+    block_dim_limit_x=2147483647, block_dim_limit_y=65535, block_dim_limit_z=65535,
+    memory_bandwidth=3352320000000, l2_cache_size=52428800, clock_rate_ghz=1.98,
+    device_memory_size=84942979072, shared_memory_per_block_optin=232448,
+    cuda_compute_capability=(9, "ACCELERATED_FEATURES"), registers_per_core_limit=65536,
+    registers_per_block_limit=65536, thread_dim_limit_x=1024, thread_dim_limit_y=1024,
+    thread_dim_limit_z=64)
 _GPU_DEVICE_INFO = {
-    "h100": dict(threads_per_block_limit=1024, threads_per_warp=32, shared_memory_per_block=49152,
-                 shared_memory_per_core=233472, threads_per_core_limit=2048, core_count=132, fpus_per_core=128,
-                 block_dim_limit_x=2147483647, block_dim_limit_y=65535, block_dim_limit_z=65535,
-                 memory_bandwidth=3352320000000, l2_cache_size=52428800, clock_rate_ghz=1.98,
-                 device_memory_size=84942979072, shared_memory_per_block_optin=232448,
-                 cuda_compute_capability=(9, "ACCELERATED_FEATURES"), registers_per_core_limit=65536,
-                 registers_per_block_limit=65536, thread_dim_limit_x=1024, thread_dim_limit_y=1024,
-                 thread_dim_limit_z=64),
+    "h100": _H100_DEVICE_INFO,
+    # The H100's die with more and faster memory and a larger L2, as an H200 reported them to CUDA.
+    "h200": dict(_H100_DEVICE_INFO, memory_bandwidth=4800000000000, l2_cache_size=62914560,
+                 device_memory_size=150109880320),
     "a100": dict(threads_per_block_limit=1024, threads_per_warp=32, shared_memory_per_block=49152,
                  shared_memory_per_core=167936, threads_per_core_limit=2048, core_count=108, fpus_per_core=64,
                  block_dim_limit_x=2147483647, block_dim_limit_y=65535, block_dim_limit_z=65535,
@@ -84,7 +91,7 @@ _GPU_DEVICE_INFO = {
 
 
 def gpu_target_config(name: str) -> str:
-    """The GpuTargetConfigProto text of GPU `name` ("h100", "a100")."""
+    """The GpuTargetConfigProto text of GPU `name` ("h100", "h200", "a100")."""
     lines = []
     for key, value in _GPU_DEVICE_INFO[name].items():
         if key == "cuda_compute_capability":
@@ -123,8 +130,8 @@ class Target:
 
 TPU_PATTERN = re.compile(r"^(?:tpu-)?(v\d+[a-z]?):(\d+(?:x\d+){1,2})$")
 GPU_PATTERN = re.compile(r"^([a-z]\d+)(?:x(\d+))?$")  # h100, h100x8: GPUs on one host
-NAMES = ("tpu-v3:4x4", "tpu-v4:2x2x1", "tpu-v5e:2x2", "tpu-v5e:1x1", "tpu-v5p:2x2x1", "tpu-v6e:2x2", "h100", "a100",
-         "h100x8")
+NAMES = ("tpu-v3:4x4", "tpu-v4:2x2x1", "tpu-v5e:2x2", "tpu-v5e:1x1", "tpu-v5p:2x2x1", "tpu-v6e:2x2", "h100", "h200",
+         "a100", "h100x8")
 
 
 def describe_names() -> str:

@@ -388,7 +388,8 @@ def test_report_shows_where_profiled_steps_spend_their_time():
 
 def test_report_summarises_saved_cells_per_variant_and_length(tmp_path, capsys):
     """--report prints, from bench JSONs alone, each variant's seconds per step at dropout 0, dropout's
-    cost, the share of the matmul peak and of streaming XLA's bytes; a failed cell shows its status."""
+    cost, the share of the matmul peak (on accelerators also of the vendor's) and of streaming XLA's
+    bytes; a failed cell shows its status."""
     def cell(variant, length, rate, seconds, **extra):
         return {"variant": variant, "length": length, "dropout_rate": rate, "status": "ok",
                 "seconds_per_step": seconds, "steps_per_second": 1 / seconds, "peak_memory_bytes": 1,
@@ -411,6 +412,21 @@ def test_report_summarises_saved_cells_per_variant_and_length(tmp_path, capsys):
     (tmp_path / "paired.json").write_text(json.dumps(paired))
     lines = bench.summary(bench.read_reports([str(tmp_path / "paired.json")])).splitlines()
     assert lines[2].split() == ["softmax", "2", "+10%", "-5..+25", "50%", "25%"]
+    on_gpu = {"results": [cell("softmax", 4096, 0.0, 0.2, matmul_peak_flops_per_second=100e12,
+                               vendor_peak_flops_per_second=500e12)]}
+    (tmp_path / "gpu.json").write_text(json.dumps(on_gpu))
+    lines = bench.summary(bench.read_reports([str(tmp_path / "gpu.json")])).splitlines()
+    assert "% vendor" in lines[1] and "% vendor" not in bench.summary(paired["results"])
+    assert lines[2].split() == ["softmax", "0.2", "—", "—", "50%", "10%", "25%"]  # 50% of 100 is 10% of 500
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(bench.LraError, match="bad.json is not a bench JSON"):
         bench.read_reports([str(tmp_path / "bad.json")])
+
+
+def test_vendor_peaks_are_known_for_the_gpus_we_compile_for_and_none_for_cpus():
+    from lra_jax import device_peak
+
+    assert device_peak.vendor_peak("NVIDIA H200", "float32") == 494e12  # TF32, as jax runs float32 there
+    assert device_peak.vendor_peak("NVIDIA H100 80GB HBM3", "bfloat16") == 989e12
+    assert device_peak.vendor_peak("TPU v5 lite", "bfloat16") == 197e12
+    assert device_peak.vendor_peak("cpu", "float32") is None

@@ -505,14 +505,25 @@ def _cost_with_interval(r: dict[str, Any]) -> str | None:
         f" [{100 * interval[0]:+.0f}, {100 * interval[1]:+.0f}]" if interval else "")
 
 
+def vendor_utilisation(r: dict[str, Any]) -> float | None:
+    """The cell's utilisation against the vendor's peak instead of the measured one (accelerators)."""
+    vendor, measured = r.get("vendor_peak_flops_per_second"), r.get("matmul_peak_flops_per_second")
+    if r.get("utilisation") is None or not vendor or not measured:
+        return None
+    return r["utilisation"] * measured / vendor
+
+
 def summary(results: list[dict[str, Any]]) -> str:
     """One row per variant, per length: seconds per step at dropout 0, what dropout 0.1 costs and its
-    interval (`paired_cost_interval`, lower..upper in percent), the share of the matmul peak and the share of the step that streaming XLA's bytes takes (both at
-    dropout 0); '—' where a cell is missing, its status where it failed."""
+    interval (`paired_cost_interval`, lower..upper in percent), the share of the matmul peak, on
+    accelerators also of the vendor's, and the share of the step that streaming XLA's bytes takes (all
+    at dropout 0); '—' where a cell is missing, its status where it failed."""
     cell = {cell_key(r): r for r in results}
     lengths = sorted({r["length"] for r in results})
     variants = list(dict.fromkeys(r["variant"] for r in results))
-    columns = ("s/step", "dropout", f"{COST_CONFIDENCE:.0%} CI", "% peak", "% bytes")
+    vendor = any(vendor_utilisation(r) is not None for r in results)
+    columns = ("s/step", "dropout", f"{COST_CONFIDENCE:.0%} CI", "% peak") + (("% vendor",) if vendor else ()) + (
+        "% bytes",)
     width = 9
 
     def values(variant: str, length: int) -> list[str]:
@@ -527,7 +538,8 @@ def summary(results: list[dict[str, Any]]) -> str:
         interval = dropped.get("dropout_cost_interval") if ok else None
         return [f"{free['seconds_per_step']:.3g}", "—" if cost is None else f"{100 * cost:+.0f}%",
                 "—" if interval is None else f"{100 * interval[0]:+.0f}..{100 * interval[1]:+.0f}",
-                percent(free.get("utilisation")), percent(free.get("memory_time_share"))]
+                percent(free.get("utilisation"))] + ([percent(vendor_utilisation(free))] if vendor else []) + [
+                percent(free.get("memory_time_share"))]
 
     name_width = max([8] + [len(v) + 1 for v in variants])
     head = " " * name_width + "".join(f"{f'n = {n}':^{width * len(columns)}}" for n in lengths)
