@@ -100,18 +100,28 @@ def test_dtype_is_kept(dtype):
     assert Dropout(0.1)(x, deterministic=False, rngs=nnx.Rngs(0)).dtype == dtype
 
 
-def test_xla_softmax_drops_the_weights_the_triton_kernel_drops():
+def with_random_bilinear(layer):
+    """Luong's W_a starts at the identity (softmax's logits): a random one makes the kernel path
+    use the transformed keys. Other variants are returned as they are."""
+    if hasattr(layer, "bilinear"):
+        w = np.random.default_rng(1).standard_normal(layer.bilinear.shape)
+        layer.bilinear[...] = jnp.asarray(w / np.sqrt(w.shape[-1]), jnp.float32)
+    return layer
+
+
+@pytest.mark.parametrize("name", ["softmax", "luong"])
+def test_xla_attention_drops_the_weights_the_triton_kernel_drops(name):
     """Same layer, same rngs: impl="xla" and the Triton flash kernel (interpreted) agree in training,
     so the two paths draw one mask. A different mask would move outputs by O(0.1), not 1e-5."""
     x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 40, 32)), jnp.float32)
     mask = jnp.arange(40)[None, :] < jnp.array([[40], [23]])
     with kernels.target_platform("gpu", interpret=True):
-        on_kernel = registry.build("softmax", dim=32, num_heads=2, rngs=nnx.Rngs(0), max_len=40,
-                                   dropout_rate=0.3, impl="pallas")
+        on_kernel = with_random_bilinear(registry.build(name, dim=32, num_heads=2, rngs=nnx.Rngs(0), max_len=40,
+                                                        dropout_rate=0.3, impl="pallas"))
         assert on_kernel.kernel_plan(deterministic=False).dropout
         kernel_out = np.asarray(on_kernel(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=5)))
-    on_xla = registry.build("softmax", dim=32, num_heads=2, rngs=nnx.Rngs(0), max_len=40, dropout_rate=0.3,
-                            impl="xla")
+    on_xla = with_random_bilinear(registry.build(name, dim=32, num_heads=2, rngs=nnx.Rngs(0), max_len=40,
+                                                 dropout_rate=0.3, impl="xla"))
     xla_out = np.asarray(on_xla(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=5)))
     evaluation = np.asarray(on_xla(x, mask, deterministic=True))
     assert np.abs(xla_out - evaluation).max() > 0.1  # dropout acted

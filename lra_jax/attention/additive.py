@@ -16,8 +16,10 @@ Attention-based Neural Machine Translation", eq. 8, general score), per head:
 
     e_ij = q_i^T W_a k_j / sqrt(d),   W_a [d, d] per head,
 
-O(n^2 d + n d^2) time, O(n^2) memory. Scaled by 1/sqrt(d) like dot-product
-attention (the paper has no scale; it keeps logits of order one as d grows).
+O(n^2 d + n d^2) time. Scaled by 1/sqrt(d) like dot-product attention (the paper
+has no scale; it keeps logits of order one as d grows). It is softmax attention
+over the keys W_a k_j, so it runs the same flash kernels (O(n) memory, dropout
+inside the kernel) where softmax does, and XLA's O(n^2) form elsewhere.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from jaxtyping import Array, Float
 from lra_jax import kernels
 from lra_jax.attention.core import Attention, matmul_flops
 from lra_jax.attention.registry import register
+from lra_jax.attention.softmax import SoftmaxAttention
 from lra_jax.errors import ConfigError
 
 
@@ -119,8 +122,9 @@ class AdditiveAttention(Attention):
 
 
 @register("luong")
-class LuongAttention(Attention):
-    """Luong "general" attention: q_i^T W_a k_j / sqrt(d) with a learned W_a per head.
+class LuongAttention(SoftmaxAttention):
+    """Luong "general" attention: q_i^T W_a k_j / sqrt(d) with a learned W_a per head, softmax
+    attention over the keys W_a k_j (its kernels included).
 
     W_a starts at the identity, so at initialisation the layer equals softmax
     attention built from the same seed (the projections are created first, from
@@ -145,5 +149,4 @@ class LuongAttention(Attention):
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         wk = jnp.einsum("hde,bmhe->bmhd", self.bilinear[...].astype(k.dtype), k)
-        logits = jnp.einsum("bnhd,bmhd->bhnm", q, wk) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
-        return self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)
+        return super().attend(q, wk, v, mask, deterministic=deterministic, rngs=rngs)
