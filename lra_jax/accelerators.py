@@ -2,8 +2,8 @@
 
     tpu-v5e:2x2   a TPU slice: compile-only devices from libtpu (the `[tpu]` extra), one per chip
                   (per TensorCore on v2/v3), through `jax.experimental.topologies.get_topology_desc`
-    h100, a100    one GPU: XLA:GPU compiling through Triton and ptxas to cubin for the GPU described
-                  by its target config (the `[cuda]` extra; jax itself runs on the CPU)
+    h100, h200,   one GPU: XLA:GPU compiling through Triton and ptxas to cubin for the GPU described
+    a100          by its target config (the `[cuda]` extra; jax itself runs on the CPU)
     h100x8        a host of 8 such GPUs (any count: a100x4, ...), the batch split over them
 
 Neither needs the hardware. The compilers enforce what the hardware would (HBM on TPU, shared
