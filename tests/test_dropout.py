@@ -109,7 +109,7 @@ def with_random_bilinear(layer):
     return layer
 
 
-@pytest.mark.parametrize("name", ["softmax", "luong"])
+@pytest.mark.parametrize("name", ["softmax", "luong", "synthesizer"])
 def test_xla_attention_drops_the_weights_the_triton_kernel_drops(name):
     """Same layer, same rngs: impl="xla" and the Triton flash kernel (interpreted) agree in training,
     so the two paths draw one mask. A different mask would move outputs by O(0.1), not 1e-5."""

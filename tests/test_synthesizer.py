@@ -1,11 +1,13 @@
 """Synthesizer (dense, random, factorized random, mixed) against references written here."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol, x_and_mask
+from lra_jax import kernels
 from lra_jax.attention import registry
 from lra_jax.attention.synthesizer import FixedRandom
 from lra_jax.errors import ConfigError
@@ -90,6 +92,52 @@ def test_mixed_with_zero_synthetic_logits_is_softmax_attention(mode):
     x, mask = x_and_mask(9, [9, 4], DIM)
     assert_close(apply(layer, x, mask), apply(softmax, x, mask), TOL)
     assert np.abs(apply(build(seed=4, mode=mode), x, mask) - apply(softmax, x, mask)).max() > 1e-3
+
+
+def loss_and_grads(layer, x, mask, dropout_seed):
+    """sum(out * w) of a training call (dropout on) and its gradient in every parameter."""
+    w = np.random.default_rng(9).standard_normal(x.shape).astype(np.float32)
+    graphdef, params, rest = nnx.split(layer, nnx.Param, ...)
+
+    def loss(params):
+        layer = nnx.merge(graphdef, params, rest)
+        return jnp.sum(layer(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=dropout_seed)) * w)
+
+    value, grads = jax.value_and_grad(loss)(params)
+    return float(value), jax.tree.leaves(grads)
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+@pytest.mark.parametrize("mix", [0.0, 0.5])
+@pytest.mark.parametrize("mode", ["dense", "factorized_random"])
+def test_kernels_compute_the_xla_layer_with_its_dropout(mode, mix, platform):
+    """The flash kernels over queries a and keys c (module docstring) give the XLA layer's loss and
+    gradients in training, so they also drop the same weights; interpreted Triton (gpu), and on tpu
+    our Mosaic kernel (dropout on). A wrong logit term or mask moves the loss by O(0.1)."""
+    x, mask = x_and_mask(MAX_LEN, [MAX_LEN, 11, 1], DIM)
+    settings = dict(mode=mode, mix=mix, dropout_rate=0.3)
+    with kernels.target_platform(platform, interpret=True):
+        on_kernel = build(seed=3, impl="pallas", **settings)
+        assert on_kernel.kernel_plan(deterministic=False).dropout
+        on_xla = build(seed=3, impl="xla", **settings)
+    for layer in (on_kernel, on_xla):  # non-zero b2: its column of c is exercised
+        if mode == "dense":
+            layer.dense_bias[...] = np.random.default_rng(5).standard_normal((HEADS, MAX_LEN)).astype(np.float32)
+    with kernels.target_platform(platform, interpret=True):
+        kernel_loss, kernel_grads = loss_and_grads(on_kernel, x, mask, 2)
+    xla_loss, xla_grads = loss_and_grads(on_xla, x, mask, 2)
+    evaluation = float(np.sum(apply(on_xla, x, mask) * np.random.default_rng(9).standard_normal(x.shape)))
+    assert abs(xla_loss - evaluation) > 0.1  # dropout acted
+    assert_close(kernel_loss, xla_loss, TOL)
+    assert len(kernel_grads) == len(xla_grads)
+    flat = lambda leaves: np.concatenate([np.ravel(leaf) for leaf in leaves])  # noqa: E731  one scale: some are ~0
+    assert_close(flat(kernel_grads), flat(xla_grads), TOL)
+
+
+def test_random_mode_runs_xla_where_kernels_run():
+    with kernels.target_platform("gpu", interpret=True):
+        plan = build(mode="random", impl="auto").kernel_plan(deterministic=True)
+    assert plan.kernel == kernels.XLA and "random" in plan.reason
 
 
 def test_pure_synthesizer_has_no_query_key_projections():

@@ -16,6 +16,17 @@ time and O(n^2) memory for dense (O(n d max_len) parameters via W2 [d, max_len])
 O(n^2) for random (O(max_len^2) parameters per head), O(n^2 k) time for factorized
 (O(max_len k) parameters per head). The mixture adds the dot-product term's O(n^2 d).
 
+Kernels (impl="pallas", or "auto" on a GPU or TPU): the dense and factorized logits are dot
+products too, B_ij = a_i . c_j with
+
+    dense:       a_i = [relu(W1 x_i + b1), 1],  c_j = [W2[:, j], b2[j]]
+    factorized:  a_i = R1[i],                   c_j = R2[j]
+    mixture:     append sqrt(mix) q_i / d^(1/4) to a_i and sqrt(mix) k_j / d^(1/4) to c_j
+
+so the layer is softmax attention over queries a, keys c and values G(X) at scale 1, and runs
+softmax's flash kernels (Triton on GPU; splash, or our Mosaic kernel with attention dropout, on TPU)
+with the same dropout mask, in O(n) memory. The random mode's R is no product: it runs XLA.
+
 Padding: the synthetic logits of padded key columns get the mask value in every
 mode, so padded values get zero weight; dense logits of a real query depend only on
 that query's own token; appended padding only adds masked columns. Real outputs are
@@ -41,8 +52,17 @@ from lra_jax.attention.core import (
 )
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
+from lra_jax.kernels import MOSAIC_FLASH, SPLASH, TRITON
+from lra_jax.kernels.flash import flash_attention
+from lra_jax.kernels.flash.api import padded_head_dim
 
 MODES = ("dense", "random", "factorized_random")
+
+
+def every_example(per_head: Float[Array, "h n e"], batch: int) -> Float[Array, "b n h e"]:
+    """Per-head rows shared by every example, laid out as queries or keys [batch, n, h, e]."""
+    h, n, e = per_head.shape
+    return jnp.broadcast_to(jnp.swapaxes(per_head, 0, 1)[None], (batch, n, h, e))
 
 
 class FixedRandom(nnx.Variable):
@@ -71,6 +91,10 @@ class SynthesizerAttention(Attention):
     Raises:
       ConfigError: on an unknown mode, mix < 0, factor < 1 or a missing max_len.
     """
+
+    kernel_names = {"triton": TRITON, "mosaic": SPLASH}
+    kernel_dropout_backends = frozenset({"triton", "mosaic"})
+    kernel_dropout_names = {"mosaic": MOSAIC_FLASH}  # splash has no dropout: our kernel trains
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
@@ -126,16 +150,28 @@ class SynthesizerAttention(Attention):
         self.factor_a = kind(std * jax.random.normal(rngs.params(), (h, m, factor))) if factorized else None
         self.factor_b = kind(std * jax.random.normal(rngs.params(), (h, m, factor))) if factorized else None
 
-    def synthetic_logits(self, x: Float[Array, "b n d"]) -> Float[Array, "b h n n"] | Float[Array, "h n n"]:
-        """The mode's logits for a length-n input (before masking); [h n n] in the random modes."""
-        n = x.shape[1]
+    def kernel_limits(self, platform: str) -> str | None:
+        if self.mode == "random":
+            return "the random synthesizer's logits are a learned n x n matrix, not a product a kernel forms"
+        return None
+
+    def check_length(self, n: int) -> None:
         if n > self.max_len:
             raise ConfigError(
                 f"synthesizer was built for sequences of at most max_len={self.max_len} tokens "
                 f"but got {n}; build it with a larger max_len"
             )
+
+    def dense_hidden(self, x: Float[Array, "b n d"]) -> Float[Array, "b n h dh"]:
+        """relu(W1 x_i + b1) per head: the dense mode's hidden layer (eq. 1)."""
+        return jax.nn.relu(split_heads(self.dense_in(x), self.num_heads))
+
+    def synthetic_logits(self, x: Float[Array, "b n d"]) -> Float[Array, "b h n n"] | Float[Array, "h n n"]:
+        """The mode's logits for a length-n input (before masking); [h n n] in the random modes."""
+        n = x.shape[1]
+        self.check_length(n)
         if self.mode == "dense":
-            hidden = jax.nn.relu(split_heads(self.dense_in(x), self.num_heads))
+            hidden = self.dense_hidden(x)
             w2 = self.dense_out[...][:, :, :n].astype(x.dtype)
             return jnp.einsum("bnhd,hdm->bhnm", hidden, w2) + self.dense_bias[...][None, :, None, :n].astype(x.dtype)
         if self.mode == "random":
@@ -144,14 +180,42 @@ class SynthesizerAttention(Attention):
         b = self.factor_b[...][:, :n].astype(x.dtype)
         return jnp.einsum("hnk,hmk->hnm", a, b)
 
-    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
-        logits = self.synthetic_logits(x).astype(jnp.float32)
+    def logit_factors(self, x: Float[Array, "b n d"]) -> tuple[Float[Array, "b n h e"], Float[Array, "b n h e"]]:
+        """(a, c) with a_i . c_j the logit of query i and key j (the mixture's dot products included), per
+        head: the queries and keys of the kernel path (dense and factorized modes; module docstring)."""
+        b, n, _ = x.shape
+        self.check_length(n)
+        if self.mode == "dense":
+            hidden = self.dense_hidden(x)
+            a = jnp.concatenate([hidden, jnp.ones((*hidden.shape[:-1], 1), x.dtype)], axis=-1)
+            columns = jnp.concatenate([self.dense_out[...][:, :, :n], self.dense_bias[...][:, None, :n]], axis=1)
+            c = every_example(jnp.swapaxes(columns, 1, 2).astype(x.dtype), b)  # W2[:, j], b2[j]
+        else:
+            a = every_example(self.factor_a[...][:, :n].astype(x.dtype), b)
+            c = every_example(self.factor_b[...][:, :n].astype(x.dtype), b)
         if self.mix:
-            q = split_heads(self.query(x), self.num_heads)
-            k = split_heads(self.key(x), self.num_heads)
-            dots = jnp.einsum("bnhd,bmhd->bhnm", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
-            logits = logits + self.mix * dots.astype(jnp.float32)
+            root = (self.mix / self.head_dim**0.5) ** 0.5  # root^2 q.k = mix q.k / sqrt(d)
+            a = jnp.concatenate([a, root * split_heads(self.query(x), self.num_heads)], axis=-1)
+            c = jnp.concatenate([c, root * split_heads(self.key(x), self.num_heads)], axis=-1)
+        return a, c
+
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
         v = split_heads(self.value(x), self.num_heads)
-        logits = jnp.broadcast_to(logits, (x.shape[0], *logits.shape[-3:]))
-        out = self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)
-        return zero_padding(self.out(merge_heads(out)), mask)
+        plan = self.kernel_plan(deterministic)
+        if plan.uses_pallas:
+            a, c = self.logit_factors(x)
+            width = padded_head_dim(max(a.shape[-1], v.shape[-1]))  # zero columns change no product
+            pad = lambda t: jnp.pad(t, [(0, 0)] * 3 + [(0, width - t.shape[-1])])  # noqa: E731
+            out = flash_attention(pad(a), pad(c), pad(v), key_mask=mask, scale=1.0, impl="pallas",
+                                  interpret=plan.interpret, platform=plan.platform,
+                                  **self.kernel_dropout(plan, rngs))[..., : self.head_dim]
+        else:
+            logits = self.synthetic_logits(x).astype(jnp.float32)
+            if self.mix:
+                q = split_heads(self.query(x), self.num_heads)
+                k = split_heads(self.key(x), self.num_heads)
+                dots = jnp.einsum("bnhd,bmhd->bhnm", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+                logits = logits + self.mix * dots.astype(jnp.float32)
+            logits = jnp.broadcast_to(logits, (x.shape[0], *logits.shape[-3:]))
+            out = self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)
+        return zero_padding(self.out(merge_heads(out.astype(x.dtype))), mask)
