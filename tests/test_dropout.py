@@ -109,20 +109,24 @@ def with_random_bilinear(layer):
     return layer
 
 
+@pytest.mark.parametrize("interpret", [True, pytest.param(False, id="compiled", marks=pytest.mark.skipif(
+    not kernels.pallas_available(), reason="the compiled Triton kernel needs a GPU"))])
 @pytest.mark.parametrize("name", ["softmax", "luong", "synthesizer"])
-def test_xla_attention_drops_the_weights_the_triton_kernel_drops(name):
-    """Same layer, same rngs: impl="xla" and the Triton flash kernel (interpreted) agree in training,
-    so the two paths draw one mask. A different mask would move outputs by O(0.1), not 1e-5."""
+def test_xla_attention_drops_the_weights_the_triton_kernel_drops(name, interpret):
+    """Same layer, same rngs: impl="xla" and the Triton flash kernel (interpreted here, compiled on a
+    GPU) agree in training, so the two paths draw one mask. A different mask would move outputs by
+    O(0.1), not 1e-5. Both at full float32 matmul precision: a GPU's default TF32 differs by ~1e-3."""
     x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 40, 32)), jnp.float32)
     mask = jnp.arange(40)[None, :] < jnp.array([[40], [23]])
-    with kernels.target_platform("gpu", interpret=True):
+    with kernels.target_platform("gpu", interpret=interpret), jax.default_matmul_precision("float32"):
         on_kernel = with_random_bilinear(registry.build(name, dim=32, num_heads=2, rngs=nnx.Rngs(0), max_len=40,
                                                         dropout_rate=0.3, impl="pallas"))
         assert on_kernel.kernel_plan(deterministic=False).dropout
         kernel_out = np.asarray(on_kernel(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=5)))
     on_xla = with_random_bilinear(registry.build(name, dim=32, num_heads=2, rngs=nnx.Rngs(0), max_len=40,
                                                  dropout_rate=0.3, impl="xla"))
-    xla_out = np.asarray(on_xla(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=5)))
+    with jax.default_matmul_precision("float32"):
+        xla_out = np.asarray(on_xla(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=5)))
     evaluation = np.asarray(on_xla(x, mask, deterministic=True))
     assert np.abs(xla_out - evaluation).max() > 0.1  # dropout acted
     np.testing.assert_allclose(xla_out, kernel_out, atol=1e-5)  # float32 online vs direct softmax

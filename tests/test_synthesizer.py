@@ -107,25 +107,30 @@ def loss_and_grads(layer, x, mask, dropout_seed):
     return float(value), jax.tree.leaves(grads)
 
 
-@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+@pytest.mark.parametrize("platform, interpret", [
+    pytest.param("gpu", True, id="gpu"), pytest.param("tpu", True, id="tpu"),
+    pytest.param("gpu", False, id="gpu-compiled", marks=pytest.mark.skipif(
+        not kernels.pallas_available(), reason="the compiled Triton kernel needs a GPU"))])
 @pytest.mark.parametrize("mix", [0.0, 0.5])
 @pytest.mark.parametrize("mode", ["dense", "factorized_random"])
-def test_kernels_compute_the_xla_layer_with_its_dropout(mode, mix, platform):
+def test_kernels_compute_the_xla_layer_with_its_dropout(mode, mix, platform, interpret):
     """The flash kernels over queries a and keys c (module docstring) give the XLA layer's loss and
-    gradients in training, so they also drop the same weights; interpreted Triton (gpu), and on tpu
-    our Mosaic kernel (dropout on). A wrong logit term or mask moves the loss by O(0.1)."""
+    gradients in training, so they also drop the same weights; Triton (gpu: interpreted here, compiled
+    on a GPU), and on tpu our Mosaic kernel (dropout on), interpreted. A wrong logit term or mask moves
+    the loss by O(0.1). Full float32 matmul precision: a GPU's default TF32 differs by ~1e-3."""
     x, mask = x_and_mask(MAX_LEN, [MAX_LEN, 11, 1], DIM)
     settings = dict(mode=mode, mix=mix, dropout_rate=0.3)
-    with kernels.target_platform(platform, interpret=True):
+    with kernels.target_platform(platform, interpret=interpret):
         on_kernel = build(seed=3, impl="pallas", **settings)
         assert on_kernel.kernel_plan(deterministic=False).dropout
         on_xla = build(seed=3, impl="xla", **settings)
     for layer in (on_kernel, on_xla):  # non-zero b2: its column of c is exercised
         if mode == "dense":
             layer.dense_bias[...] = np.random.default_rng(5).standard_normal((HEADS, MAX_LEN)).astype(np.float32)
-    with kernels.target_platform(platform, interpret=True):
-        kernel_loss, kernel_grads = loss_and_grads(on_kernel, x, mask, 2)
-    xla_loss, xla_grads = loss_and_grads(on_xla, x, mask, 2)
+    with jax.default_matmul_precision("float32"):
+        with kernels.target_platform(platform, interpret=interpret):
+            kernel_loss, kernel_grads = loss_and_grads(on_kernel, x, mask, 2)
+        xla_loss, xla_grads = loss_and_grads(on_xla, x, mask, 2)
     evaluation = float(np.sum(apply(on_xla, x, mask) * np.random.default_rng(9).standard_normal(x.shape)))
     assert abs(xla_loss - evaluation) > 0.1  # dropout acted
     assert_close(kernel_loss, xla_loss, TOL)
