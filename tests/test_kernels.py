@@ -72,6 +72,12 @@ CASES = {
     "local-globals-dropout": (lambda q, k, v, m, **kw: block_sparse_attention(
         q, k, v, key_mask=m, window=5, global_keys=np.arange(96) < 3, global_queries=np.arange(96) < 2,
         block=32, dropout_rate=0.4, dropout_seed=DROPOUT_SEED, **kw), 2, 96, 2, 16, [96, 70]),
+    # The library's own blocks at head dims 64 and 128 (the measured Hopper blocks where the target has
+    # Hopper's shared memory, as on this CPU: `flash.pallas_gpu.choose_dense_tiling`), B_q != B_k at 128.
+    "flash-d64-dropout": (lambda q, k, v, m, **kw: flash_attention(
+        q, k, v, key_mask=m, dropout_rate=0.2, dropout_seed=DROPOUT_SEED, **kw), 2, 160, 1, 64, [160, 77]),
+    "flash-d128-dropout": (lambda q, k, v, m, **kw: flash_attention(
+        q, k, v, key_mask=m, dropout_rate=0.2, dropout_seed=DROPOUT_SEED, **kw), 2, 160, 1, 100, [160, 77]),
 }
 
 

@@ -97,7 +97,7 @@ def flash_attention(
       scale: softmax scale, default 1 / sqrt(d).
       impl: "auto" | "xla" | "pallas".
       block_q, block_k: the largest kernel blocks (rounded to powers of two >= 16); smaller ones are
-        used where these would not fit the target GPU (`pallas_gpu.choose_tiling`).
+        used where these would not fit the target GPU (`pallas_gpu.choose_dense_tiling`).
       interpret: run the Pallas kernel in the interpreter (CPU tests).
       platform: "gpu" (Triton) or "tpu" (splash); default: the current kernel target.
       dropout_rate, dropout_seed: attention dropout rate and its uint32 seed [1]
@@ -125,7 +125,7 @@ def flash_attention(
         return jnp.where(keep[:, :, None, None], out, jnp.zeros((), out.dtype))
 
     d_pad = padded_head_dim(d)
-    tiles = pallas_gpu.choose_tiling(kernel_block(nq, block_q), kernel_block(nk, block_k), d_pad)
+    tiles = pallas_gpu.choose_dense_tiling(kernel_block(nq, block_q), kernel_block(nk, block_k), d_pad)
     block_q, block_k = tiles.block_q, tiles.block_k
     nq_pad, nk_pad = -(-nq // block_q) * block_q, -(-nk // block_k) * block_k
     qp = pad_axis(pad_axis(q, 1, nq_pad), 3, d_pad)

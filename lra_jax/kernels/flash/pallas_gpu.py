@@ -202,10 +202,29 @@ def live_elements(block_q: int, block_k: int, d: int) -> int:
 
 
 def choose_tiling(block_q: int, block_k: int, d: int) -> tiling.Tiling:
-    """The blocks and stages for head dim `d` (padded) on the target GPU, at most the requested blocks."""
+    """The blocks and stages for head dim `d` (padded) on the target GPU, at most the requested blocks,
+    within the shared memory and the register bound (no spill)."""
     return tiling.choose("flash attention", lambda bq, bk, stages: shared_memory_bytes(bq, bk, d, stages),
                          block_q, block_k, limit=tiling.shared_memory(), num_warps=NUM_WARPS,
                          live_elements=lambda bq, bk: live_elements(bq, bk, d))
+
+
+# The dense kernel's blocks (B_q, B_k) by padded head dim on GPUs with Hopper's shared memory (H100, H200),
+# timed there (`python -m lra_jax.tools.tiling_sweep`, experiments/results/tilings-gpu-NVIDIA_H200.json):
+# ptxas spills a few registers at these blocks, which costs less than the register bound's smaller ones.
+HOPPER_BLOCKS = {64: (64, 64), 128: (64, 32)}
+
+
+def choose_dense_tiling(block_q: int, block_k: int, d: int) -> tiling.Tiling:
+    """`choose_tiling` for the dense (softmax) kernel, except where HOPPER_BLOCKS has a measured choice
+    for `d` and the target has Hopper's shared memory: then those blocks (at most the requested), within
+    the shared memory only. Block-sparse calls need square blocks and keep `choose_tiling`."""
+    measured = HOPPER_BLOCKS.get(d)
+    if measured is None or tiling.shared_memory() < tiling.SHARED_MEMORY_PER_BLOCK["9.0"]:
+        return choose_tiling(block_q, block_k, d)
+    return tiling.choose("flash attention", lambda bq, bk, stages: shared_memory_bytes(bq, bk, d, stages),
+                         min(block_q, measured[0]), min(block_k, measured[1]), limit=tiling.shared_memory(),
+                         num_warps=NUM_WARPS)
 
 
 def _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
