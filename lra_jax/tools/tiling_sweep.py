@@ -61,6 +61,16 @@ def main(argv: list[str] | None = None) -> dict:
     device_name = f"{device.platform}-{device.device_kind}".replace(" ", "_")
     limit = tiling.shared_memory()
     results = []
+    path = pathlib.Path(args.out or f"experiments/results/tilings-{device_name}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(complete: bool) -> dict:  # after every tiling: a sweep cut short keeps what it timed
+        report = {"device": device_name, "jax": jax.__version__, "n": args.n, "batch": args.batch,
+                  "heads": args.heads, "dtype": args.dtype, "dropout_rate": args.dropout_rate,
+                  "shared_memory": limit, "measure": "median seconds of one jitted forward + backward",
+                  "complete": complete, "results": results}
+        path.write_text(json.dumps(report, indent=1))
+        return report
     for d in (int(x) for x in args.head_dims.split(",")):
         rng = np.random.default_rng(0)
         q, k, v = (jnp.asarray(rng.standard_normal((args.batch, args.n, args.heads, d)), args.dtype) for _ in range(3))
@@ -81,13 +91,8 @@ def main(argv: list[str] | None = None) -> dict:
                 entry["error"] = f"{type(error).__name__}: {str(error)[:300]}"
             print(json.dumps(entry), flush=True)
             results.append(entry)
-
-    report = {"device": device_name, "jax": jax.__version__, "n": args.n, "batch": args.batch, "heads": args.heads,
-              "dtype": args.dtype, "dropout_rate": args.dropout_rate, "shared_memory": limit,
-              "measure": "median seconds of one jitted forward + backward", "results": results}
-    path = pathlib.Path(args.out or f"experiments/results/tilings-{device_name}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1))
+            save(complete=False)
+    report = save(complete=True)
     print(f"wrote {path}")
     return report
 
