@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers import assert_close, reassociation_tol
 from lra_jax import accelerators, kernels
 from lra_jax.kernels import tiling
 from lra_jax.kernels.flash import pallas_gpu as flash
@@ -82,6 +83,27 @@ def test_dense_flash_takes_the_blocks_measured_on_hopper_where_the_gpu_has_its_s
     with kernels.target_platform("gpu", shared_memory=A100):
         for d in flash.HOPPER_BLOCKS:
             assert flash.choose_dense_tiling(64, 64, d) == flash.choose_tiling(64, 64, d)
+
+
+def test_the_tiling_sweep_times_the_dense_kernel_at_the_tiling_it_names():
+    """Its call at a forced tiling (B_q != B_k), interpreted, is softmax attention on the real rows."""
+    from lra_jax.kernels.flash import reference
+    from lra_jax.tools import tiling_sweep
+
+    q, k, v = (jnp.asarray(np.random.default_rng(i).standard_normal((2, 128, 2, 64)), jnp.float32) for i in range(3))
+    mask = jnp.asarray(np.arange(128)[None, :] < np.array([[128], [90]]))
+    out = tiling_sweep.kernel_at(tiling.Tiling(64, 32, 4, 2, 0), 0.0, interpret=True)(q, k, v, mask)
+    want = reference.attention(q, k, v, mask, mask, 64**-0.5, 0.0, None)
+    assert_close(np.where(mask[:, :, None, None], out, 0), want, reassociation_tol(128, depth=4))
+
+
+def test_the_tiling_sweep_says_it_needs_a_gpu():
+    from lra_jax.tools import tiling_sweep
+
+    if kernels.pallas_available():
+        pytest.skip("a GPU is here: the sweep runs")
+    with pytest.raises(SystemExit, match="needs a GPU"):
+        tiling_sweep.main([])
 
 
 def test_a_kernel_that_cannot_fit_any_block_is_named_and_the_layer_runs_xla():

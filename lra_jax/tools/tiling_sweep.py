@@ -30,15 +30,16 @@ BLOCKS = ((16, 16), (32, 32), (64, 32), (32, 64), (64, 64), (128, 64))
 WARPS = (4, 8)
 
 
-def kernel_at(tiles: tiling.Tiling, rate: float):
-    """fn(q, k, v, mask) -> out: the dense Triton kernel at `tiles` (n a multiple of both blocks)."""
+def kernel_at(tiles: tiling.Tiling, rate: float, interpret: bool = False):
+    """fn(q, k, v, mask) -> out: the dense Triton kernel at `tiles` (n a multiple of both blocks; padded
+    query rows are left as the kernel leaves them, the api zeroes them)."""
     seed = pallas_gpu.dropout_state(jnp.array([7], jnp.uint32) if rate else None)
 
     def fn(q, k, v, mask):
         nq, nk, d = q.shape[1], k.shape[1], q.shape[-1]
         zeros_q, zeros_k = jnp.zeros((nq,), jnp.int32), jnp.zeros((nk,), jnp.int32)
         return pallas_gpu.attention(q, k, v, mask.astype(jnp.int32), zeros_q, zeros_q, zeros_k, seed, None, None,
-                                    1 / math.sqrt(d), None, tiles, rate, False)
+                                    1 / math.sqrt(d), None, tiles, rate, interpret)
     return fn
 
 
