@@ -14,11 +14,9 @@ parameter count, the attention settings as built, the config and library version
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import itertools
 import json
 import os
-import platform
 import signal
 import sys
 import threading
@@ -34,7 +32,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
-from lra_jax import checkpointing, compat, memory, metrics, optimizer, steps
+from lra_jax import checkpointing, compat, memory, metrics, optimizer, provenance, steps
 from lra_jax.attention import registry
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, DiskFull, TrainingDiverged
@@ -77,16 +75,6 @@ def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) 
     if previous is not None:
         add(previous)
     return {"accuracy": totals["correct"] / totals["count"], "loss": totals["loss"] / totals["count"]}
-
-
-def library_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for package in ("lra_jax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = "unknown"
-    return versions
 
 
 def check_workdir_config(config: ml_collections.ConfigDict, workdir: str, resuming: bool) -> None:
@@ -424,7 +412,7 @@ def diverged_record(config: ml_collections.ConfigDict, diverged: TrainingDiverge
         "loss": repr(diverged.loss),  # "nan" / "inf": strict JSON has no non-finite numbers
         "grad_norm": repr(diverged.grad_norm),
         "last_checkpoint_step": diverged.last_checkpoint,
-        "versions": library_versions(),
+        "versions": provenance.library_versions(),
         "config": json.loads(config.to_json()),
     }
 
@@ -454,6 +442,6 @@ def summarize(config, test: dict[str, float], best: dict[str, float], test_label
         "num_parameters": int(num_parameters),
         "attention": attention,
         "devices": {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()},
-        "versions": library_versions(),
+        "versions": provenance.library_versions(),
         "config": json.loads(config.to_json()),
     }

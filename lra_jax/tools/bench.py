@@ -45,7 +45,7 @@ from typing import Any
 import jax
 from absl import app, flags, logging
 
-from lra_jax import config_paths, host_memory, task_defaults
+from lra_jax import config_paths, host_memory, provenance, task_defaults
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import ConfigError, LraError
 from lra_jax.tools.progress import print_now
@@ -789,7 +789,7 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
 
     def save(results: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
         """Writes the report atomically; a killed or hung bench keeps what it measured."""
-        report = {"device": device, "versions": trainer.library_versions(),
+        report = {"device": device, "versions": provenance.library_versions(),
                   "settings": file_settings,
                   "date": datetime.datetime.now().isoformat(timespec="seconds"),
                   "command": commands[-1], "complete": complete,

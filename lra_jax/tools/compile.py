@@ -71,6 +71,7 @@ import sys
 import time
 from typing import Any
 
+from lra_jax import provenance
 from lra_jax.errors import LraError
 from lra_jax.tools import table2
 
@@ -711,21 +712,6 @@ def unfinished_rows(path: str, argv: list[str]) -> tuple[dict[tuple[str, str, st
             document.get("commit"))
 
 
-def source_commit() -> str | None:
-    """The git commit of this checkout, "+changes" when its tracked files differ; None outside git."""
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                                check=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return commit + ("+changes" if dirty else "")
-
-
 def write_json(path: str, argv: list[str], rows: list[Row], seconds: float, complete: bool,
                commit: str | None) -> None:
     """The rows as JSON at `path`, replaced atomically; `complete` False while the command still runs.
@@ -785,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    start, commit = time.perf_counter(), source_commit()
+    start, commit = time.perf_counter(), provenance.source_commit()
     done, earlier_seconds, earlier_commit = unfinished_rows(args.out, argv) if args.out else ({}, 0.0, None)
     if done:
         print(f"resuming the unfinished run in {args.out}: {len(done)} steps compiled there are kept", flush=True)

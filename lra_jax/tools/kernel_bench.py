@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lra_jax import provenance
 from lra_jax.attention import registry
 from lra_jax.kernels import pallas_available
 from lra_jax.kernels.flash import flash_attention
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
         "device": device_name,
         "backend": jax.default_backend(),
         "jax": jax.__version__,
+        "versions": provenance.library_versions(),
         "batch": args.batch,
         "heads": args.heads,
         "dtype": args.dtype,

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lra_jax import provenance
 from lra_jax.kernels import pallas_available, tiling
 from lra_jax.kernels.flash import pallas_gpu
 from lra_jax.tools.kernel_bench import time_fwd_bwd
@@ -61,17 +62,19 @@ def main(argv: list[str] | None = None) -> dict:
     device = jax.devices()[0]
     device_name = f"{device.platform}-{device.device_kind}".replace(" ", "_")
     limit = tiling.shared_memory()
+    versions = provenance.library_versions()
     results = []
     path = pathlib.Path(args.out or f"experiments/results/tilings-{device_name}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def save(complete: bool) -> dict:  # after every tiling: a sweep cut short keeps what it timed
-        report = {"device": device_name, "jax": jax.__version__, "n": args.n, "batch": args.batch,
+        report = {"device": device_name, "versions": versions, "n": args.n, "batch": args.batch,
                   "heads": args.heads, "dtype": args.dtype, "dropout_rate": args.dropout_rate,
                   "shared_memory": limit, "measure": "median seconds of one jitted forward + backward",
                   "complete": complete, "results": results}
         path.write_text(json.dumps(report, indent=1))
         return report
+
     for d in (int(x) for x in args.head_dims.split(",")):
         rng = np.random.default_rng(0)
         q, k, v = (jnp.asarray(rng.standard_normal((args.batch, args.n, args.heads, d)), args.dtype) for _ in range(3))
