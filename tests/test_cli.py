@@ -98,3 +98,14 @@ def test_a_diverging_run_exits_3_with_one_line_naming_the_step(tmp_path):
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and re.match(r"error: training diverged at step \d+ \(loss ", errors[0]), errors
     assert "Traceback" not in done.stderr
+
+
+def test_the_gpu_check_benches_every_variant_with_a_triton_kernel():
+    """`.ci/gpu-check`'s default bench list is the variants with a Triton path (`kernel_names["triton"]`)."""
+    import lra_jax.attention  # noqa: F401  (registers the variants)
+    from lra_jax.attention import registry
+
+    script = open(os.path.join(REPO, ".ci", "gpu-check"), encoding="utf-8").read()
+    listed = re.search(r"kernel_variants=\$\{GPU_CHECK_VARIANTS:-([\w,]+)\}", script).group(1).split(",")
+    with_triton = {name for name in registry.names() if "triton" in registry.get(name).kernel_names}
+    assert sorted(listed) == sorted(with_triton)
