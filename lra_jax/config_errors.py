@@ -2,6 +2,8 @@
 
 ml_collections reports these as tracebacks while parsing flags (or later, when the
 config is first read); `check` finds them first and says what is wrong and how to fix it.
+`apply_overrides` gives `--config.*` flags to a config the command builds itself (compile,
+lower), parsed as `train` parses them, with the same messages.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import os
 import sys
 
 from absl import flags
+from ml_collections import config_flags
 
 from lra_jax import config_paths
+from lra_jax.errors import ConfigError
 
 
-def _unknown_key(config, dotted: str) -> str | None:
+def unknown_key(config, dotted: str) -> str | None:
     """A message if `dotted` (e.g. 'model.num_layer') is not a key of `config`, else None."""
     node, walked = config, []
     for part in dotted.split("."):
@@ -46,10 +50,43 @@ def check(argv: list[str]) -> str | None:
         return f"could not load {spec}: {lines[-1]}"
     for arg in argv:
         if arg.startswith("--config."):
-            message = _unknown_key(config, arg[len("--config."):].split("=", 1)[0])
+            message = unknown_key(config, arg[len("--config."):].split("=", 1)[0])
             if message:
                 return message
     return None
+
+
+def check_override_form(overrides: list[str]) -> None:
+    """ConfigError (one line) for an argument that is not of the form --config.KEY=VALUE."""
+    for arg in overrides:
+        key, equals, _ = arg.partition("=")
+        if not key.startswith("--config.") or not equals:
+            raise ConfigError(f"unexpected argument {arg!r}: only config overrides --config.KEY=VALUE may follow "
+                              "the flags, e.g. --config.attention.mode=factorized_random")
+
+
+def apply_overrides(config, overrides: list[str], variant: str = ""):
+    """A copy of `config` with `overrides` (['--config.attention.mode=factorized_random', ...]) applied,
+    each value parsed as the type of the field it replaces, as `train` parses them; ConfigError (one line,
+    naming `variant`'s config where given) for a flag not of that form, an unknown key or a value of the
+    wrong type."""
+    check_override_form(overrides)
+    if not overrides:
+        return config
+    whose = f"{variant}'s config: " if variant else ""
+    for arg in overrides:
+        message = unknown_key(config, arg.partition("=")[0][len("--config."):])
+        if message:
+            raise ConfigError(whose + message)
+    argv = ["overrides", *overrides]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_dict("config", config.copy_and_resolve_references(), "the config",
+                                    flag_values=values, lock_config=True, sys_argv=argv)
+    try:
+        values(argv)
+    except flags.Error as error:
+        raise ConfigError(whose + str(error).strip().splitlines()[-1]) from None
+    return values.config
 
 
 def parse_flags(argv: list[str]) -> list[str]:

@@ -256,6 +256,13 @@ def test_an_error_row_exits_1(monkeypatch, tmp_path, capsys):
     (["--lengths=1024,4k"], "error: --lengths must be positive integers"),
     (["--attention_dropout_rate=1"], "error: --attention_dropout_rate must be in [0, 1)"),
     (["--dropout_rate=-0.1"], "error: --dropout_rate must be in [0, 1)"),
+    (["--variants=synthesizer,softmax", "--tasks=text", "--config.attention.mode=factorized_random"],
+     "error: softmax's config: unknown config key --config.attention.mode"),
+    (["--variants=softmax", "--tasks=text", "--config.model.num_layer=2"],
+     "error: softmax's config: unknown config key --config.model.num_layer; did you mean --config.model.num_layers"),
+    (["--variants=softmax", "--tasks=text", "--config.model.num_layers=two"],
+     "error: softmax's config: flag --config.model.num_layers=two: invalid literal for int()"),
+    (["--variants=softmax", "--tasks=text", "--numlayers=2"], "error: unexpected argument '--numlayers=2'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert compile_cmd.main(argv) == 2
@@ -276,6 +283,27 @@ def test_dropout_flags_set_every_configs_rates(monkeypatch):
     argv = ["--targets=tpu-v5e:1x1", "--variants=softmax", "--lengths=1024", "--steps=train"]
     assert compile_cmd.main(argv) == 0 and compile_cmd.main([*argv, "--dropout_rate=0", "--attention_dropout_rate=0"]) == 0
     assert seen == [(0.1, 0.1), (0.0, 0.0)]
+
+
+def test_config_overrides_reach_every_compiled_config(monkeypatch, tmp_path):
+    """--config.KEY=VALUE after the flags sets that field of every config, typed as train types it, and
+    the JSON's command (which a resumed run must match) keeps it."""
+    seen = []
+
+    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+        seen.append((variant, label, config.attention.mode, config.model.num_layers))
+        return [make_row(variant=variant, task=label, mode=m, target=target.name) for m in modes]
+
+    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(name=name))
+    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    out = tmp_path / "rows.json"
+    argv = ["--targets=tpu-v5e:1x1", "--variants=synthesizer", "--lengths=1024", "--tasks=text", "--scale=mini",
+            "--steps=train", f"--out={out}", "--config.attention.mode=factorized_random", "--config.model.num_layers=3"]
+    assert compile_cmd.main(argv) == 0
+    assert compile_cmd.main(argv[:2] + argv[3:]) == 0  # the task's config, not Table 2's
+    assert seen == [("synthesizer", "table2:1024", "factorized_random", 3),
+                    ("synthesizer", "text", "factorized_random", 3)]
+    assert json.loads(out.read_text())["command"].endswith("--config.attention.mode=factorized_random --config.model.num_layers=3")
 
 
 # ----------------------------------------------------------------------------- the LRA paper's Table 2

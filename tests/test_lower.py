@@ -93,6 +93,17 @@ def test_bad_input_is_one_line_and_exit_2(capsys):
     assert lower.main(["--variants=softmx"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith("error: unknown platform gpu2") and err[1].startswith("error: unknown variant softmx")
+    assert lower.main(["--variants=softmax", "--tasks=listops", "--config.attention.mode=random"]) == 2
+    assert capsys.readouterr().err.startswith("error: softmax's config: unknown config key --config.attention.mode")
+
+
+def test_a_config_override_reaches_the_lowered_step(capsys):
+    """synthesizer's random mode (a learned n x n matrix) has no kernel: --config.attention.mode=random
+    takes its cuda step from the Triton kernel (the dense mode's) to XLA."""
+    argv = ["--platforms=cuda", "--variants=synthesizer", "--tasks=listops", "--scale=mini"]
+    assert lower.main(argv) == 0 and lower.main([*argv, "--config.attention.mode=random"]) == 0
+    dense, random = [line for line in capsys.readouterr().out.splitlines() if line.startswith("synthesizer")]
+    assert kernels.TRITON in dense and kernels.TRITON not in random and "xla" in random
 
 
 def test_command_prints_a_row_per_combination_and_exits_0(capsys):

@@ -45,7 +45,9 @@ length, with each variant's full-scale attention settings; the train steps are t
         --per_device_batch=32 --impl=xla --steps=train --plan=false --out=experiments/results/table2-tpu-v3.json
 
 `--impl=xla` is the paper's setting (its models ran XLA attention; none had a kernel). `--impl`
-sets `config.attention.impl` of every config (auto, the default, leaves each config's own).
+sets `config.attention.impl` of every config (auto, the default, leaves each config's own). Any other
+setting takes train's own flag after the others, applied to every config, e.g. synthesizer's factorized
+mode: `... --variants=synthesizer --tasks=text --config.attention.mode=factorized_random`.
 
 `--parallel=N` compiles N (config, target) pairs at once, each in a spawned process of its own (the
 compilers use about one core each); the rows, their order and the JSON are those of a serial run, and a run
@@ -645,7 +647,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--parallel", type=int, default=1,
                         help="compile in this many processes at once (each takes a core and up to ~3 GiB of "
                              "host memory at full scale); the rows and the JSON do not depend on it")
-    return parser.parse_args(argv)
+    args, args.overrides = parser.parse_known_args(argv)  # --config.KEY=VALUE (config_errors.apply_overrides)
+    return args
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -659,18 +662,21 @@ def parse_lengths(text: str) -> list[int]:
     return lengths
 
 
-def configs(variants: list[str], tasks: list[str], lengths: list[int], scale: str, files: dict[str, str]):
+def configs(variants: list[str], tasks: list[str], lengths: list[int], scale: str, files: dict[str, str],
+            overrides: list[str] = ()):
     """(variant, row label, config) to compile: each task's config (full-scale Text twice, as `lower`),
-    or with `lengths` the Table 2 protocol (`table2.config`) at each length, labelled "table2:<n>"."""
+    or with `lengths` the Table 2 protocol (`table2.config`) at each length, labelled "table2:<n>"; with
+    `overrides` (`--config.KEY=VALUE`) applied to each (ConfigError for a bad one)."""
+    from lra_jax.config_errors import apply_overrides
     from lra_jax.tools import lower
 
     if lengths:
         for variant in variants:
             for n in lengths:
-                yield variant, f"{table2.LABEL}:{n}", table2.config(variant, n)
+                yield variant, f"{table2.LABEL}:{n}", apply_overrides(table2.config(variant, n), overrides, variant)
         return
     for variant, task, max_len in lower.combinations(variants, tasks, scale):
-        config = lower.load_config(files[variant], task, scale, max_len)
+        config = apply_overrides(lower.load_config(files[variant], task, scale, max_len), overrides, variant)
         yield variant, (f"{task}:{config.max_len}" if max_len else task), config
 
 
@@ -743,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
         import jax
 
         jax.config.update("jax_platforms", "cpu")  # compile-only targets; no local accelerator needed
-    from lra_jax import accelerators, task_defaults
+    from lra_jax import accelerators, config_errors, task_defaults
     from lra_jax.tools import lower
     from lra_jax.tools.choices import choose, config_files
 
@@ -763,6 +769,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise LraError(f"--{flag} must be in [0, 1), got {rate}")
         if args.scale not in lower.SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
+        config_errors.check_override_form(args.overrides)
+        matrix = list(configs(variants, tasks, lengths, args.scale, files, args.overrides))
         names = [n.strip() for n in args.targets.split(",") if n.strip()]
         if not names:
             raise LraError(f"no targets given; choose from {accelerators.describe_names()}")
@@ -783,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[list[Row] | None] = []  # per (config, target) in matrix order: its rows once known
     jobs: list[Job] = []
     job_slot: list[int] = []  # jobs[i]'s place in `results`
-    for variant, label, config in configs(variants, tasks, lengths, args.scale, files):
+    for variant, label, config in matrix:
         if args.impl != "auto" or args.attention_dropout_rate is not None or args.dropout_rate is not None:
             config = config.copy_and_resolve_references()
             if args.impl != "auto":

@@ -20,7 +20,8 @@ the block-sparse variants on it over their block layout (pallas-mosaic-block-spa
 and evaluates with splash; the
 Triton kernels apply it) (checked against the lowered module: a Pallas kernel
 must appear in it as its custom call) and ok or the error's first line. Exits 1
-if any row fails, 2 on bad input.
+if any row fails, 2 on bad input. Train's `--config.KEY=VALUE` flags after the others set
+that field of every config (e.g. `--config.attention.mode=factorized_random` for synthesizer).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_jax import compat, config_paths, kernels, task_defaults
+from lra_jax import compat, config_errors, config_paths, kernels, task_defaults
 from lra_jax.attention import registry
 from lra_jax.errors import LraError
 from lra_jax.tools.choices import choose, config_files, config_path
@@ -143,7 +144,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--scale", default="full", help="full | mini")
     parser.add_argument("--attention_dropout_rate", type=float, default=None,
                         help="override config.model.attention_dropout_rate (0: the kernels in the train step too)")
-    return parser.parse_args(argv)
+    args, args.overrides = parser.parse_known_args(argv)  # --config.KEY=VALUE (config_errors.apply_overrides)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,15 +157,19 @@ def main(argv: list[str] | None = None) -> int:
         tasks = choose(args.tasks, list(task_defaults.TASKS), "task")
         if args.scale not in SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
+        config_errors.check_override_form(args.overrides)
+        matrix = []
+        for variant, task, max_len in combinations(variants, tasks, args.scale):
+            config = load_config(files[variant], task, args.scale, max_len, args.attention_dropout_rate)
+            config = config_errors.apply_overrides(config, args.overrides, variant)
+            matrix.append((variant, f"{task}:{config.max_len}" if max_len else task, config))
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
     start, failures, count = time.perf_counter(), 0, 0
     print(f"{'variant':<17}{'task':<15}{'platform':<9}{'result':<7}attention kernels")
-    for variant, task, max_len in combinations(variants, tasks, args.scale):
-        config = load_config(files[variant], task, args.scale, max_len, args.attention_dropout_rate)
-        label = f"{task}:{config.max_len}" if max_len else task
+    for variant, label, config in matrix:
         for platform in platforms:
             kernel_text, result = lower_one(config, platform)
             count += 1
