@@ -16,7 +16,10 @@ from lra_jax.errors import ConfigError
 # blocks, padding appended): sums of at most 40 terms (positions, widths) chained through up to 8
 # reductions in one layer: 4e-5 of the compared values' scale. A wrong mask, pattern or scale is O(1).
 TOL = reassociation_tol(40, depth=8)
-SINKHORN_TOL = reassociation_tol(6, depth=2 * 50)
+# Enough Sinkhorn rounds to converge on these 5 x 5 and 6 x 6 logits in float32 (10 leave ~5e-6); log_sinkhorn
+# unrolls its rounds, and XLA's compile time grows faster than their number (50 took 23 s here, 20 4 s).
+ITERATIONS = 20
+SINKHORN_TOL = reassociation_tol(6, depth=2 * ITERATIONS)
 
 HEADS, HEAD_DIM = 2, 8
 
@@ -24,9 +27,9 @@ HEADS, HEAD_DIM = 2, 8
 def test_sinkhorn_iterations_give_a_doubly_stochastic_matrix():
     logits = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
     sinkhorn = jax.jit(lambda x, iterations: jnp.exp(log_sinkhorn(x, iterations)), static_argnums=1)
-    p = np.asarray(sinkhorn(logits, 50))
-    # 50 iterations of a row and a column log-sum-exp over 6 terms each: float32 round-off up to
-    # 2 * 50 * 6 eps = 7e-5 in the marginals, far below one iteration's error (> 1e-2).
+    p = np.asarray(sinkhorn(logits, ITERATIONS))
+    # 20 iterations of a row and a column log-sum-exp over 6 terms each: float32 round-off up to
+    # 2 * 20 * 6 eps = 3e-5 in the marginals, far below one iteration's error (> 1e-2).
     np.testing.assert_allclose(p.sum(-1), 1.0, atol=SINKHORN_TOL)
     np.testing.assert_allclose(p.sum(-2), 1.0, atol=SINKHORN_TOL)
     # One iteration is not enough: rows are off after the column step.
@@ -36,7 +39,7 @@ def test_sinkhorn_iterations_give_a_doubly_stochastic_matrix():
 def test_padded_blocks_are_cut_out_of_the_sorting_matrix():
     logits = np.random.default_rng(1).standard_normal((2, 1, 5, 5)).astype(np.float32)
     real_blocks = np.array([[True] * 5, [True, True, True, False, False]])
-    sort = jax.jit(lambda x, r: sort_matrix(x, r, temperature=1.0, iterations=50))
+    sort = jax.jit(lambda x, r: sort_matrix(x, r, temperature=1.0, iterations=ITERATIONS))
     p = np.asarray(sort(logits, real_blocks))
     np.testing.assert_allclose(p.sum(-1), 1.0, atol=SINKHORN_TOL)  # as above, over <= 6 blocks
     np.testing.assert_allclose(p.sum(-2), 1.0, atol=SINKHORN_TOL)
