@@ -8,7 +8,7 @@ from flax import nnx
 
 from helpers import assert_close, qkv_and_mask, real, reassociation_tol
 from lra_jax.attention import registry
-from lra_jax.attention.sinkhorn import log_sinkhorn, sinkhorn_attention, sort_matrix
+from lra_jax.attention.sinkhorn import UNROLLED_ROUNDS, log_sinkhorn, sinkhorn_attention, sort_matrix
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
 
@@ -16,8 +16,7 @@ from lra_jax.errors import ConfigError
 # blocks, padding appended): sums of at most 40 terms (positions, widths) chained through up to 8
 # reductions in one layer: 4e-5 of the compared values' scale. A wrong mask, pattern or scale is O(1).
 TOL = reassociation_tol(40, depth=8)
-# Enough Sinkhorn rounds to converge on these 5 x 5 and 6 x 6 logits in float32 (10 leave ~5e-6); log_sinkhorn
-# unrolls its rounds, and XLA's compile time grows faster than their number (50 took 23 s here, 20 4 s).
+# Enough Sinkhorn rounds to converge on these 5 x 5 and 6 x 6 logits in float32 (10 leave ~5e-6).
 ITERATIONS = 20
 SINKHORN_TOL = reassociation_tol(6, depth=2 * ITERATIONS)
 
@@ -34,6 +33,31 @@ def test_sinkhorn_iterations_give_a_doubly_stochastic_matrix():
     np.testing.assert_allclose(p.sum(-2), 1.0, atol=SINKHORN_TOL)
     # One iteration is not enough: rows are off after the column step.
     assert np.abs(np.asarray(sinkhorn(logits, 1)).sum(-1) - 1).max() > 1e-2
+
+
+def test_rounds_past_the_unrolled_count_run_as_one_loop_with_the_same_result_and_gradient():
+    rng = np.random.default_rng(2)
+    logits = 4 * rng.standard_normal((2, 3, 6, 6)).astype(np.float32)  # sharp: every round still moves it
+    weights = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)  # a cotangent for the gradient
+
+    def looped(x, extra=3):  # UNROLLED_ROUNDS + extra rounds in one call: a compiled loop
+        return jnp.exp(log_sinkhorn(x, UNROLLED_ROUNDS + extra))
+
+    def unrolled(x, extra=3):  # the same rounds in two calls, each unrolled
+        return jnp.exp(log_sinkhorn(log_sinkhorn(x, UNROLLED_ROUNDS), extra))
+
+    primitives = {str(e.primitive) for e in jax.make_jaxpr(looped)(logits).eqns}
+    assert primitives & {"scan", "while"}
+    assert not {str(e.primitive) for e in jax.make_jaxpr(unrolled)(logits).eqns} & {"scan", "while"}
+
+    def gradient(f, extra=3):
+        return np.asarray(jax.jit(jax.grad(lambda x: jnp.sum(f(x, extra) * weights)))(logits))
+
+    assert_close(np.asarray(jax.jit(looped)(logits)), np.asarray(jax.jit(unrolled)(logits)), SINKHORN_TOL)
+    assert_close(gradient(looped), gradient(unrolled), SINKHORN_TOL)
+    # One round fewer moves both by 3e-3 of their scale (> 100 x the tolerance): the loop runs every round.
+    assert np.abs(np.asarray(jax.jit(unrolled)(logits)) - np.asarray(unrolled(logits, 2))).max() > 1e-3
+    assert np.abs(gradient(unrolled) - gradient(unrolled, 2)).max() > 1e-3
 
 
 def test_padded_blocks_are_cut_out_of_the_sorting_matrix():
