@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lra_jax import host_memory
+from lra_jax import host_memory, provenance
 from lra_jax.tools import bench
 from lra_jax.errors import ConfigError
 
@@ -168,6 +168,18 @@ def test_a_crashed_or_timed_out_cell_is_recorded_and_the_report_written(tmp_path
     assert 3 <= hang["wall_seconds"] < 30
     printed = "\n".join(lines)
     assert "CRASHED" in printed and "TIMEOUT" in printed and "[4/4] hang @ 32: TIMEOUT" in printed
+
+
+def test_the_report_names_the_code_as_it_was_before_the_report_was_written_into_it(tmp_path, monkeypatch):
+    """A bench writing into its own checkout changes a tracked file with its first cell; the commit it
+    records is the checkout's before that (a 4K cell once recorded "+changes": its own partial report)."""
+    out = tmp_path / "bench.json"
+    monkeypatch.setattr(provenance, "source_commit", lambda: "abc1234" + ("+changes" if out.exists() else ""))
+    device = {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}
+    report = bench.benchmark(["softmax", "fast"], [1024], TINY, str(out), measure_fn=fake_measure,
+                             log=lambda line: None, device=device)
+    assert report["versions"]["lra_jax_commit"] == "abc1234"
+    assert json.loads(out.read_text())["versions"]["lra_jax_commit"] == "abc1234"
 
 
 def test_update_replaces_remeasured_cells_keeps_the_rest_and_refuses_other_settings(tmp_path):

@@ -786,10 +786,12 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
     commands = [*prior.get("commands", [prior["command"]] if "command" in prior else []), " ".join(sys.argv)]
     log(f"{'updating' if update else 'writing'} {out}")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    # Read before the first save: the report itself, once written into the checkout, is not a change to the code.
+    versions = provenance.library_versions()
 
     def save(results: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
         """Writes the report atomically; a killed or hung bench keeps what it measured."""
-        report = {"device": device, "versions": provenance.library_versions(),
+        report = {"device": device, "versions": versions,
                   "settings": file_settings,
                   "date": datetime.datetime.now().isoformat(timespec="seconds"),
                   "command": commands[-1], "complete": complete,
