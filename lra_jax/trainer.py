@@ -240,6 +240,8 @@ def finished_results(path: str) -> dict[str, Any] | None:
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> dict[str, Any] | None:
     primary = jax.process_index() == 0
+    # The code that runs: read before the run writes anything (its own files may be tracked by git).
+    versions = provenance.library_versions()
     task = tasks.get_task(config.task)
     graphdef, tx, state = create_train_state(config, task, mesh)
     num_parameters = sum(x.size for x in jax.tree.leaves(state["params"]))
@@ -329,7 +331,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: M
                 checkpoints.save_last(step, state, unlogged(window))
     except TrainingDiverged as diverged:
         if primary:
-            write_json(results_path, diverged_record(config, diverged))
+            write_json(results_path, diverged_record(config, diverged, versions))
         writer.close()
         checkpoints.close()
         raise
@@ -357,7 +359,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: M
     if steps_per_second is None and finished is not None:  # ending again: the speed measured when it trained
         steps_per_second = finished.get("steps_per_second")
     results = summarize(config, test, best, splits["test"][1], steps_per_second, step_memory, num_parameters,
-                        attention)
+                        attention, versions)
     if primary:
         write_json(results_path, results)
         print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
@@ -399,7 +401,8 @@ def window_summary(window: list[dict[str, jax.Array]]) -> dict[str, float]:
     return {**means, "skipped": float(sum(skipped))}
 
 
-def diverged_record(config: ml_collections.ConfigDict, diverged: TrainingDiverged) -> dict[str, Any]:
+def diverged_record(config: ml_collections.ConfigDict, diverged: TrainingDiverged,
+                    versions: dict[str, str]) -> dict[str, Any]:
     """results.json of a diverged run: status "diverged", where and how, and no accuracy at all,
     so that it cannot be read as a result."""
     return {
@@ -412,15 +415,15 @@ def diverged_record(config: ml_collections.ConfigDict, diverged: TrainingDiverge
         "loss": repr(diverged.loss),  # "nan" / "inf": strict JSON has no non-finite numbers
         "grad_norm": repr(diverged.grad_norm),
         "last_checkpoint_step": diverged.last_checkpoint,
-        "versions": provenance.library_versions(),
+        "versions": versions,
         "config": json.loads(config.to_json()),
     }
 
 
 def summarize(config, test: dict[str, float], best: dict[str, float], test_labels: np.ndarray,
               steps_per_second: float | None, memory: dict[str, Any], num_parameters: int,
-              attention: dict[str, Any]) -> dict[str, Any]:
-    """The contents of results.json."""
+              attention: dict[str, Any], versions: dict[str, str]) -> dict[str, Any]:
+    """The contents of results.json; `versions` as read when the run (or its last resume) started."""
     device = jax.devices()[0]
     return {
         "status": "complete",
@@ -442,6 +445,6 @@ def summarize(config, test: dict[str, float], best: dict[str, float], test_label
         "num_parameters": int(num_parameters),
         "attention": attention,
         "devices": {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()},
-        "versions": provenance.library_versions(),
+        "versions": versions,
         "config": json.loads(config.to_json()),
     }

@@ -13,7 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from helpers import F32_EPS, child_xla_flags, tiny_config
-from lra_jax import checkpointing, optimizer, steps, trainer
+from lra_jax import checkpointing, optimizer, provenance, steps, trainer
 from lra_jax import task_defaults as base
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, TrainingDiverged
@@ -73,10 +73,16 @@ def test_eval_batches_cover_every_example_once_with_zero_weight_padding():
     assert weights.sum() == 10 and list(labels[weights > 0]) == list(range(10))
 
 
-def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, data_cache):
+def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, data_cache, monkeypatch):
     config = tiny_config(data_cache, "linformer", k=8)
     workdir = str(tmp_path / "run")
+    # A run directory tracked by git (a committed run, run again) is changed by the run's own metrics:
+    # the commit recorded is the checkout's as the run started.
+    metrics_path = os.path.join(workdir, "metrics.jsonl")
+    monkeypatch.setattr(provenance, "source_commit",
+                        lambda: "abc1234" + ("+changes" if os.path.exists(metrics_path) else ""))
     results = trainer.train_and_evaluate(config, workdir)
+    assert results["versions"]["lra_jax_commit"] == "abc1234"
     with open(os.path.join(workdir, "results.json")) as f:
         assert json.load(f) == json.loads(json.dumps(results))
     for key in ("test_accuracy", "val_accuracy", "steps_per_second", "examples_per_second",
