@@ -23,7 +23,7 @@ On TPU slices pass `--config.grad_accum_steps=8` too: on `tpu-v5e:2x2` (4 chips 
 
 from ml_collections import config_dict
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

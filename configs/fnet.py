@@ -10,7 +10,7 @@ Expected: mini ListOps test accuracy 0.343 (majority class 0.167; 2-core CPU, se
 the LRA paper has no FNet entry.
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

@@ -7,7 +7,7 @@ Expected: mini ListOps test accuracy 0.350 (majority class 0.167; 2-core CPU, se
 ListOps, LRA paper Table 1: 16.13.
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

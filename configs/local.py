@@ -8,7 +8,7 @@ of it. Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core 
 paper Table 1 (its blocked variant): 15.82 on ListOps.
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

@@ -8,7 +8,7 @@ the LRA code had no global token. Expected: mini ListOps test accuracy 0.389 (ma
 2-core CPU, seed 0); LRA paper Table 1 (Longformer): 35.63 on ListOps.
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

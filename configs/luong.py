@@ -13,7 +13,7 @@ chip of `tpu-v5e:2x2` (`python -m lra_jax.tools.compile --variants=luong --tasks
 asks 417 / 256 GiB of one GPU and needs `--config.grad_accum_steps=8`.
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

@@ -12,7 +12,7 @@ Expected: mini ListOps test accuracy 0.353 (majority class 0.167; 2-core CPU, se
 not yet measured.
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

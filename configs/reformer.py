@@ -11,7 +11,7 @@ Expected: mini ListOps test accuracy 0.348 (majority class 0.167; 2-core CPU, se
 Full-scale ListOps, LRA paper Table 1 (the LRA code's Reformer): 37.27.
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

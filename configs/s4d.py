@@ -31,7 +31,7 @@ Expected: see README "S4D, the state-space yardstick" (mini ListOps and Pathfind
 `python -m lra_jax.tools.sweep --variants=s4d --tasks=listops,pathfinder --scales=mini --root=experiments/mini-lra`).
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 # (layers, width H, dropout, learning rate, weight decay, batch, epochs, training examples)
 PAPER = {

@@ -8,7 +8,7 @@ Expected: mini ListOps test accuracy 0.340 (majority class 0.167; 2-core CPU, se
 Table 1 (Sparse Trans.): 17.07 on ListOps.
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

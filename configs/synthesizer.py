@@ -20,7 +20,7 @@ H100 and needed `--config.grad_accum_steps=8` on an H100, A100 or `tpu-v5e:2x2` 
 --impl=xla` prints that plan); size the random mode's accumulation the same way.
 """
 
-from lra_jax import task_defaults
+from lra_jax.config import task_defaults
 
 
 def get_config(arg: str | None = None):

@@ -1,6 +1,6 @@
 """Where the supported jax versions (0.10.2 through 0.12.x) differ, in one place.
 
-- Compiling for compile-only devices (`lra_jax.accelerators`): `abstract_mesh(mesh)` makes the
+- Compiling for compile-only devices (`lra_jax.measure.accelerators`): `abstract_mesh(mesh)` makes the
   target's mesh the context mesh, so that Triton kernels are lowered for the target's GPU.
 - Cost analysis of a GPU executable: unimplemented for XLA:GPU; `hlo_cost_analysis` runs XLA's HLO
   cost analysis on the compiled module itself (a private jaxlib entry point, on every supported version).

@@ -15,9 +15,11 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lra_jax import config_errors, distributed, step_timing, trainer
+from lra_jax.config import checks as config_errors
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import LraError
+from lra_jax.measure import step_timing
+from lra_jax.training import distributed, trainer
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/linformer.py:listops,mini",
                                 lock_config=True)

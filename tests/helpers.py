@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from flax import nnx
 
-from lra_jax import task_defaults
 from lra_jax.attention import registry
+from lra_jax.config import task_defaults
 
 # The one table of small per-variant settings (defaults otherwise), for the contract suite and
 # the model tests, which run sequences of 20-40 tokens: a window, rank, bucket count or block

@@ -49,7 +49,7 @@ def kill_at(where: str, n: int) -> None:
     """Installs the kill point."""
     import orbax.checkpoint as ocp
 
-    from lra_jax import steps
+    from lra_jax.training import steps
 
     if where == "step":
         make = steps.make_train_step
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     if kill:
         kill_at(kill[0], int(kill[1]))
-    from lra_jax import trainer
+    from lra_jax.training import trainer
 
     trainer.train_and_evaluate(config(cache_dir), workdir)
 

@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from lra_jax import host_memory, provenance
-from lra_jax.tools import bench
+from lra_jax import provenance
 from lra_jax.errors import ConfigError
+from lra_jax.measure import host_memory
+from lra_jax.tools import bench
 
 TINY = {"batch_size": 4, "steps": 5, "warmup": 1, "dtype": "float32", "scan_layers": False, "remat": False,
         "seed": 0, "num_layers": 1, "num_heads": 2, "emb_dim": 16, "mlp_dim": 32, "protocol": False}
@@ -37,7 +38,7 @@ def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeyp
         assert r["compiled_step_memory_bytes"] > 0 and r["num_parameters"] > 0
         assert r["flops_per_step"] is None or r["flops_per_step"] > 0
         assert r["dropout_rate"] == 0.1 and len(r["step_seconds"]) == 5 and r["matmul_peak_flops_per_second"] > 0
-        # softmax and linear count their FLOPs (lra_jax/flops.py); a CPU has no vendor figure.
+        # softmax and linear count their FLOPs (lra_jax/measure/flops.py); a CPU has no vendor figure.
         assert r["model_flops_per_step"] > 0 and r["utilisation_flops"] == "model"
         assert r["utilisation"] == pytest.approx(
             r["model_flops_per_step"] * r["steps_per_second"] / r["matmul_peak_flops_per_second"])
@@ -436,7 +437,7 @@ def test_report_summarises_saved_cells_per_variant_and_length(tmp_path, capsys):
 
 
 def test_vendor_peaks_are_known_for_the_gpus_we_compile_for_and_none_for_cpus():
-    from lra_jax import device_peak
+    from lra_jax.measure import device_peak
 
     assert device_peak.vendor_peak("NVIDIA H200", "float32") == 494e12  # TF32, as jax runs float32 there
     assert device_peak.vendor_peak("NVIDIA H100 80GB HBM3", "bfloat16") == 989e12

@@ -7,10 +7,10 @@ import os
 import shutil
 
 import pytest
-
 from helpers import tiny_config
-from lra_jax import trainer
+
 from lra_jax.errors import CheckpointError
+from lra_jax.training import trainer
 
 
 def truncate_data_files(step_dir: str) -> None:
@@ -159,7 +159,7 @@ def test_opening_removes_interrupted_saves_before_it_returns_and_leaves_no_threa
     data) exited under it: 'cannot schedule new futures after interpreter shutdown' and a traceback."""
     import threading
 
-    from lra_jax import checkpointing
+    from lra_jax.training import checkpointing
 
     interrupted = tmp_path / "checkpoints" / "last" / f"12{checkpointing.TMP_SUFFIX}"
     for i in range(200):  # enough files that a clean-up in the background is still busy on return

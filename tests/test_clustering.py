@@ -6,15 +6,15 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-
 from helpers import assert_close, qkv_and_mask, real, reassociation_tol
-from lra_jax import task_defaults as base
+
 from lra_jax.attention import registry
 from lra_jax.attention.clustering import Centroids
 from lra_jax.attention.softmax import softmax_attention
+from lra_jax.config import task_defaults as base
 from lra_jax.errors import ConfigError
 from lra_jax.models.classifier import build_model
-from lra_jax.steps import make_train_step
+from lra_jax.training.steps import make_train_step
 
 # float32 against a float64 reference or another float32 order of the same sums (jit, chunks,
 # blocks, padding appended): sums of at most 40 terms (positions, widths) chained through up to 8

@@ -1,4 +1,4 @@
-"""The compile command (lra_jax.tools.compile) and fit planning (lra_jax.fit).
+"""The compile command (lra_jax.tools.compile) and fit planning (lra_jax.measure.fit).
 
 The first tests need no extras (fake targets and rows). The rest compile for real targets with the
 accelerator compilers on this CPU and are skipped, with the reason, without libtpu (`[tpu]`) or
@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from lra_jax import accelerators, fit
 from lra_jax.errors import LraError
+from lra_jax.measure import accelerators, fit
 from lra_jax.tools import compile as compile_cmd
 from lra_jax.tools import lower, table2
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from lra_jax import config_paths
-from lra_jax import task_defaults as base
 from lra_jax.attention import registry
+from lra_jax.config import paths as config_paths
+from lra_jax.config import task_defaults as base
 
 CONFIG_FILES = sorted(glob.glob(os.path.join(config_paths.CONFIGS_DIR, "*.py")))
 

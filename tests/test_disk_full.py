@@ -7,10 +7,10 @@ import os
 import subprocess
 
 import pytest
-
 from helpers import tiny_config
-from lra_jax import checkpointing, trainer
+
 from lra_jax.errors import DiskFull
+from lra_jax.training import checkpointing, trainer
 
 
 @pytest.fixture
@@ -218,7 +218,7 @@ def test_a_log_line_that_meets_a_full_disk_names_its_file(tmp_path, monkeypatch)
     run's one-line DiskFull names metrics.jsonl rather than the whole workdir."""
     import errno
 
-    from lra_jax.metrics import MetricsWriter
+    from lra_jax.training.metrics import MetricsWriter
 
     writer = MetricsWriter(tmp_path)
 
@@ -238,7 +238,7 @@ def test_closing_the_metrics_writer_on_a_full_disk_still_closes_tensorboard(tmp_
     is closed all the same, not left to an exit hook that fails at interpreter shutdown."""
     import errno
 
-    from lra_jax.metrics import MetricsWriter
+    from lra_jax.training.metrics import MetricsWriter
 
     writer = MetricsWriter(tmp_path)
     writer.jsonl.close()

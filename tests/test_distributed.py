@@ -13,10 +13,10 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-
 from helpers import child_xla_flags
-from lra_jax import distributed
+
 from lra_jax.errors import LraError
+from lra_jax.training import distributed
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

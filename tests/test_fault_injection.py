@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import jax
+import killed_training
 import numpy as np
 
-import killed_training
-from lra_jax import trainer
+from lra_jax.training import trainer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = 27

@@ -1,4 +1,4 @@
-"""The analytic FLOPs (lra_jax/flops.py, each variant's `forward_flops`) against XLA's count of the same
+"""The analytic FLOPs (lra_jax/measure/flops.py, each variant's `forward_flops`) against XLA's count of the same
 compiled computation (`cost_analysis()["flops"]`), where XLA counts every operation.
 
 XLA also counts elementwise work (softmax, masks, layer norms, GELU, feature maps) that the model-FLOPs
@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from lra_jax import flops
 from lra_jax.attention import mixers, registry, ssm
 from lra_jax.attention.core import Attention, fft_flops, matmul_flops
+from lra_jax.measure import flops
 from lra_jax.models.encoder import Encoder
 
 SHAPE = {"batch": 2, "length": 256, "dim": 128, "num_heads": 2, "mlp_dim": 256, "num_layers": 1}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lra_jax import host_memory
+from lra_jax.measure import host_memory
 
 # One process per case: glibc reads its tunables at process start. The step's temporary (x @ x.T,
 # 64 MiB) is above glibc's largest mmap threshold, so by default every call maps its 16,384 pages
@@ -50,7 +50,7 @@ def test_with_freed_memory_kept_a_cpu_step_faults_almost_no_pages_in():
 RELEASE = """
 import os
 import numpy as np
-from lra_jax import host_memory
+from lra_jax.measure import host_memory
 def resident():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 block = np.ones(2**28, np.uint8)
@@ -68,7 +68,7 @@ print(with_block, freed, resident(), released)
 RELEASE_AFTER_STEP = """
 import os
 import jax, jax.numpy as jnp
-from lra_jax import host_memory
+from lra_jax.measure import host_memory
 def resident():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 step = jax.jit(lambda x: jnp.tanh(x @ x.T) @ x)

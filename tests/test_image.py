@@ -11,6 +11,7 @@ import pytest
 tfds = pytest.importorskip("tensorflow_datasets")
 
 from helpers import splits_equal
+
 from lra_jax.data import array_cache, image, tasks
 from lra_jax.errors import DataError
 
@@ -66,7 +67,7 @@ def test_downsampling_averages_blocks_rounding_half_up():
 
 
 def test_mini_image_is_cifar_at_16x16(tmp_path):
-    from lra_jax import task_defaults as base
+    from lra_jax.config import task_defaults as base
 
     config = base.get_config("image,mini")
     assert (config.data.downsample, config.max_len) == (2, 256)

@@ -8,11 +8,12 @@ import sys
 import jax
 import numpy as np
 import pytest
-
 from helpers import child_xla_flags
-from lra_jax import accelerators, compat
+
+from lra_jax import compat
 from lra_jax.kernels import sharding
 from lra_jax.kernels.flash.api import flash_attention
+from lra_jax.measure import accelerators
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -15,11 +15,11 @@ import tomllib
 
 import pytest
 
-from lra_jax import config_paths
+from lra_jax.config import paths as config_paths
 
 PACKAGE = os.path.join(config_paths.REPO_ROOT, "lra_jax")
 LOWER_LAYERS = ("attention", "kernels", "models", "data")
-ABOVE = ("lra_jax.trainer", "lra_jax.train", "lra_jax.tools")
+ABOVE = ("lra_jax.training.trainer", "lra_jax.train", "lra_jax.tools")
 MODEL_CODE = ("lra_jax.models", "lra_jax.attention", "lra_jax.kernels")
 
 
@@ -63,8 +63,8 @@ def test_the_import_scan_sees_lazy_relative_and_from_imports():
               "def g():\n    import lra_jax.tools.sweep\n"
               "from ..tools import bench\n")
     found = imported_modules(source, "lra_jax.data.x")
-    assert {"lra_jax.trainer", "lra_jax.tools.sweep", "lra_jax.tools.bench"} <= found
-    assert all(is_under(n, ABOVE) for n in ("lra_jax.trainer", "lra_jax.tools.sweep"))
+    assert {"lra_jax.training.trainer", "lra_jax.tools.sweep", "lra_jax.tools.bench"} <= found
+    assert all(is_under(n, ABOVE) for n in ("lra_jax.training.trainer", "lra_jax.tools.sweep"))
     assert not is_under("lra_jax.training_data", ABOVE)
 
 

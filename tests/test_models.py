@@ -5,14 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-
 from helpers import F32_EPS, SMALL, assert_close, reassociation_tol
-from lra_jax import task_defaults as base
+
 from lra_jax.attention import registry
+from lra_jax.config import task_defaults as base
 from lra_jax.errors import ConfigError
 from lra_jax.models.classifier import build_model
 from lra_jax.models.encoder import sinusoidal_positions
 from lra_jax.models.heads import pool
+
 
 def small_config(name, positions="learned", pooling="cls"):
     config = base.get_config("listops,mini", attention=dict(name=name, **SMALL.get(name, {})))

@@ -7,11 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from helpers import assert_close, build_small, reassociation_tol
-from lra_jax import accelerators, kernels
+
+from lra_jax import kernels
 from lra_jax.kernels import masking
 from lra_jax.kernels.block_sparse import block_sparse_attention, pallas_mosaic
+from lra_jax.measure import accelerators
 
 SEED = np.array([2024], np.uint32)
 N = 300  # pads to 384: three 128-tiles, the last one partly padding

@@ -7,12 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from helpers import assert_close, reassociation_tol
-from lra_jax import accelerators, kernels
+
+from lra_jax import kernels
 from lra_jax.kernels import dropout
-from lra_jax.kernels.flash import flash_attention
-from lra_jax.kernels.flash import pallas_mosaic
+from lra_jax.kernels.flash import flash_attention, pallas_mosaic
+from lra_jax.measure import accelerators
 
 SEED = np.array([2024], np.uint32)
 

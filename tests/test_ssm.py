@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lra_jax import optimizer
 from lra_jax.attention import registry
 from lra_jax.attention.core import SSMParam
 from lra_jax.errors import ConfigError
+from lra_jax.training import optimizer
 
 DIM, N = 6, 16
 

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from lra_jax import step_profile
+from lra_jax.measure import step_profile
 
 
 def compiled_of(fn, *args):

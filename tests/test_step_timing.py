@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from lra_jax import step_timing
 from lra_jax.data import tasks
+from lra_jax.measure import step_timing
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,8 +52,8 @@ def test_configs_timed_together_take_turns_in_alternating_rounds(monkeypatch, ke
     """Two configs (dropout 0 and 0.1), three rounds: A B, B A, A B. Where malloc keeps freed memory, a
     step after a switch is an untimed one of the new config (the switch is never in a timed step);
     where it maps every step's memory afresh anyway, the step after a switch is timed."""
-    from lra_jax import trainer
     from lra_jax.tools import bench
+    from lra_jax.training import trainer
 
     calls = []
 

@@ -4,11 +4,11 @@ import jax
 import numpy as np
 import optax
 import pytest
-
 from helpers import assert_close, reassociation_tol, tiny_config
-from lra_jax import steps, trainer
+
 from lra_jax.data import tasks
 from lra_jax.errors import ConfigError
+from lra_jax.training import steps, trainer
 
 
 def _step_once(config, tx, batch, accum_steps):

@@ -3,9 +3,10 @@
 import math
 
 from helpers import tiny_config
-from lra_jax import trainer
+
 from lra_jax.data import tasks
 from lra_jax.tools import throughput
+from lra_jax.training import trainer
 
 
 def test_pipeline_and_train_step_rates_are_measured(data_cache):

@@ -16,14 +16,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from helpers import assert_close, reassociation_tol
-from lra_jax import accelerators, kernels
+
+from lra_jax import kernels
 from lra_jax.kernels import tiling
 from lra_jax.kernels.flash import pallas_gpu as flash
 from lra_jax.kernels.linear import pallas_gpu as linear
 from lra_jax.kernels.linear import reference as linear_reference
 from lra_jax.kernels.linear.api import kernel_limit, linear_attention
+from lra_jax.measure import accelerators
 
 H100, A100 = tiling.SHARED_MEMORY_PER_BLOCK["9.0"], tiling.SHARED_MEMORY_PER_BLOCK["8.0"]
 

@@ -11,12 +11,13 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-
 from helpers import F32_EPS, child_xla_flags, tiny_config
-from lra_jax import checkpointing, optimizer, provenance, steps, trainer
-from lra_jax import task_defaults as base
+
+from lra_jax import provenance
+from lra_jax.config import task_defaults as base
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, TrainingDiverged
+from lra_jax.training import checkpointing, optimizer, steps, trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -216,7 +217,7 @@ def test_resuming_with_a_different_model_is_refused(straight, tmp_path):
 SHARDED_VS_SINGLE = r"""
 import jax, numpy as np
 from helpers import assert_close, reassociation_tol, tiny_config
-from lra_jax import steps, trainer
+from lra_jax.training import steps, trainer
 from lra_jax.data import pipeline, tasks
 assert jax.device_count() == 4, jax.devices()
 config = tiny_config("/unused")

@@ -5,14 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra_jax import compat, trainer
+from lra_jax import compat
 from lra_jax.attention.weighted_values import softmax_values
 from lra_jax.data.tasks import TaskSpec
 from lra_jax.kernels import dropout as counter_mask
 from lra_jax.kernels.masking import MASK_VALUE
-from lra_jax.step_timing import random_batch
-from lra_jax.steps import make_train_step
+from lra_jax.measure.step_timing import random_batch
 from lra_jax.tools import bench
+from lra_jax.training import trainer
+from lra_jax.training.steps import make_train_step
 
 
 def reference(logits, values, seed, rate):

@@ -43,9 +43,9 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from lra_jax import kernels
-from lra_jax.errors import ConfigError
 from lra_jax.attention.dropout import Dropout
 from lra_jax.attention.weighted_values import NO_SEED, softmax_values
+from lra_jax.errors import ConfigError
 from lra_jax.kernels import IMPLS
 from lra_jax.kernels.dropout import seed_from_key as kernel_dropout_seed
 from lra_jax.kernels.masking import MASK_VALUE  # one logit for masked pairs, kernels and variants alike
@@ -76,7 +76,7 @@ def zero_padding(x: Float[Array, "b n ..."], mask: Bool[Array, "b n"]) -> Float[
 
 
 def matmul_flops(rows: float, inner: float, cols: float) -> float:
-    """FLOPs of an [rows, inner] x [inner, cols] product: 2 per multiply-add (`lra_jax/flops.py`)."""
+    """FLOPs of an [rows, inner] x [inner, cols] product: 2 per multiply-add (`lra_jax/measure/flops.py`)."""
     return 2.0 * rows * inner * cols
 
 
@@ -174,7 +174,7 @@ class TokenMixer(nnx.Module):
         length n with `settings_at_length(n)`. 2, the default, is full attention's; a
         sub-quadratic variant declares less. `tests/test_cost.py` holds every variant to it.
       forward_flops(batch, n, dim, num_heads, settings): the forward pass's matmul FLOPs of the
-        layer (`lra_jax/flops.py`), or None where the variant does not count them; next to
+        layer (`lra_jax/measure/flops.py`), or None where the variant does not count them; next to
         `cost_exponent` in each variant, tested against XLA's count in `tests/test_flops.py`.
       data_dependent_pattern: True where the keys a query sees are chosen from the
         activations (hash buckets, clusters), so a rounding difference such as
@@ -202,7 +202,7 @@ class TokenMixer(nnx.Module):
 
     @classmethod
     def forward_flops(cls, batch: int, n: int, dim: int, num_heads: int, settings: dict) -> float | None:
-        """Matmul FLOPs of one forward call on [batch, n, dim] (see `lra_jax/flops.py`); None: not counted."""
+        """Matmul FLOPs of one forward call on [batch, n, dim] (see `lra_jax/measure/flops.py`); None: not counted."""
         del batch, n, dim, num_heads, settings
         return None
 

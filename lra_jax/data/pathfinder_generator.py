@@ -25,7 +25,7 @@ This is our own generator with the same ingredients (not a port of Linsley's cod
   * Rendering: NOT anti-aliased. Each paddle is sampled at paddle_length + 1
     evenly spaced points, rounded to pixels: an 8-connected chain (see `_shapes`).
     Pixels are 0 (background), 255 (snakes) and `marker_value` (markers; 255 by default,
-    as in the official images; a distinct grey makes the task easier, see lra_jax/task_defaults.py).
+    as in the official images; a distinct grey makes the task easier, see lra_jax/config/task_defaults.py).
   * Labels alternate: example i has label i % 2 (exactly balanced).
   * Deterministic: example i draws only from `np.random.default_rng([_RNG_TAG, seed, i])`,
     so the output does not depend on the number of worker processes.

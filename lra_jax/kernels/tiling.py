@@ -12,7 +12,7 @@ bounds fit the target GPU: no trial compilation, the same choice wherever the st
 
 The target GPU's shared memory (`shared_memory()`): the figure given to
 `kernels.target_platform(..., shared_memory=)` (the compile command passes its target's, from
-`lra_jax.accelerators`), else the local GPU's by compute capability, else the H100's (the GPU the
+`lra_jax.measure.accelerators`), else the local GPU's by compute capability, else the H100's (the GPU the
 Triton kernels are lowered for when there is none, `lra_jax.compat`).
 """
 

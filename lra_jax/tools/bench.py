@@ -45,9 +45,12 @@ from typing import Any
 import jax
 from absl import app, flags, logging
 
-from lra_jax import config_paths, host_memory, provenance, task_defaults
+from lra_jax import provenance
+from lra_jax.config import paths as config_paths
+from lra_jax.config import task_defaults
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import ConfigError, LraError
+from lra_jax.measure import host_memory
 from lra_jax.tools.progress import print_now
 
 PROTOCOL = {"num_layers": 4, "num_heads": 4, "emb_dim": 256, "mlp_dim": 1024}
@@ -72,15 +75,15 @@ def define_flags() -> None:
                       "Several, e.g. 0,0.1, measure each (variant, length) at every rate one after another, "
                       "so the cost of dropout is read side by side under the same load.")
     flags.DEFINE_bool("huge_pages", True, "Cells run with glibc's malloc backing large buffers by transparent huge "
-                      "pages (lra_jax/host_memory.py): on CPU, XLA writes a step's temporaries into fresh memory every "
+                      "pages (lra_jax/measure/host_memory.py): on CPU, XLA writes a step's temporaries into fresh memory every "
                       "step, and each 4 KiB page of it faults; huge pages fault once per 2 MiB.")
     flags.DEFINE_bool("keep_host_memory", True, "Cells run with glibc's malloc keeping freed memory mapped "
-                      "(lra_jax/host_memory.py), so a step reuses the last step's temporaries instead of faulting "
+                      "(lra_jax/measure/host_memory.py), so a step reuses the last step's temporaries instead of faulting "
                       "fresh pages in.")
     flags.DEFINE_bool("profile", False, "After the timed steps, run one more step of each rate under jax's profiler "
                       "and record where its time goes: matmuls (and the rate they reach, by contraction size), "
                       "transcendentals, other elementwise work, data movement, sorts, gathers, FFTs "
-                      "(lra_jax/step_profile.py). The timed steps are not profiled.")
+                      "(lra_jax/measure/step_profile.py). The timed steps are not profiled.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
     flags.DEFINE_enum("impl", "auto", ["auto", "xla", "pallas"], "Attention implementation of every variant "
                       "(config.attention.impl): 'auto' is the Pallas kernel on GPU/TPU where a variant has one; "
@@ -159,16 +162,17 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
     At the cell's `settings["dropout_rate"]` (default 0.1), or, where the settings give no single rate,
     at each of `settings["dropout_rates"]` in this one process, their timed steps alternating
     (`step_timing.time_train_steps`): then the result is {"by_rate": [one result per rate]}.
-    Besides time and memory: the step's model FLOPs from the shapes (`lra_jax.flops`, None where the
+    Besides time and memory: the step's model FLOPs from the shapes (`lra_jax.measure.flops`, None where the
     variant declares no count), XLA's compiled count, the peak of a matmul of the step's dtype measured
-    right before and right after the steps, the faster of the two (`lra_jax.device_peak`: a change of
+    right before and right after the steps, the faster of the two (`lra_jax.measure.device_peak`: a change of
     load on a shared machine during the steps slows one of them), and the fraction of it the step reaches (the analytic
     FLOPs where counted, else XLA's, as `utilisation_flops` says), with the vendor's peak on accelerators;
     XLA's bytes accessed and transcendentals, the measured memory bandwidth and `memory_time_share`:
     the time to stream those bytes at that bandwidth over the step's time (a memory-bound step nears
     or passes 1; caches can serve part of XLA's bytes, so it may exceed 1)."""
-    from lra_jax import device_peak, flops, step_profile, step_timing, trainer
     from lra_jax.data.tasks import TaskSpec
+    from lra_jax.measure import device_peak, flops, step_profile, step_timing
+    from lra_jax.training import trainer
 
     rates = [settings["dropout_rate"]] if "dropout_rate" in settings else dropout_rates(settings)
     configs = [bench_config(variant, length, settings, rate) for rate in rates]
@@ -253,7 +257,7 @@ def cell_command(variant: str, length: int, settings: dict[str, Any]) -> list[st
 
 def cell_environment(settings: dict[str, Any]) -> dict[str, str]:
     """This process's environment, with GLIBC_TUNABLES asking for huge pages (`settings["huge_pages"]`)
-    and for freed memory to stay mapped (`settings["keep_host_memory"]`): see `lra_jax.host_memory`.
+    and for freed memory to stay mapped (`settings["keep_host_memory"]`): see `lra_jax.measure.host_memory`.
     Ignored where glibc or the kernel lacks them (`device_info` records the machine's THP mode)."""
     env = dict(os.environ)
     huge, keep = bool(settings.get("huge_pages")), bool(settings.get("keep_host_memory"))
@@ -775,7 +779,7 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
     probe_device(). With `update`, `out` must exist with the same device and settings (steps: at least
     the file's), and the cells measured now replace or join its cells; its earlier commands are kept
     under "commands"."""
-    from lra_jax import trainer
+    from lra_jax.training import trainer
 
     device = device or probe_device()
     out = out or default_out(device)

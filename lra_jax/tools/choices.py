@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from lra_jax import config_paths
+from lra_jax.config import paths as config_paths
 from lra_jax.errors import ConfigError
 
 

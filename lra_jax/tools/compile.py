@@ -6,7 +6,7 @@
 
 `lower` is the cheap check (the kernels translate); this command runs the accelerator compilers
 themselves (libtpu's TPU compiler with its Mosaic kernels; XLA:GPU through Triton and ptxas), which
-is where a step is refused: HBM, shared memory, registers. Targets are `lra_jax.accelerators` names.
+is where a step is refused: HBM, shared memory, registers. Targets are `lra_jax.measure.accelerators` names.
 
 For each (variant, task, target) the train step and the eval step of `configs/<variant>.py:<task>,<scale>`
 (full-scale Text twice, at 1000 and 4000 tokens, as in `lower`) are compiled over the data-parallel
@@ -31,7 +31,7 @@ replicated, with the attention kernels chosen for the target's platform. Per row
   or its bytes at HBM bandwidth, whichever takes longer; also a model, never a measurement;
 - compile seconds on this machine.
 
-A train step that does not fit is planned (`lra_jax.fit`, unless --plan=false): the largest per-device
+A train step that does not fit is planned (`lra_jax.measure.fit`, unless --plan=false): the largest per-device
 micro-batch that fits (bisection over the divisors of the per-device batch, compiling each probe)
 and the exact overrides that keep the global batch, `--config.batch_size=B --config.grad_accum_steps=K`,
 which were compiled and fit; or, where one example per device does not fit, the memory it needs.
@@ -352,7 +352,7 @@ def plan_fit(variant: str, label: str, config, target, rows: list[Row]) -> dict[
     """Fit planning for the steps `rows` that do not fit: one accumulation for all of them (the eval step
     runs in the train step's micro-batches), or the memory one example needs. Returns a plan per mode,
     each with the memory its own step was compiled to under the plan."""
-    from lra_jax import fit
+    from lra_jax.measure import fit
 
     modes = tuple(row.mode for row in rows)
     compiled: dict[int, dict[str, int | None]] = {}  # per-device micro-batch -> mode -> bytes
@@ -448,7 +448,7 @@ def _start_worker() -> None:
 
 
 def _run_in_worker(job: Job) -> list[Row]:
-    from lra_jax import accelerators
+    from lra_jax.measure import accelerators
 
     if job.target not in _WORKER_TARGETS:
         _WORKER_TARGETS[job.target] = accelerators.get(job.target)
@@ -562,7 +562,7 @@ def estimate_sweep(runs, target_name: str, log=print) -> int:
     the step (a variant's own, e.g. additive's query chunks) the time is a lower bound, marked >=.
     Evaluation, data and compilation are not counted.
     Returns the exit status: 2 on a bad target, 1 if a step did not compile, else 0."""
-    from lra_jax import accelerators
+    from lra_jax.measure import accelerators
     from lra_jax.tools import sweep
 
     if "JAX_PLATFORMS" not in os.environ:
@@ -621,7 +621,7 @@ def estimate_sweep(runs, target_name: str, log=print) -> int:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lra_jax.tools.compile", description=__doc__.splitlines()[0])
-    parser.add_argument("--targets", default=DEFAULT_TARGETS, help="comma-separated lra_jax.accelerators names")
+    parser.add_argument("--targets", default=DEFAULT_TARGETS, help="comma-separated lra_jax.measure.accelerators names")
     parser.add_argument("--variants", default="all", help="'all' or comma-separated attention names")
     parser.add_argument("--tasks", default="all", help="'all' or comma-separated LRA tasks")
     parser.add_argument("--scale", default="full", help="full | mini")
@@ -667,7 +667,7 @@ def configs(variants: list[str], tasks: list[str], lengths: list[int], scale: st
     """(variant, row label, config) to compile: each task's config (full-scale Text twice, as `lower`),
     or with `lengths` the Table 2 protocol (`table2.config`) at each length, labelled "table2:<n>"; with
     `overrides` (`--config.KEY=VALUE`) applied to each (ConfigError for a bad one)."""
-    from lra_jax.config_errors import apply_overrides
+    from lra_jax.config.checks import apply_overrides
     from lra_jax.tools import lower
 
     if lengths:
@@ -749,7 +749,9 @@ def main(argv: list[str] | None = None) -> int:
         import jax
 
         jax.config.update("jax_platforms", "cpu")  # compile-only targets; no local accelerator needed
-    from lra_jax import accelerators, config_errors, task_defaults
+    from lra_jax.config import checks as config_errors
+    from lra_jax.config import task_defaults
+    from lra_jax.measure import accelerators
     from lra_jax.tools import lower
     from lra_jax.tools.choices import choose, config_files
 

@@ -47,7 +47,7 @@ Key = tuple[str, str, str, str]  # variant, task label, target, mode
 
 def shapes() -> list[str]:
     """The full-scale task shapes, labelled as `compile` labels its rows."""
-    from lra_jax import task_defaults
+    from lra_jax.config import task_defaults
     from lra_jax.tools import lower
 
     return [f"{task}:{length}" if length else task

@@ -35,8 +35,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_jax import compat, config_errors, config_paths, kernels, task_defaults
+from lra_jax import compat, kernels
 from lra_jax.attention import registry
+from lra_jax.config import checks as config_errors
+from lra_jax.config import paths as config_paths
+from lra_jax.config import task_defaults
 from lra_jax.errors import LraError
 from lra_jax.tools.choices import choose, config_files, config_path
 
@@ -61,10 +64,10 @@ def combinations(variants: list[str], tasks: list[str], scale: str) -> list[tupl
 def abstract_steps(config, platform: str) -> tuple[list[tuple[Any, tuple]], list[dict[str, Any]]]:
     """([(jitted train step, abstract (state, batch)), (eval step, (state, batch))], the attention
     layers' kernels) for `platform`."""
-    from lra_jax import optimizer, steps
     from lra_jax.attention import registry
     from lra_jax.data import tasks
     from lra_jax.models.classifier import build_model
+    from lra_jax.training import optimizer, steps
 
     task = tasks.get_task(config.task)
     with kernels.target_platform(platform):

@@ -71,7 +71,7 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-from lra_jax import config_paths
+from lra_jax.config import paths as config_paths
 from lra_jax.errors import ConfigError, LraError
 from lra_jax.tools import device_slots, selection
 from lra_jax.tools.choices import choose, config_files
@@ -158,7 +158,7 @@ class Run:
 
     def metrics_whole(self) -> bool:
         """Whether metrics.jsonl is missing or whole; a damaged one is said once."""
-        from lra_jax import metrics
+        from lra_jax.training import metrics
 
         path = os.path.join(self.workdir, "metrics.jsonl")
         if not os.path.exists(path):
@@ -187,7 +187,7 @@ class Run:
     def changes(self) -> list[str]:
         """The settings in which the workdir's config.json differs from `config`, except those a
         run may change on resume (`trainer.config_changes`); [] when either is unknown."""
-        from lra_jax import trainer
+        from lra_jax.training import trainer
 
         saved = read_json(os.path.join(self.workdir, "config.json"))
         return trainer.config_changes(saved, self.config) if saved and self.config else []

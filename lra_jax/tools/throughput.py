@@ -18,9 +18,11 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lra_jax import compat, config_errors, steps, trainer
+from lra_jax import compat
+from lra_jax.config import checks as config_errors
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import LraError
+from lra_jax.training import steps, trainer
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/transformer.py:listops,mini",
                                 lock_config=True)

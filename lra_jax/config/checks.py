@@ -15,7 +15,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
-from lra_jax import config_paths
+from lra_jax.config import paths as config_paths
 from lra_jax.errors import ConfigError
 
 

@@ -18,9 +18,11 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from lra_jax import compat, host_memory, memory, trainer
-from lra_jax.steps import make_train_step
+from lra_jax import compat
 from lra_jax.data.tasks import TaskSpec
+from lra_jax.measure import host_memory
+from lra_jax.training import memory, trainer
+from lra_jax.training.steps import make_train_step
 
 
 def random_batch(task: TaskSpec, batch_size: int, max_len: int, seed: int) -> dict[str, np.ndarray]:

@@ -32,11 +32,12 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
-from lra_jax import checkpointing, compat, memory, metrics, optimizer, provenance, steps
+from lra_jax import compat, provenance
 from lra_jax.attention import registry
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, DiskFull, TrainingDiverged
 from lra_jax.models.classifier import build_model
+from lra_jax.training import checkpointing, memory, metrics, optimizer, steps
 
 # Settings that may change between a run and its resumption; any other change is refused.
 # attention.query_chunk (additive) trades speed for memory and leaves the function unchanged.

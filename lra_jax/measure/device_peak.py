@@ -5,8 +5,8 @@ streaming, timed here and now.
     bandwidth = 2 S / (fastest of `repeats` in-place scalings of an S-byte array)   (read + write)
 
 Measured in the same process and under the same load as the step it is compared with, so a
-utilisation (model FLOPs per second / peak, `lra_jax/flops.py`) is not skewed by other jobs
-sharing the machine. On accelerators the vendor's dense figure (`lra_jax.accelerators` chips)
+utilisation (model FLOPs per second / peak, `lra_jax/measure/flops.py`) is not skewed by other jobs
+sharing the machine. On accelerators the vendor's dense figure (`lra_jax.measure.accelerators` chips)
 is given beside it.
 """
 
@@ -17,7 +17,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from lra_jax import accelerators
+from lra_jax.measure import accelerators
 
 # jax's device_kind -> the chip key of `accelerators` (TPU v5e and v6e call themselves "lite").
 _KINDS = {"TPU v3": "v3", "TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5p": "v5p",

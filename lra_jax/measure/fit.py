@@ -1,5 +1,5 @@
 """Fit planning: the largest per-device batch that fits a device, and the gradient accumulation that
-keeps the config's global batch (`config.grad_accum_steps`, lra_jax.steps).
+keeps the config's global batch (`config.grad_accum_steps`, lra_jax.training.steps).
 
 A global batch B over D devices puts b = B / D examples on each; with accumulation k each device holds
 b / k of them at a time, so the candidates are the divisors of b. Memory grows with the micro-batch,

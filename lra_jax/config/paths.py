@@ -2,7 +2,7 @@
 
 Config files are plain Python files in the repository's `configs/` folder, not an installed
 package: ml_collections loads one by path (`--config=configs/linformer.py:listops,mini`) and each
-starts from `lra_jax.task_defaults`. A variant's file is `configs/<variant>.py`, except `softmax`,
+starts from `lra_jax.config.task_defaults`. A variant's file is `configs/<variant>.py`, except `softmax`,
 whose file is `configs/transformer.py`. Finding it is a path lookup: no config file is imported
 to find another.
 """
@@ -14,7 +14,7 @@ import os
 
 import ml_collections
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout holding lra_jax/
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout holding lra_jax/
 CONFIGS_DIR = os.path.join(REPO_ROOT, "configs")
 FILE_STEMS = {"softmax": "transformer"}  # variants whose file is not named after them
 

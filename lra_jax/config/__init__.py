@@ -1,0 +1,1 @@
+"""Configuration: the base config every variant file starts from, config paths, flag checks."""
