@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 
 import jax
+from jax._src.lib import xla_client  # private jaxlib module: hlo_cost_analysis reads XLA's cost analysis through it
 from jax.sharding import AbstractDevice, AbstractMesh
 
 # The GPU a Triton kernel is lowered for when none is present (jax 0.10's own fallback: sm_90).
@@ -58,8 +59,6 @@ def hlo_cost_analysis(compiled) -> dict:
     """XLA's HLO cost analysis ("flops", "bytes accessed", ...) of a compiled executable's optimized
     module, through the CPU client; {} where jaxlib does not offer it."""
     try:
-        from jax._src.lib import xla_client
-
         module = compiled.runtime_executable().hlo_modules()[0]
         return dict(xla_client._xla.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module))
     except Exception:  # noqa: BLE001 - private API: absent or changed means no figure, not a failure
