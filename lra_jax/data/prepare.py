@@ -29,6 +29,7 @@ import urllib.request
 
 from absl import app, flags
 
+from lra_jax.data.tasks import TASKS as ALL_TASKS
 from lra_jax.errors import DataError
 
 LRA_RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
@@ -38,7 +39,8 @@ RELEASE_TASKS = {  # task -> folder inside DIR/lra_release to pass as config.dat
     "pathfinder": "pathfinder32/curv_contour_length_14",
     "pathx": "pathfinder128/curv_contour_length_14",
 }
-TASKS = (*TFDS_TASKS, *RELEASE_TASKS)
+# the tasks with data to fetch (ListOps is generated), from TFDS first, then from the LRA release
+TASKS = tuple(t for source in (TFDS_TASKS, RELEASE_TASKS) for t in ALL_TASKS if t in source)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("task", None, [*TASKS, "all"], "Which task's data to prepare.")
