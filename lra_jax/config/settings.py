@@ -166,8 +166,6 @@ def check(s: Settings) -> None:
                 "grad_accum_steps", "keep_checkpoints"):
         _at_least(key, getattr(s, key), 1)
     _at_least("val_examples", s.val_examples, 0)
-    _require("batch_size", s.batch_size, s.batch_size % s.grad_accum_steps == 0,
-             f"a multiple of grad_accum_steps {s.grad_accum_steps}")
     opt = s.optimizer
     _one_of("optimizer.schedule", opt.schedule, SCHEDULES)
     _require("optimizer.learning_rate", opt.learning_rate, _number(opt.learning_rate) and opt.learning_rate > 0,
