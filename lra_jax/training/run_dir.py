@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import socket
 import sys
 from typing import Any
 
@@ -60,15 +61,17 @@ def prepare(workdir: str) -> None:
     except OSError as error:
         raise WorkdirError(f"--workdir {workdir} cannot be created ({error.strerror}); pass a --workdir in a "
                            "directory you can write to") from None
+    probe = os.path.join(path, f"{PROBE}-{socket.gethostname()}-{os.getpid()}")  # one per process of a run
     try:
-        with open(os.path.join(path, PROBE), "w", encoding="utf-8") as probe:
-            probe.write("ok")
-        os.remove(os.path.join(path, PROBE))
+        with open(probe, "w", encoding="utf-8") as f:
+            f.write("ok")
+        os.remove(probe)
     except OSError as error:
         raise WorkdirError(f"--workdir {workdir} is not writable ({error.strerror}); give this user write "
                            "permission there (chmod/chown, or remount it read-write) or pass another --workdir") \
             from None
-    foreign = sorted(n for n in os.listdir(path) if n not in RUN_FILES and not n.startswith("."))
+    foreign = sorted(n for n in os.listdir(path)  # a record's .tmp, left by a kill mid-write, is the run's
+                     if not n.startswith(".") and not any(n == r or n.startswith(f"{r}.") for r in RUN_FILES))
     if foreign:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise WorkdirError(f"--workdir {workdir} holds files that are not a run's ({shown}); pass a new or "
