@@ -130,8 +130,6 @@ def _typed(kind: type, name: str, values: dict[str, Any]):
 def from_config(config: ml_collections.ConfigDict) -> Settings:
     """The checked, typed settings of `config`; ConfigError (one line) for the first bad value."""
     config = config.copy_and_resolve_references()
-    optimizer = _section(config, "optimizer")
-    optimizer.setdefault("skip_nonfinite_updates", OPTIONAL["optimizer.skip_nonfinite_updates"])
     settings = Settings(
         task=config.task, scale=config.get("scale", ""), seed=config.seed, max_len=config.max_len,
         batch_size=config.batch_size, num_train_steps=config.num_train_steps, eval_every=config.eval_every,
@@ -139,7 +137,7 @@ def from_config(config: ml_collections.ConfigDict) -> Settings:
         val_examples=_optional(config, "val_examples"), grad_accum_steps=_optional(config, "grad_accum_steps"),
         keep_checkpoints=_optional(config, "keep_checkpoints"),
         model=_typed(ModelSettings, "model", _section(config, "model")),
-        optimizer=_typed(OptimizerSettings, "optimizer", {**optimizer, "total_steps": config.num_train_steps}),
+        optimizer=optimizer_from_config(config),
         data=_typed(DataSettings, "data", _section(config, "data")),
         attention=_section(config, "attention"),
         record=_record(config),
@@ -150,6 +148,17 @@ def from_config(config: ml_collections.ConfigDict) -> Settings:
 
 def _record(config: ml_collections.ConfigDict) -> dict[str, Any]:
     return json.loads(config.to_json())
+
+
+def optimizer_from_config(config: ml_collections.ConfigDict) -> OptimizerSettings:
+    """The checked optimizer settings of `config`: its `optimizer` section and `num_train_steps`, all
+    the optimizer reads (a config of only those is enough)."""
+    optimizer = _section(config, "optimizer")
+    optimizer.setdefault("skip_nonfinite_updates", OPTIONAL["optimizer.skip_nonfinite_updates"])
+    settings = _typed(OptimizerSettings, "optimizer", {**optimizer, "total_steps": config.num_train_steps})
+    _at_least("num_train_steps", settings.total_steps, 1)
+    check_optimizer(settings)
+    return settings
 
 
 def of(config: ml_collections.ConfigDict | Settings) -> Settings:
@@ -166,21 +175,7 @@ def check(s: Settings) -> None:
                 "grad_accum_steps", "keep_checkpoints"):
         _at_least(key, getattr(s, key), 1)
     _at_least("val_examples", s.val_examples, 0)
-    opt = s.optimizer
-    _one_of("optimizer.schedule", opt.schedule, SCHEDULES)
-    _require("optimizer.learning_rate", opt.learning_rate, _number(opt.learning_rate) and opt.learning_rate > 0,
-             "> 0 (a negative rate ascends the loss)")
-    _at_least("optimizer.warmup_steps", opt.warmup_steps, 0)
-    _require("optimizer.weight_decay", opt.weight_decay, _number(opt.weight_decay) and opt.weight_decay >= 0, ">= 0")
-    _rate("optimizer.b1", opt.b1)
-    _rate("optimizer.b2", opt.b2)
-    _require("optimizer.eps", opt.eps, _number(opt.eps) and opt.eps > 0, "> 0")
-    _require("optimizer.grad_clip_norm", opt.grad_clip_norm, _number(opt.grad_clip_norm) and opt.grad_clip_norm >= 0,
-             ">= 0 (0: no clipping)")
-    _at_least("optimizer.skip_nonfinite_updates", opt.skip_nonfinite_updates, 0)
-    if opt.ssm_max_learning_rate is not None:
-        _require("optimizer.ssm_max_learning_rate", opt.ssm_max_learning_rate,
-                 _number(opt.ssm_max_learning_rate) and opt.ssm_max_learning_rate > 0, "> 0")
+    check_optimizer(s.optimizer)
     m = s.model
     for key in ("num_layers", "num_heads", "emb_dim"):
         _at_least(f"model.{key}", getattr(m, key), 1)
@@ -195,6 +190,24 @@ def check(s: Settings) -> None:
     _at_least("data.downsample", s.data.downsample, 1)
     _require("attention.name", s.attention.get("name"), isinstance(s.attention.get("name"), str),
              "a variant's name")
+
+
+def check_optimizer(opt: OptimizerSettings) -> None:
+    """ConfigError (one line) for the first optimizer value out of its range."""
+    _one_of("optimizer.schedule", opt.schedule, SCHEDULES)
+    _require("optimizer.learning_rate", opt.learning_rate, _number(opt.learning_rate) and opt.learning_rate > 0,
+             "> 0 (a negative rate ascends the loss)")
+    _at_least("optimizer.warmup_steps", opt.warmup_steps, 0)
+    _require("optimizer.weight_decay", opt.weight_decay, _number(opt.weight_decay) and opt.weight_decay >= 0, ">= 0")
+    _rate("optimizer.b1", opt.b1)
+    _rate("optimizer.b2", opt.b2)
+    _require("optimizer.eps", opt.eps, _number(opt.eps) and opt.eps > 0, "> 0")
+    _require("optimizer.grad_clip_norm", opt.grad_clip_norm, _number(opt.grad_clip_norm) and opt.grad_clip_norm >= 0,
+             ">= 0 (0: no clipping)")
+    _at_least("optimizer.skip_nonfinite_updates", opt.skip_nonfinite_updates, 0)
+    if opt.ssm_max_learning_rate is not None:
+        _require("optimizer.ssm_max_learning_rate", opt.ssm_max_learning_rate,
+                 _number(opt.ssm_max_learning_rate) and opt.ssm_max_learning_rate > 0, "> 0")
 
 
 def check_devices(s: Settings, num_devices: int) -> None:

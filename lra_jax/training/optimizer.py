@@ -24,7 +24,9 @@ Source = OptimizerSettings | Settings | ml_collections.ConfigDict
 
 def optimizer_settings(source: Source) -> OptimizerSettings:
     """The optimizer's settings of `source` (checked when it is a ConfigDict)."""
-    return source if isinstance(source, OptimizerSettings) else config_settings.of(source).optimizer
+    if isinstance(source, OptimizerSettings):
+        return source
+    return source.optimizer if isinstance(source, Settings) else config_settings.optimizer_from_config(source)
 
 
 def lra_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
