@@ -25,7 +25,7 @@ def train(*flags, workdir, cache, user: int | None = None):
     env = dict(os.environ, LRA_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu", XLA_FLAGS=child_xla_flags())
     prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user is not None else []
     return subprocess.run([*prefix, sys.executable, "-m", "lra_jax.train", *flags, f"--workdir={workdir}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                          check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 def refused(done, workdir, expected: str) -> str:

@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from lra_jax.data import image, listops, listops_generator, pathfinder, pathfinder_generator, retrieval, text
+from lra_jax.data import (
+    image,
+    listops,
+    listops_generator,
+    pathfinder,
+    pathfinder_generator,
+    retrieval,
+    text,
+)
 from lra_jax.errors import ConfigError, DataError
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")  # in the LRA paper's order
