@@ -16,6 +16,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from lra_jax.config import checks as config_errors
+from lra_jax.config import settings as config_settings
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import LraError
 from lra_jax.measure import step_timing
@@ -58,6 +59,7 @@ def main(argv: list[str]) -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
     try:
+        config_settings.from_config(FLAGS.config)  # a bad value is one line, before anything is built
         if FLAGS.estimate:
             print(json.dumps(step_timing.projected_training(FLAGS.config)))
             return

@@ -297,7 +297,7 @@ def test_missing_official_files_are_named(tmp_path):
     message = str(err.value)
     assert str(tmp_path / "basic_val.tsv") in message and str(tmp_path / "basic_test.tsv") in message
     assert "basic_train.tsv" not in message
-    assert "lra_release.gz" in message and "--config.data_dir=" in message and "\n" not in message
+    assert "lra_release.gz" in message and "--config.data.data_dir=" in message and "\n" not in message
 
 
 def test_official_files_are_read_from_data_dir(tmp_path):

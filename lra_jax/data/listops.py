@@ -148,9 +148,11 @@ def _read(path: str, max_len: int) -> tuple[np.ndarray, np.ndarray, int, int]:
     truncated = longest = 0
     lineno = 0
     try:
-        with open(path, encoding="utf-8", newline="") as f:
-            for lineno, line in enumerate(f, start=1):
-                line = line.rstrip("\r\n")
+        # bytes, decoded line by line: a text file decodes ahead in blocks, and its first bad byte
+        # would be reported at the line last read, not at its own
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                line = raw.decode("utf-8").rstrip("\r\n")
                 if lineno == 1:
                     if line.lstrip("\ufeff") != HEADER:
                         raise DataError(
@@ -175,7 +177,7 @@ def _read(path: str, max_len: int) -> tuple[np.ndarray, np.ndarray, int, int]:
         raise DataError(f"ListOps file {path} is a directory; point at the basic_*.tsv file inside") from None
     except UnicodeDecodeError as e:
         raise DataError(
-            f"{path}:{lineno + 1}: not UTF-8 text ({e.reason}); fix the file or use the official basic_*.tsv"
+            f"{path}:{lineno}: not UTF-8 text ({e.reason}); fix the file or use the official basic_*.tsv"
         ) from None
     if lineno == 0:
         raise DataError(
@@ -258,7 +260,7 @@ def read_splits(data_dir: str, *, cache_dir: str, max_len: int) -> dict[str, tup
     if missing:
         raise DataError(
             f"missing ListOps files: {', '.join(missing)}; download {LRA_RELEASE_URL}, unpack it and "
-            "set --config.data_dir=<...>/lra_release/listops-1000, "
+            "set --config.data.data_dir=<...>/lra_release/listops-1000, "
             "or leave data_dir empty to generate the data"
         )
     if max_len < 1:

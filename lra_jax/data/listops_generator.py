@@ -41,6 +41,7 @@ from typing import Iterator
 
 import numpy as np
 from absl import logging
+from tqdm.auto import tqdm
 
 from lra_jax.data import array_cache, worker_pool
 from lra_jax.data.listops import DIGITS, HEADER, NUM_CLASSES, OPERATORS, SPLITS, apply_operator, file_name
@@ -222,8 +223,6 @@ def generate_samples(
     chunk i of `_CHUNK` trees comes from its own RNG seeded by (seed, i), and the
     chunks are merged (and deduplicated) in chunk order.
     """
-    from tqdm.auto import tqdm
-
     if num_samples <= 0:
         return []
     if num_workers is None:

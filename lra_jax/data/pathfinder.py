@@ -43,6 +43,7 @@ import warnings
 
 import numpy as np
 from absl import logging
+from PIL import Image, UnidentifiedImageError
 
 from lra_jax.data import array_cache
 from lra_jax.errors import DataError
@@ -92,8 +93,6 @@ def read_images(data_dir: str, task: str = "pathfinder") -> tuple[np.ndarray, np
       DataError: on a missing folder, a malformed metadata line (naming file
         and line), images of different sizes, or no readable image.
     """
-    from PIL import Image, UnidentifiedImageError
-
     if not os.path.isdir(os.path.join(data_dir, "metadata")):
         raise DataError(_missing_message(task, data_dir))
     files = _metadata_files(data_dir)

@@ -43,6 +43,7 @@ b * BATCH_SIZE ... (b + 1) * BATCH_SIZE - 1.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -51,6 +52,7 @@ import sys
 
 import numpy as np
 from absl import logging
+from PIL import Image
 
 from lra_jax.data import array_cache, worker_pool
 from lra_jax.errors import DataError
@@ -218,8 +220,6 @@ def check_args(image_size: int, contour_length: int, num_examples: int, **knobs)
 
 def write_batch(out_dir: str, batch: int, num_examples: int, **args) -> None:
     """Renders images batch * BATCH_SIZE ... (exclusive end min(num_examples, ...)) into `out_dir`."""
-    from PIL import Image
-
     sub = f"imgs/{batch}"
     os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
     lines = []
@@ -272,8 +272,6 @@ def generate(cache_dir: str, task: str, *, image_size: int, contour_length: int,
 
 
 if __name__ == "__main__":  # worker: python -m lra_jax.data.pathfinder_generator J W OUT_DIR N ARGS
-    import ast
-
     first, step, out, total, items = sys.argv[1:6]
     kwargs = dict(ast.literal_eval(items))
     for b in range(int(first), -(-int(total) // BATCH_SIZE), int(step)):

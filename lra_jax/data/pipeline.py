@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from lra_jax.errors import LraError
+from lra_jax.errors import ConfigError, LraError
 
 Batch = dict[str, np.ndarray]
 
@@ -36,7 +36,8 @@ def train_batches(tokens: np.ndarray, labels: np.ndarray, *, batch_size: int, se
     """
     steps_per_epoch = len(tokens) // batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"batch size {batch_size} is larger than the training set ({len(tokens)} examples)")
+        raise ConfigError(f"--config.batch_size={batch_size} is larger than the training set ({len(tokens)} examples); "
+                          "lower it")
     step = start_step
     while True:
         epoch, offset = divmod(step, steps_per_epoch)

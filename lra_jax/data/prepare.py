@@ -29,6 +29,8 @@ import urllib.request
 
 from absl import app, flags
 
+from lra_jax.data import retrieval
+from lra_jax.data.tasks import TASKS as ALL_TASKS
 from lra_jax.errors import DataError
 
 LRA_RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
@@ -38,7 +40,8 @@ RELEASE_TASKS = {  # task -> folder inside DIR/lra_release to pass as config.dat
     "pathfinder": "pathfinder32/curv_contour_length_14",
     "pathx": "pathfinder128/curv_contour_length_14",
 }
-TASKS = (*TFDS_TASKS, *RELEASE_TASKS)
+# the tasks with data to fetch (ListOps is generated), from TFDS first, then from the LRA release
+TASKS = tuple(t for source in (TFDS_TASKS, RELEASE_TASKS) for t in ALL_TASKS if t in source)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("task", None, [*TASKS, "all"], "Which task's data to prepare.")
@@ -60,8 +63,6 @@ def release_ready(task: str, data_dir: str) -> bool:
     """True if the release folder of `task` already holds its files."""
     folder = release_folder(task, data_dir)
     if task == "retrieval":
-        from lra_jax.data import retrieval
-
         return all(os.path.isfile(os.path.join(folder, f)) for f in retrieval.FILES.values())
     meta = os.path.join(folder, "metadata")
     return os.path.isdir(meta) and any(n.endswith(".npy") for n in os.listdir(meta))
@@ -76,7 +77,7 @@ def override(task: str, data_dir: str) -> str:
 
 def prepare_tfds(task: str, data_dir: str) -> str:
     """Prepares the TFDS dataset of `task` as ArrayRecord unless it already is; returns a status line."""
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # optional heavy dependency (the [tfds] extra), loaded when used
 
     name = TFDS_TASKS[task]
     builder = tfds.builder(name, data_dir=data_dir or None, file_format="array_record")

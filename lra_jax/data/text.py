@@ -101,7 +101,7 @@ def tfds_split(name: str, split: str, data_dir: str | None, task: str) -> Sequen
     `download=False` makes an unprepared dataset fail immediately instead of
     attempting (and, offline, retrying for minutes) a download.
     """
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # optional heavy dependency (the [tfds] extra), loaded when used
 
     try:
         with _without_missing_info_warning():

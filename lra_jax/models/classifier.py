@@ -6,8 +6,11 @@ encoder and compared by their pooled vectors (`DualEncoderClassifier`, the Retri
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Protocol
+
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
@@ -16,6 +19,33 @@ from lra_jax.models.encoder import Encoder
 from lra_jax.models.heads import POOLINGS, ClassifierHead, pair_features, pool
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """`config.model`, typed (checked by `lra_jax.config.settings`)."""
+
+    num_layers: int
+    num_heads: int
+    emb_dim: int
+    mlp_dim: int
+    dropout_rate: float
+    attention_dropout_rate: float
+    positions: str
+    cls_token: bool
+    pooling: str
+    dtype: str
+    scan_layers: bool
+    remat: bool
+
+
+class ModelSource(Protocol):
+    """What `build_model` reads: `lra_jax.config.settings.Settings`, or a ConfigDict of the same shape
+    (the commands that build a config of their own pass it as it is)."""
+
+    model: Any
+    attention: Mapping[str, Any]
+    max_len: int
 
 
 def _check_pooling(encoder: Encoder, pooling: str) -> None:
@@ -54,16 +84,17 @@ class DualEncoderClassifier(nnx.Module):
         return self.head(pair_features(pooled[:, 0], pooled[:, 1])).astype(jnp.float32)
 
 
-def build_model(config: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs,
+def build_model(config: ModelSource, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs,
                 dual: bool = False) -> SequenceClassifier | DualEncoderClassifier:
     """The model that `config.model` and `config.attention` describe; `dual`: pairs of sequences."""
-    m = config.model
+    m = config.model if isinstance(config.model, ModelSettings) else ModelSettings(**config.model)
+    attention = config.attention.to_dict() if hasattr(config.attention, "to_dict") else dict(config.attention)
     if m.dtype not in DTYPES:
         raise ConfigError(f"unknown model dtype {m.dtype!r}; choose one of {', '.join(DTYPES)}")
     dtype = DTYPES[m.dtype]
     encoder = Encoder(
         vocab_size=vocab_size, max_len=config.max_len, dim=m.emb_dim, num_heads=m.num_heads,
-        mlp_dim=m.mlp_dim, num_layers=m.num_layers, attention=config.attention.to_dict(),
+        mlp_dim=m.mlp_dim, num_layers=m.num_layers, attention=attention,
         positions=m.positions, cls_token=m.cls_token, dropout_rate=m.dropout_rate,
         attention_dropout_rate=m.attention_dropout_rate, scan_layers=m.scan_layers, remat=m.remat,
         dtype=dtype, rngs=rngs,

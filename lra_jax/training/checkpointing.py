@@ -35,6 +35,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from lra_jax.errors import CheckpointError, DiskFull
+from lra_jax.training.run_dir import permission_denied
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a checkpoint being written
 MARGIN_BYTES = 1 << 20  # free space asked beyond a checkpoint's size: at least 1 MiB, or 10% of it
@@ -197,6 +198,9 @@ class Checkpoints:
             raise CheckpointError(self._damaged_message(kind, where, ", ".join(steps) or "?", error)) from None
 
     def _damaged_message(self, kind: str, where: str, step: str, error: BaseException) -> str:
+        if permission_denied(error):  # not damaged: nothing to delete
+            return (f"the checkpoints in {where} cannot be read: permission denied ({reason(error)}); give this "
+                    f"user read and write permission on {self.directory} (chmod/chown) and run the same command")
         if kind == "best":
             return (f"the best checkpoint, step {step} in {os.path.join(where, step)}, does not restore "
                     f"({reason(error)}); delete {os.path.join(where, step)} to go on (the best is then chosen among "
@@ -245,6 +249,8 @@ class Checkpoints:
                 if not existed:  # never leave a half-written step behind
                     shutil.rmtree(os.path.join(where, str(step)), ignore_errors=True)
             manager.reload()
+            if permission_denied(error):  # the trainer names it in one line
+                raise PermissionError(errno.EACCES, "Permission denied", where) from None
             if out_of_space(error):
                 raise DiskFull(self._full_message(step, where, needed, free_bytes(where))) from None
             raise
@@ -269,6 +275,9 @@ class Checkpoints:
                 with quiet():
                     state, unlogged = self._restore_last(step, like)
             except Exception as error:  # noqa: BLE001 - any failure to read a checkpoint back: try the older one
+                if permission_denied(error):  # unreadable, not damaged: moved nowhere
+                    raise CheckpointError(self._damaged_message("last", str(self.last.directory), str(step),
+                                                                error)) from None
                 damaged.append((step, reason(error)))
                 continue
             for bad, why in damaged:

@@ -1,7 +1,8 @@
-"""The optimizer and its learning-rate schedules: LRA's AdamW recipe, built from the config.
+"""The optimizer and its learning-rate schedules: LRA's AdamW recipe, built from `OptimizerSettings`.
 
 `make_optimizer(config)` is shared by the trainer and by the commands that compile a train step
-without running it (`lra_jax.tools.compile`, `lower`).
+without running it (`lra_jax.tools.compile`, `lower`). Every function takes the typed
+`OptimizerSettings`, or `Settings` or a ConfigDict, which it reads through `lra_jax.config.settings`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,17 @@ import optax
 from flax import nnx
 
 from lra_jax.attention.core import SSMParam
-from lra_jax.errors import ConfigError
+from lra_jax.config import settings as config_settings
+from lra_jax.config.settings import SCHEDULES, OptimizerSettings, Settings  # noqa: F401 - SCHEDULES re-exported
 
-SCHEDULES = ("rsqrt", "cosine")
+Source = OptimizerSettings | Settings | ml_collections.ConfigDict
+
+
+def optimizer_settings(source: Source) -> OptimizerSettings:
+    """The optimizer's settings of `source` (checked when it is a ConfigDict)."""
+    if isinstance(source, OptimizerSettings):
+        return source
+    return source.optimizer if isinstance(source, Settings) else config_settings.optimizer_from_config(source)
 
 
 def lra_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
@@ -44,52 +53,50 @@ def cosine_schedule(learning_rate: float, warmup_steps: int, total_steps: int) -
     return schedule
 
 
-def make_schedule(config: ml_collections.ConfigDict, learning_rate: float | None = None) -> optax.Schedule:
-    """The learning-rate schedule `config.optimizer.schedule` names, at `learning_rate`
+def make_schedule(source: Source, learning_rate: float | None = None) -> optax.Schedule:
+    """The learning-rate schedule `optimizer.schedule` names, at `learning_rate`
     (default `optimizer.learning_rate`)."""
-    opt = config.optimizer
+    opt = optimizer_settings(source)
     rate = opt.learning_rate if learning_rate is None else learning_rate
     if opt.schedule == "rsqrt":
         return lra_schedule(rate, opt.warmup_steps)
-    if opt.schedule == "cosine":
-        return cosine_schedule(rate, opt.warmup_steps, config.num_train_steps)
-    raise ConfigError(f"unknown optimizer.schedule {opt.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    return cosine_schedule(rate, opt.warmup_steps, opt.total_steps)
 
 
-def peak_learning_rate(config: ml_collections.ConfigDict) -> float:
+def peak_learning_rate(source: Source) -> float:
     """The largest rate the schedule reaches: lr / sqrt(warm-up) for rsqrt, lr for cosine."""
-    opt = config.optimizer
+    opt = optimizer_settings(source)
     return opt.learning_rate / math.sqrt(max(opt.warmup_steps, 1)) if opt.schedule == "rsqrt" else opt.learning_rate
 
 
-def ssm_learning_rate(config: ml_collections.ConfigDict) -> float:
+def ssm_learning_rate(source: Source) -> float:
     """The base rate of the state-space parameters: the schedule's, scaled so that its peak is
     min(`optimizer.ssm_max_learning_rate`, the main peak), the S4 authors' rule (0.001 on LRA). Derived
     when the optimizer is built, so it follows any override of the main rate."""
-    opt = config.optimizer
-    return opt.learning_rate * min(1.0, opt.ssm_max_learning_rate / peak_learning_rate(config))
+    opt = optimizer_settings(source)
+    return opt.learning_rate * min(1.0, opt.ssm_max_learning_rate / peak_learning_rate(opt))
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def make_optimizer(source: Source) -> optax.GradientTransformation:
     """AdamW with the configured schedule, optional global-norm clipping and, with
     `optimizer.skip_nonfinite_updates` = k > 0, up to k consecutive non-finite updates skipped.
 
     A config with `optimizer.ssm_max_learning_rate` (configs/s4d.py) trains state-space parameters
-    (`SSMParam`) with their own AdamW: the same schedule at `ssm_learning_rate(config)`, no weight decay.
+    (`SSMParam`) with their own AdamW: the same schedule at `ssm_learning_rate`, no weight decay.
     """
-    opt = config.optimizer
+    opt = optimizer_settings(source)
 
     def adamw(learning_rate: float, weight_decay: float) -> optax.GradientTransformation:
-        return optax.adamw(make_schedule(config, learning_rate), b1=opt.b1, b2=opt.b2, eps=opt.eps,
+        return optax.adamw(make_schedule(opt, learning_rate), b1=opt.b1, b2=opt.b2, eps=opt.eps,
                            weight_decay=weight_decay)
 
     tx = adamw(opt.learning_rate, opt.weight_decay)
-    if "ssm_max_learning_rate" in opt:
-        tx = optax.multi_transform({"default": tx, "ssm": adamw(ssm_learning_rate(config), 0.0)}, parameter_groups)
+    if opt.ssm_max_learning_rate is not None:
+        tx = optax.multi_transform({"default": tx, "ssm": adamw(ssm_learning_rate(opt), 0.0)}, parameter_groups)
     if opt.grad_clip_norm > 0:
         tx = optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), tx)
-    if skipped_updates_allowed(config):
-        tx = optax.apply_if_finite(tx, max_consecutive_errors=skipped_updates_allowed(config))
+    if opt.skip_nonfinite_updates:
+        tx = optax.apply_if_finite(tx, max_consecutive_errors=opt.skip_nonfinite_updates)
     return tx
 
 
@@ -99,9 +106,6 @@ def parameter_groups(params):
                         is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
-def skipped_updates_allowed(config: ml_collections.ConfigDict) -> int:
+def skipped_updates_allowed(source: Source) -> int:
     """How many consecutive non-finite updates may be skipped (0: none, the first stops the run)."""
-    allowed = config.optimizer.get("skip_nonfinite_updates", 0)
-    if allowed < 0:
-        raise ConfigError(f"optimizer.skip_nonfinite_updates must be >= 0, got {allowed}")
-    return allowed
+    return optimizer_settings(source).skip_nonfinite_updates

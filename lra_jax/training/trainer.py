@@ -1,5 +1,8 @@
 """The training loop: `train_and_evaluate(config, workdir)`.
 
+The config is read once, at the entry, into checked typed settings (`lra_jax.config.settings`);
+the workdir and its records are `run_dir`'s.
+
 One jitted, buffer-donating train step over pure NNX state, its batch split over
 a mesh of every device (data parallel); validation every `eval_every` steps;
 last + best checkpoints; resume from the workdir; SIGTERM saves and stops.
@@ -15,10 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import signal
-import sys
 import threading
 import time
 from typing import Any
@@ -34,23 +35,15 @@ from tqdm import tqdm
 
 from lra_jax import compat, provenance
 from lra_jax.attention import registry
+from lra_jax.config import settings as config_settings
+from lra_jax.config.settings import Settings
 from lra_jax.data import pipeline, tasks
-from lra_jax.errors import ConfigError, DiskFull, TrainingDiverged
+from lra_jax.errors import DiskFull, TrainingDiverged
 from lra_jax.models.classifier import build_model
-from lra_jax.training import checkpointing, memory, metrics, optimizer, steps
+from lra_jax.training import checkpointing, memory, metrics, optimizer, run_dir, steps
+from lra_jax.training.run_dir import config_changes, write_json  # noqa: F401 - the tools' names for them
 
-# Settings that may change between a run and its resumption; any other change is refused.
-# attention.query_chunk (additive) trades speed for memory and leaves the function unchanged.
-RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_every", "data.data_dir",
-                     "data.cache_dir", "val_examples", "attention.query_chunk",
-                     "attention.impl",  # a kernel computes the same function: a run may resume on another
-                     "grad_accum_steps",  # the same update in another number of micro-batches
-                     "keep_checkpoints"}
-
-# Settings added after runs were recorded, with the value that behaves as those runs did: a saved
-# config without the key is read as having that value.
-ADDED_SETTINGS = {"optimizer.skip_nonfinite_updates": 0, "grad_accum_steps": 1, "keep_checkpoints": 2}
-
+Config = Settings | ml_collections.ConfigDict
 
 def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) -> dict[str, float]:
     """Accuracy and mean loss over a whole split, once (each process feeds its rows of each batch).
@@ -76,45 +69,6 @@ def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) 
     if previous is not None:
         add(previous)
     return {"accuracy": totals["correct"] / totals["count"], "loss": totals["loss"] / totals["count"]}
-
-
-def check_workdir_config(config: ml_collections.ConfigDict, workdir: str, resuming: bool) -> None:
-    """Writes config.json (process 0 only); refuses to resume a checkpointed run made with another config."""
-    path = os.path.join(workdir, "config.json")
-    current = json.loads(config.to_json())
-    if resuming and os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            changed = config_changes(json.load(f), current)
-        if changed:
-            raise ConfigError(
-                f"workdir {workdir} holds a run made with a different config ({', '.join(changed)} differ); "
-                "pass a new --workdir, or delete that one to start over"
-            )
-    if jax.process_index() == 0:
-        write_json(path, current)
-
-
-def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The dotted keys whose values differ between two configs (as JSON), except RESUMABLE_CHANGES."""
-
-    def flat(d: dict[str, Any], prefix: str = ""):
-        for key, value in d.items():
-            if isinstance(value, dict):
-                yield from flat(value, f"{prefix}{key}.")
-            else:
-                yield f"{prefix}{key}", value
-
-    saved, current = dict(flat(saved)), dict(flat(current))
-    return sorted(k for k in saved.keys() | current.keys()
-                  if saved.get(k, ADDED_SETTINGS.get(k)) != current.get(k) and k not in RESUMABLE_CHANGES)
-
-
-def write_json(path: str, content: dict) -> None:
-    """Writes JSON atomically (temporary file, then rename)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(content, f, indent=2, sort_keys=True, default=str)
-    os.replace(tmp, path)
 
 
 class _StopSignal:
@@ -157,23 +111,20 @@ def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
     return Mesh(np.array(devices or jax.devices()), ("data",))
 
 
-def create_train_state(config: ml_collections.ConfigDict, task: tasks.TaskSpec, mesh: Mesh):
+def create_train_state(config: Config, task: tasks.TaskSpec, mesh: Mesh):
     """Builds the model and optimizer; returns (graphdef, optimizer, state replicated on `mesh`).
 
     state = {"step", "params" (nnx.Param), "rest" (other model state), "opt_state"}.
     Initialisation is jitted: one compilation instead of many small eager ones.
     """
-    accum = config.get("grad_accum_steps", 1)
-    if accum < 1 or config.batch_size % (mesh.size * accum):
-        raise ConfigError(f"batch_size {config.batch_size} is not divisible by the {mesh.size} devices times "
-                          f"grad_accum_steps {accum}; set --config.batch_size to a multiple of {mesh.size * accum} "
-                          "(grad_accum_steps must be >= 1)")
+    config = config_settings.of(config)
+    config_settings.check_devices(config, mesh.size)
     init_key = jax.random.fold_in(jax.random.key(config.seed), 0)
     build = lambda key: build_model(config, vocab_size=task.vocab_size,  # noqa: E731
                                     num_classes=task.num_classes, rngs=nnx.Rngs(key), dual=task.dual)
     # configuration errors surface here, before any compilation
     graphdef = nnx.split(nnx.eval_shape(build, init_key), nnx.Param, ...)[0]
-    tx = optimizer.make_optimizer(config)
+    tx = optimizer.make_optimizer(config.optimizer)
 
     def init():  # the key is made inside: a process-local array cannot enter a multi-process program
         _, params, rest = nnx.split(build(jax.random.fold_in(jax.random.key(config.seed), 0)), nnx.Param, ...)
@@ -190,8 +141,8 @@ def attention_settings(graphdef: nnx.GraphDef, state: dict[str, Any]) -> dict[st
     return {**registry.layer_settings(model), "kernels": registry.layer_kernels(model)}
 
 
-def dropout_key(config: ml_collections.ConfigDict) -> jax.Array:
-    return jax.random.fold_in(jax.random.key(config.seed), 1)
+def dropout_key(config: Config) -> jax.Array:
+    return jax.random.fold_in(jax.random.key(config_settings.of(config).seed), 1)
 
 
 def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks.Split:
@@ -204,19 +155,26 @@ def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks
     return tokens[chosen], labels[chosen]
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
+def train_and_evaluate(config: Config, workdir: str) -> dict[str, Any] | None:
     """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM.
 
     With several processes (`jax.distributed`), all run this together on a shared `workdir`;
     process 0 alone prints and writes metrics, config.json and results.json. A full disk raises
     DiskFull (one line) with the checkpoints saved before it intact; a damaged checkpoint is
-    reported and the run resumes from an older one (`checkpointing.Checkpoints`).
+    reported and the run resumes from an older one (`checkpointing.Checkpoints`). A bad value or
+    workdir is reported (ConfigError, WorkdirError) before anything is built or written; a write
+    refused mid-run is one line (WorkdirError), the checkpoints before it kept.
     """
+    settings = config_settings.of(config)
     mesh = make_mesh()
+    config_settings.check_devices(settings, mesh.size)
+    run_dir.prepare(workdir)
     try:
         with compat.abstract_mesh(mesh):  # the steps' kernels run per device on its rows (`kernels.sharding`)
-            return _train_and_evaluate(config, workdir, mesh)
+            return _train_and_evaluate(settings, workdir, mesh)
     except OSError as error:
+        if run_dir.permission_denied(error):
+            raise run_dir.not_writable(workdir, error) from None
         if not checkpointing.out_of_space(error):
             raise
         raise DiskFull(f"disk full: writing {error.filename or workdir} failed ({error.strerror}), "
@@ -225,21 +183,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                        "to resume") from None
 
 
-def finished_results(path: str) -> dict[str, Any] | None:
-    """The results.json of a finished run; None (with one line saying so if it exists) when it is
-    missing or unreadable, e.g. truncated: the run then finishes again from its checkpoints."""
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as error:
-        if jax.process_index() == 0:
-            print(f"warning: {path} is damaged ({error}); the run's end is done again", file=sys.stderr)
-        return None
-
-
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: Mesh) -> dict[str, Any] | None:
+def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str, Any] | None:
     primary = jax.process_index() == 0
     # The code that runs: read before the run writes anything (its own files may be tracked by git).
     versions = provenance.library_versions()
@@ -249,14 +193,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: M
     attention = attention_settings(graphdef, state)
     for line in registry.describe_kernels(attention["kernels"]):
         print(line)
-    os.makedirs(workdir, exist_ok=True)
     results_path = os.path.join(workdir, "results.json")
 
-    checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"), config.get("keep_checkpoints", 2))
-    check_workdir_config(config, workdir, resuming=checkpoints.last_step() is not None)
+    checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"), config.keep_checkpoints)
+    run_dir.check_config(config, workdir, resuming=checkpoints.last_step() is not None)
     state = checkpoints.restore_last(state) or state
     start = int(state["step"])
-    finished = finished_results(results_path) if start >= config.num_train_steps else None
+    finished = run_dir.finished_results(results_path) if start >= config.num_train_steps else None
     if finished is not None and metrics.whole(workdir):
         if primary:
             print(f"{workdir}: finished at step {start}; results in {results_path}")
@@ -264,27 +207,27 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: M
     if start and primary:
         print(f"{workdir}: resuming from step {start}")
 
-    splits = task.load(config)
-    splits["val"] = validation_subset(splits["val"], config.get("val_examples", 0), config.seed)
+    splits = task.load(config.data, config.max_len)
+    splits["val"] = validation_subset(splits["val"], config.val_examples, config.seed)
     eval_step = steps.make_eval_step(graphdef)
     batches = pipeline.prefetch_to_mesh(
         pipeline.train_batches(*splits["train"], batch_size=config.batch_size, seed=config.seed,
                                start_step=start, rows=pipeline.process_rows(mesh, config.batch_size)), mesh)
     first = next(batches)
-    train_step = steps.make_train_step(graphdef, tx, dropout_key(config), optimizer.skipped_updates_allowed(config),
-                                       config.get("grad_accum_steps", 1))
+    train_step = steps.make_train_step(graphdef, tx, dropout_key(config), config.optimizer.skip_nonfinite_updates,
+                                       config.grad_accum_steps)
     train_step = train_step.lower(state, first).compile()
     step_memory = memory.peak_memory(train_step)
     memory.check_fits(step_memory, config)
 
     writer = metrics.MetricsWriter(workdir, start_step=start, enabled=primary)
-    schedule = optimizer.make_schedule(config)
+    schedule = optimizer.make_schedule(config.optimizer)
     best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
     # a run resumed mid-window logs what it would have: the saved metrics as the step gave them (float32)
     window = [{key: np.float32(value) for key, value in m.items()} for m in checkpoints.unlogged_metrics()]
     train_seconds, timed_steps, steps_since_tick = 0.0, 0, 0
     progress = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
-                    desc=f"{config.attention.name} {config.task}", mininterval=1.0, disable=not primary)
+                    desc=f"{config.variant} {config.task}", mininterval=1.0, disable=not primary)
     step = start
     try:
         with _StopSignal() as stop:
@@ -318,7 +261,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: M
                     progress.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
                                          best_val=f"{max(best['accuracy'], 0):.3f}")
                 if validate:
-                    val = evaluate(eval_step, state, splits["val"], steps.eval_batch_size(config), mesh)
+                    val = evaluate(eval_step, state, splits["val"], config.eval_batch_size, mesh)
                     writer.write(step, {"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
                     if val["accuracy"] > best["accuracy"]:
                         best = {"accuracy": val["accuracy"], "loss": val["loss"], "step": step}
@@ -332,7 +275,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: M
                 checkpoints.save_last(step, state, unlogged(window))
     except TrainingDiverged as diverged:
         if primary:
-            write_json(results_path, diverged_record(config, diverged, versions))
+            run_dir.write_json(results_path, run_dir.diverged_record(config, diverged, versions))
         writer.close()
         checkpoints.close()
         raise
@@ -352,17 +295,17 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh: M
         return None
 
     best_state = checkpoints.restore_best(state)
-    test = evaluate(eval_step, best_state, splits["test"], steps.eval_batch_size(config), mesh)
+    test = evaluate(eval_step, best_state, splits["test"], config.eval_batch_size, mesh)
     writer.write(step, {"test/accuracy": test["accuracy"], "test/loss": test["loss"]})
     writer.close()
     checkpoints.close()
     steps_per_second = timed_steps / train_seconds if timed_steps else None  # None: no step ran here
     if steps_per_second is None and finished is not None:  # ending again: the speed measured when it trained
         steps_per_second = finished.get("steps_per_second")
-    results = summarize(config, test, best, splits["test"][1], steps_per_second, step_memory, num_parameters,
+    results = run_dir.results_record(config, test, best, splits["test"][1], steps_per_second, step_memory, num_parameters,
                         attention, versions)
     if primary:
-        write_json(results_path, results)
+        run_dir.write_json(results_path, results)
         print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
               f"{best['step']}); results in {results_path}")
     return results
@@ -400,52 +343,3 @@ def window_summary(window: list[dict[str, jax.Array]]) -> dict[str, float]:
     kept = [m for m, s in zip(window, skipped) if not s] or window
     means = {k: float(np.mean([m[k] for m in kept])) for k in ("loss", "accuracy", "grad_norm")}
     return {**means, "skipped": float(sum(skipped))}
-
-
-def diverged_record(config: ml_collections.ConfigDict, diverged: TrainingDiverged,
-                    versions: dict[str, str]) -> dict[str, Any]:
-    """results.json of a diverged run: status "diverged", where and how, and no accuracy at all,
-    so that it cannot be read as a result."""
-    return {
-        "status": "diverged",
-        "task": config.task,
-        "variant": config.attention.name,
-        "scale": config.scale,
-        "message": str(diverged),
-        "diverged_at_step": diverged.step,
-        "loss": repr(diverged.loss),  # "nan" / "inf": strict JSON has no non-finite numbers
-        "grad_norm": repr(diverged.grad_norm),
-        "last_checkpoint_step": diverged.last_checkpoint,
-        "versions": versions,
-        "config": json.loads(config.to_json()),
-    }
-
-
-def summarize(config, test: dict[str, float], best: dict[str, float], test_labels: np.ndarray,
-              steps_per_second: float | None, memory: dict[str, Any], num_parameters: int,
-              attention: dict[str, Any], versions: dict[str, str]) -> dict[str, Any]:
-    """The contents of results.json; `versions` as read when the run (or its last resume) started."""
-    device = jax.devices()[0]
-    return {
-        "status": "complete",
-        "task": config.task,
-        "variant": config.attention.name,
-        "impl": config.attention.impl,
-        "scale": config.scale,
-        "test_accuracy": test["accuracy"],
-        "test_loss": test["loss"],
-        "val_accuracy": best["accuracy"],
-        "best_step": best["step"],
-        "test_majority_class_rate": float(np.bincount(test_labels).max() / len(test_labels)),
-        "num_train_steps": config.num_train_steps,
-        "batch_size": config.batch_size,
-        "max_len": config.max_len,
-        "steps_per_second": steps_per_second,
-        "examples_per_second": steps_per_second and steps_per_second * config.batch_size,
-        **memory,
-        "num_parameters": int(num_parameters),
-        "attention": attention,
-        "devices": {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()},
-        "versions": versions,
-        "config": json.loads(config.to_json()),
-    }

@@ -1,0 +1,219 @@
+"""The config boundary: a ConfigDict is read here, once, into typed frozen `Settings`, each value checked.
+
+`from_config(config)` (or `of(config_or_settings)`) returns `Settings` with its parts typed for
+their users: `model` (`models.classifier.ModelSettings`) for the model builder, `data`
+(`data.tasks.DataSettings`) for the task loaders, `optimizer` (`OptimizerSettings`) for the
+optimizer. A bad value is a ConfigError of one line naming the key, the value and the valid range,
+raised before anything is built, compiled or generated. A setting added after runs were recorded
+reads as `task_defaults.OPTIONAL` says when a config lacks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import ml_collections
+
+from lra_jax.config.task_defaults import OPTIONAL
+from lra_jax.data.tasks import TASKS, DataSettings
+from lra_jax.errors import ConfigError
+from lra_jax.models.classifier import DTYPES, ModelSettings
+from lra_jax.models.encoder import POSITIONS
+from lra_jax.models.heads import POOLINGS
+
+SCHEDULES = ("rsqrt", "cosine")
+
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings:
+    """`config.optimizer`, typed; `total_steps` (num_train_steps) is the cosine schedule's length;
+    `ssm_max_learning_rate` is set only by configs with state-space parameters (configs/s4d.py)."""
+
+    schedule: str
+    learning_rate: float
+    warmup_steps: int
+    weight_decay: float
+    b1: float
+    b2: float
+    eps: float
+    grad_clip_norm: float
+    skip_nonfinite_updates: int
+    total_steps: int
+    ssm_max_learning_rate: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """A run's settings. `record` is the config as JSON, as config.json and results.json keep it."""
+
+    task: str
+    scale: str
+    seed: int
+    max_len: int
+    batch_size: int
+    num_train_steps: int
+    eval_every: int
+    checkpoint_every: int
+    log_every: int
+    val_examples: int
+    grad_accum_steps: int
+    keep_checkpoints: int
+    model: ModelSettings
+    optimizer: OptimizerSettings
+    data: DataSettings
+    attention: dict[str, Any]
+    record: dict[str, Any]
+
+    @property
+    def variant(self) -> str:
+        return self.attention["name"]
+
+    @property
+    def eval_batch_size(self) -> int:
+        """Examples per evaluation step: the train step's micro-batch, batch_size / grad_accum_steps."""
+        return self.batch_size // self.grad_accum_steps
+
+
+def _require(key: str, value: Any, ok: bool, valid: str) -> None:
+    """ConfigError naming `--config.key=value` and the valid range when not `ok`."""
+    if not ok:
+        raise ConfigError(f"--config.{key}={value!r} is out of range: it must be {valid}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _at_least(key: str, value: Any, low: int) -> None:
+    _require(key, value, _whole(value) and value >= low, f"an integer >= {low}")
+
+
+def _rate(key: str, value: Any) -> None:
+    _require(key, value, _number(value) and 0 <= value < 1, "in [0, 1)")
+
+
+def _one_of(key: str, value: Any, choices) -> None:
+    _require(key, value, value in choices, f"one of {', '.join(map(str, choices))}")
+
+
+def _optional(config: ml_collections.ConfigDict, dotted: str) -> Any:
+    node, _, key = dotted.rpartition(".")
+    section = config[node] if node else config
+    return section[key] if key in section else OPTIONAL[dotted]
+
+
+def _section(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:
+    return config[name].to_dict() if name in config else {}
+
+
+def _typed(kind: type, name: str, values: dict[str, Any]):
+    """`kind(**values)`; a key it does not know, or one it needs and lacks, is one line."""
+    fields = {f.name for f in dataclasses.fields(kind)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ConfigError(f"unknown config key --config.{name}.{unknown[0]} (keys of {name}: {', '.join(sorted(fields))})")
+    try:
+        return kind(**values)
+    except TypeError as error:
+        raise ConfigError(f"config.{name} is incomplete ({error}); start the config from "
+                          "lra_jax.config.task_defaults.get_config") from None
+
+
+def from_config(config: ml_collections.ConfigDict) -> Settings:
+    """The checked, typed settings of `config`; ConfigError (one line) for the first bad value."""
+    config = config.copy_and_resolve_references()
+    settings = Settings(
+        task=config.task, scale=config.get("scale", ""), seed=config.seed, max_len=config.max_len,
+        batch_size=config.batch_size, num_train_steps=config.num_train_steps, eval_every=config.eval_every,
+        checkpoint_every=config.checkpoint_every, log_every=config.log_every,
+        val_examples=_optional(config, "val_examples"), grad_accum_steps=_optional(config, "grad_accum_steps"),
+        keep_checkpoints=_optional(config, "keep_checkpoints"),
+        model=_typed(ModelSettings, "model", _section(config, "model")),
+        optimizer=optimizer_from_config(config),
+        data=_typed(DataSettings, "data", _section(config, "data")),
+        attention=_section(config, "attention"),
+        record=_record(config),
+    )
+    check(settings)
+    return settings
+
+
+def _record(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    return json.loads(config.to_json())
+
+
+def optimizer_from_config(config: ml_collections.ConfigDict) -> OptimizerSettings:
+    """The checked optimizer settings of `config`: its `optimizer` section and `num_train_steps`, all
+    the optimizer reads (a config of only those is enough)."""
+    optimizer = _section(config, "optimizer")
+    optimizer.setdefault("skip_nonfinite_updates", OPTIONAL["optimizer.skip_nonfinite_updates"])
+    settings = _typed(OptimizerSettings, "optimizer", {**optimizer, "total_steps": config.num_train_steps})
+    _at_least("num_train_steps", settings.total_steps, 1)
+    check_optimizer(settings)
+    return settings
+
+
+def of(config: ml_collections.ConfigDict | Settings) -> Settings:
+    """`config` itself when it is already Settings, else `from_config(config)`: the entry of every
+    function that accepts either."""
+    return config if isinstance(config, Settings) else from_config(config)
+
+
+def check(s: Settings) -> None:
+    """ConfigError (one line) for the first value out of its range."""
+    _one_of("task", s.task, TASKS)
+    _require("seed", s.seed, _whole(s.seed), "an integer")
+    for key in ("max_len", "batch_size", "num_train_steps", "eval_every", "checkpoint_every", "log_every",
+                "grad_accum_steps", "keep_checkpoints"):
+        _at_least(key, getattr(s, key), 1)
+    _at_least("val_examples", s.val_examples, 0)
+    check_optimizer(s.optimizer)
+    m = s.model
+    for key in ("num_layers", "num_heads", "emb_dim"):
+        _at_least(f"model.{key}", getattr(m, key), 1)
+    _at_least("model.mlp_dim", m.mlp_dim, 0)
+    _rate("model.dropout_rate", m.dropout_rate)
+    _rate("model.attention_dropout_rate", m.attention_dropout_rate)
+    _one_of("model.positions", m.positions, POSITIONS)
+    _one_of("model.pooling", m.pooling, POOLINGS)
+    _require("model.pooling", m.pooling, m.pooling != "cls" or m.cls_token,
+             "mean or max without a CLS token (or set --config.model.cls_token=True)")
+    _one_of("model.dtype", m.dtype, tuple(DTYPES))
+    _at_least("data.downsample", s.data.downsample, 1)
+    _require("attention.name", s.attention.get("name"), isinstance(s.attention.get("name"), str),
+             "a variant's name")
+
+
+def check_optimizer(opt: OptimizerSettings) -> None:
+    """ConfigError (one line) for the first optimizer value out of its range."""
+    _one_of("optimizer.schedule", opt.schedule, SCHEDULES)
+    _require("optimizer.learning_rate", opt.learning_rate, _number(opt.learning_rate) and opt.learning_rate > 0,
+             "> 0 (a negative rate ascends the loss)")
+    _at_least("optimizer.warmup_steps", opt.warmup_steps, 0)
+    _require("optimizer.weight_decay", opt.weight_decay, _number(opt.weight_decay) and opt.weight_decay >= 0, ">= 0")
+    _rate("optimizer.b1", opt.b1)
+    _rate("optimizer.b2", opt.b2)
+    _require("optimizer.eps", opt.eps, _number(opt.eps) and opt.eps > 0, "> 0")
+    _require("optimizer.grad_clip_norm", opt.grad_clip_norm, _number(opt.grad_clip_norm) and opt.grad_clip_norm >= 0,
+             ">= 0 (0: no clipping)")
+    _at_least("optimizer.skip_nonfinite_updates", opt.skip_nonfinite_updates, 0)
+    if opt.ssm_max_learning_rate is not None:
+        _require("optimizer.ssm_max_learning_rate", opt.ssm_max_learning_rate,
+                 _number(opt.ssm_max_learning_rate) and opt.ssm_max_learning_rate > 0, "> 0")
+
+
+def check_devices(s: Settings, num_devices: int) -> None:
+    """ConfigError unless the batch splits evenly over `num_devices` devices and grad_accum_steps
+    micro-batches on each (the train step's layout)."""
+    step = num_devices * s.grad_accum_steps
+    if s.batch_size % step:
+        raise ConfigError(f"--config.batch_size={s.batch_size} is not a multiple of the {num_devices} devices times "
+                          f"grad_accum_steps {s.grad_accum_steps}; set it to a multiple of {step}")
