@@ -12,9 +12,8 @@ import pytest
 
 from lra_jax import provenance
 from lra_jax.errors import ConfigError
-from lra_jax.measure import host_memory
 from lra_jax.experiments import bench_cells, bench_report
-from lra_jax.measure import out_of_memory
+from lra_jax.measure import host_memory, out_of_memory
 from lra_jax.tools import bench
 
 TINY = {"batch_size": 4, "steps": 5, "warmup": 1, "dtype": "float32", "scan_layers": False, "remat": False,

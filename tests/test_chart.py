@@ -8,9 +8,8 @@ import re
 import pytest
 from PIL import Image
 
-from lra_jax.experiments import lra_chart, lra_results, selection
-from lra_jax.tools import chart
 from lra_jax.errors import LraError
+from lra_jax.experiments import lra_chart, lra_results, selection
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 
@@ -320,7 +319,11 @@ def test_crowded_labels_do_not_overlap_and_stay_inside_the_axes():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lra_jax.experiments.chart_labels import overlapping_pairs, place_labels, text_extent
+    from lra_jax.experiments.chart_labels import (
+        overlapping_pairs,
+        place_labels,
+        text_extent,
+    )
 
     fig, ax = plt.subplots(figsize=(6, 4))
     # twelve points packed into a tenth of the axes, as the linear-time variants are on a log x axis
