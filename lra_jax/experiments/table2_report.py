@@ -170,7 +170,7 @@ def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[s
     """(length, target, variant -> {"examples_per_second", "peak_memory_bytes"}) from a compile JSON of
     this protocol, for the chart: modeled examples/s = global batch / modeled step time, for rows that
     fit and were modeled; a row whose step has loops gets examples/s None (its modeled time is a lower
-    bound, `compile.loops_in`). `length` None: the longest in the file."""
+    bound, `compile_step.loops_in`). `length` None: the longest in the file."""
     try:
         with open(path, encoding="utf-8") as f:
             rows = json.load(f)["rows"]

@@ -3,7 +3,7 @@ r"""Speed-vs-score bubble chart and results table, regenerated from runs and a b
     python -m lra_jax.tools.chart --runs=runs/ --bench=experiments/results/bench-<device>-<date>.json \
         --out=experiments/charts/ --scale=full --length=4096
 
-Reads every results.json under --runs with `lra_jax.tools.selection`: per variant and task, the grid
+Reads every results.json under --runs with `lra_jax.experiments.selection`: per variant and task, the grid
 point with the best mean validation accuracy (never test) is reported by its test accuracy, mean and
 sample std over seeds; a run without a grid is one point. Diverged runs are never results: they are
 named under the chart and table. Each variant is scored the LRA way: the mean of its tasks' test means

@@ -21,11 +21,11 @@ Protocols (`--protocol`): `grid` trains every point at every seed; `two_stage` t
 the first seed, then the other seeds only at the point that seed's validation accuracy chose (the
 second stage of a (variant, task) starts as soon as its first stage is finished). Either way the
 reported point is the one with the best mean validation accuracy over the seeds every point has,
-and its test accuracy is given as mean +- std over its seeds (lra_jax.tools.selection); test
+and its test accuracy is given as mean +- std over its seeds (lra_jax.experiments.selection); test
 accuracy never takes part in the choice.
 
 `--parallel=N` runs N runs at once, each on its own devices (`--devices_per_run`, default 1; see
-lra_jax.tools.device_slots): CPU cores pinned by affinity, GPUs by CUDA_VISIBLE_DEVICES, TPU chips by
+lra_jax.experiments.device_slots): CPU cores pinned by affinity, GPUs by CUDA_VISIBLE_DEVICES, TPU chips by
 libtpu's visibility variables. With N > 1 each run's output goes to <workdir>/train.log.
 
 A run whose results.json exists is skipped; an interrupted run is started again and resumes from
@@ -104,7 +104,7 @@ def define_flags() -> None:
                       "shape on random tokens (`train --estimate`, no data needed) and print each run's "
                       "projected training time and the total.")
     flags.DEFINE_string("target", "", "With --estimate: no timing here; chip-hours modeled by the TPU compiler for "
-                        "this compile target (e.g. tpu-v5e:2x2; lra_jax.tools.compile), labelled modeled.")
+                        "this compile target (e.g. tpu-v5e:2x2; lra_jax.experiments.sweep_modeled), labelled modeled.")
 
 # ----------------------------------------------------------------------------- entry point
 
