@@ -12,7 +12,8 @@ import pytest
 
 from lra_jax import provenance
 from lra_jax.errors import ConfigError
-from lra_jax.measure import host_memory
+from lra_jax.experiments import bench_cells, bench_report
+from lra_jax.measure import host_memory, out_of_memory
 from lra_jax.tools import bench
 
 TINY = {"batch_size": 4, "steps": 5, "warmup": 1, "dtype": "float32", "scan_layers": False, "remat": False,
@@ -24,7 +25,7 @@ def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeyp
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")  # cells compile in 3 s, not 10
     out = tmp_path / "bench.json"
     lines = []
-    bench.benchmark(["softmax", "linear"], [32], {**TINY, "profile": True}, str(out), log=lines.append)
+    bench_cells.benchmark(["softmax", "linear"], [32], {**TINY, "profile": True}, str(out), log=lines.append)
     report = json.loads(out.read_text())
     assert "profile" not in report["settings"]  # measured after the timed steps: not a condition of them
     assert report["device"]["count"] >= 1 and report["device"]["platform"]
@@ -63,7 +64,7 @@ def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeyp
 
 
 def test_a_cell_gets_the_settings_whole():
-    command = bench.cell_command("performer", 64, TINY)
+    command = bench_cells.cell_command("performer", 64, TINY)
     assert command[:3] == [sys.executable, "-m", "lra_jax.tools.bench"]
     cell = json.loads(command[3].removeprefix("--cell="))
     assert cell == {"variant": "performer", "length": 64, "settings": TINY}
@@ -73,7 +74,7 @@ def fake_measure(variant, length, settings):
     if variant == "big":
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 9.0GiB")
     if variant == "refused":
-        raise bench.OutOfMemory("the train step needs about 90.0 GiB but this machine has 8.0 GiB")
+        raise out_of_memory.OutOfMemory("the train step needs about 90.0 GiB but this machine has 8.0 GiB")
     if variant == "broken":
         raise ValueError("shapes do not match")
     speed = {"softmax": 2.0, "fast": 8.0}[variant] * 1024 / length
@@ -81,7 +82,7 @@ def fake_measure(variant, length, settings):
 
 
 def test_failures_are_recorded_and_do_not_stop_the_sweep():
-    results = bench.run(["softmax", "big", "refused", "broken", "fast"], [1024, 2048], TINY,
+    results = bench_cells.run(["softmax", "big", "refused", "broken", "fast"], [1024, 2048], TINY,
                         measure_fn=fake_measure, log=lambda line: None)
     status = {(r["variant"], r["length"]): r["status"] for r in results}
     assert status[("big", 1024)] == "oom" and status[("refused", 2048)] == "oom"
@@ -91,7 +92,7 @@ def test_failures_are_recorded_and_do_not_stop_the_sweep():
     fast = {r["length"]: r for r in results if r["variant"] == "fast"}
     assert fast[1024]["relative_speed"] == pytest.approx(4.0)
     assert fast[2048]["relative_memory"] == pytest.approx(1.0)
-    text = bench.table(results)
+    text = bench_report.table(results)
     assert "OOM" in text and "ERROR" in text and "(4.0×)" in text
 
 
@@ -102,14 +103,14 @@ def test_unknown_variant_lists_known_ones():
 
 
 def test_variant_settings_come_from_its_config_file():
-    assert bench.variant_attention("linformer")["k"] == 256  # configs/linformer.py at full scale
-    assert bench.variant_attention("softmax")["name"] == "softmax"  # configs/transformer.py
+    assert bench_cells.variant_attention("linformer")["k"] == 256  # configs/linformer.py at full scale
+    assert bench_cells.variant_attention("softmax")["name"] == "softmax"  # configs/transformer.py
 
 
 def test_impl_reaches_every_variants_attention_and_defaults_to_auto():
     """--impl=xla times the XLA forms of the variants that have kernels (what the kernels buy)."""
-    assert bench.bench_config("local", 256, TINY).attention.impl == "auto"
-    config = bench.bench_config("local", 256, {**TINY, "impl": "xla"})
+    assert bench_cells.bench_config("local", 256, TINY).attention.impl == "auto"
+    config = bench_cells.bench_config("local", 256, {**TINY, "impl": "xla"})
     assert (config.attention.impl, config.attention.window) == ("xla", 128)  # the config file's settings kept
 
 
@@ -133,7 +134,7 @@ def test_a_killed_benchmark_keeps_what_it_measured(tmp_path):
         return fake_measure(variant, length, settings)
 
     with pytest.raises(KeyboardInterrupt):
-        bench.benchmark(["softmax", "fast"], [1024, 2048], TINY, str(out), measure_fn=measure_then_die,
+        bench_cells.benchmark(["softmax", "fast"], [1024, 2048], TINY, str(out), measure_fn=measure_then_die,
                         log=lambda line: None)
     report = json.loads(out.read_text())
     assert report["complete"] is False
@@ -148,12 +149,12 @@ def test_a_crashed_or_timed_out_cell_is_recorded_and_the_report_written(tmp_path
         "killed": "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
         "hang": "import time; time.sleep(60)",
     }
-    monkeypatch.setattr(bench, "cell_command",
+    monkeypatch.setattr(bench_cells, "cell_command",
                         lambda variant, length, settings: [sys.executable, "-c", children[variant]])
     out = tmp_path / "bench.json"
     lines = []
     device = {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}
-    bench.benchmark(list(children), [32], TINY, str(out), log=lines.append, device=device, cell_timeout=3)
+    bench_cells.benchmark(list(children), [32], TINY, str(out), log=lines.append, device=device, cell_timeout=3)
     report = json.loads(out.read_text())
     assert report["complete"] is True
     cells = {r["variant"]: r for r in report["results"]}
@@ -177,7 +178,7 @@ def test_the_report_names_the_code_as_it_was_before_the_report_was_written_into_
     out = tmp_path / "bench.json"
     monkeypatch.setattr(provenance, "source_commit", lambda: "abc1234" + ("+changes" if out.exists() else ""))
     device = {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}
-    report = bench.benchmark(["softmax", "fast"], [1024], TINY, str(out), measure_fn=fake_measure,
+    report = bench_cells.benchmark(["softmax", "fast"], [1024], TINY, str(out), measure_fn=fake_measure,
                              log=lambda line: None, device=device)
     assert report["versions"]["lra_jax_commit"] == "abc1234"
     assert json.loads(out.read_text())["versions"]["lra_jax_commit"] == "abc1234"
@@ -189,13 +190,13 @@ def test_update_replaces_remeasured_cells_keeps_the_rest_and_refuses_other_setti
     out = tmp_path / "bench.json"
     device = {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}
     quiet = {"log": lambda line: None, "device": device}
-    bench.benchmark(["softmax", "fast"], [1024, 2048], TINY, str(out), measure_fn=fake_measure, **quiet)
+    bench_cells.benchmark(["softmax", "fast"], [1024, 2048], TINY, str(out), measure_fn=fake_measure, **quiet)
 
     def faster(variant, length, settings):
         result = fake_measure(variant, length, settings)
         return {**result, "steps_per_second": 2 * result["steps_per_second"]}
 
-    bench.benchmark(["fast"], [2048], TINY, str(out), measure_fn=faster, update=True, **quiet)
+    bench_cells.benchmark(["fast"], [2048], TINY, str(out), measure_fn=faster, update=True, **quiet)
     report = json.loads(out.read_text())
     cells = {(r["variant"], r["length"]): r for r in report["results"]}
     assert list(cells) == [("softmax", 1024), ("softmax", 2048), ("fast", 1024), ("fast", 2048)]
@@ -205,10 +206,10 @@ def test_update_replaces_remeasured_cells_keeps_the_rest_and_refuses_other_setti
     assert len(report["commands"]) == 2
 
     with pytest.raises(LraError, match="batch_size: file 4, now 8"):
-        bench.benchmark(["fast"], [2048], {**TINY, "batch_size": 8}, str(out), measure_fn=faster,
+        bench_cells.benchmark(["fast"], [2048], {**TINY, "batch_size": 8}, str(out), measure_fn=faster,
                         update=True, **quiet)
     with pytest.raises(LraError, match="needs an existing --out"):
-        bench.benchmark(["fast"], [2048], TINY, str(tmp_path / "none.json"), measure_fn=faster,
+        bench_cells.benchmark(["fast"], [2048], TINY, str(tmp_path / "none.json"), measure_fn=faster,
                         update=True, **quiet)
     assert json.loads(out.read_text())["results"] == report["results"]  # a refused update changes nothing
 
@@ -219,15 +220,15 @@ def test_a_file_from_before_keep_host_memory_updates_only_without_it(tmp_path):
 
     out = tmp_path / "bench.json"
     quiet = {"log": lambda line: None, "device": {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}}
-    bench.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
+    bench_cells.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
     report = json.loads(out.read_text())
     report["settings"].pop("keep_host_memory", None)
     report["settings"].pop("impl", None)  # a file from before --impl: measured with "auto"
     out.write_text(json.dumps(report))
     with pytest.raises(LraError, match="keep_host_memory: file False, now True"):
-        bench.benchmark(["fast"], [1024], {**TINY, "keep_host_memory": True}, str(out), measure_fn=fake_measure,
+        bench_cells.benchmark(["fast"], [1024], {**TINY, "keep_host_memory": True}, str(out), measure_fn=fake_measure,
                         update=True, **quiet)
-    bench.benchmark(["fast"], [1024], {**TINY, "keep_host_memory": False, "impl": "auto"}, str(out),
+    bench_cells.benchmark(["fast"], [1024], {**TINY, "keep_host_memory": False, "impl": "auto"}, str(out),
                     measure_fn=fake_measure, update=True, **quiet)
     assert {r["variant"] for r in json.loads(out.read_text())["results"]} == {"softmax", "fast"}
 
@@ -239,7 +240,7 @@ def test_sigterm_ends_the_bench_with_its_running_cell_and_keeps_the_measured_cel
         "softmax": f"print({json.dumps(ok)!r})",
         "hang": f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)",
     }
-    monkeypatch.setattr(bench, "cell_command",
+    monkeypatch.setattr(bench_cells, "cell_command",
                         lambda variant, length, settings: [sys.executable, "-c", children[variant]])
 
     def terminate_once_the_cell_runs():
@@ -254,7 +255,7 @@ def test_sigterm_ends_the_bench_with_its_running_cell_and_keeps_the_measured_cel
     try:
         threading.Thread(target=terminate_once_the_cell_runs, daemon=True).start()
         with pytest.raises(SystemExit) as stopped:
-            bench.benchmark(list(children), [32], TINY, str(out), log=lambda line: None, device=device,
+            bench_cells.benchmark(list(children), [32], TINY, str(out), log=lambda line: None, device=device,
                             cell_timeout=60)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -279,7 +280,7 @@ def test_dropout_rates_are_measured_side_by_side_and_their_cost_reported(tmp_pat
 
     lines = []
     device = {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}
-    report = bench.benchmark(["softmax", "fast"], [1024, 2048], {**TINY, "dropout_rates": [0.0, 0.1]},
+    report = bench_cells.benchmark(["softmax", "fast"], [1024, 2048], {**TINY, "dropout_rates": [0.0, 0.1]},
                              str(tmp_path / "bench.json"), measure_fn=timed, log=lines.append, device=device)
     assert calls[:4] == [("softmax", 1024, 0.0), ("softmax", 1024, 0.1), ("softmax", 2048, 0.0),
                          ("softmax", 2048, 0.1)]
@@ -296,7 +297,7 @@ def test_dropout_rates_are_measured_side_by_side_and_their_cost_reported(tmp_pat
     legacy["results"] = [{k: v for k, v in r.items() if k != "dropout_rate"} for r in legacy["results"]
                          if r["dropout_rate"] == 0.1]
     (tmp_path / "old.json").write_text(json.dumps(legacy))
-    merged = bench.benchmark(["fast"], [1024], {**TINY, "dropout_rates": [0.1]}, str(tmp_path / "old.json"),
+    merged = bench_cells.benchmark(["fast"], [1024], {**TINY, "dropout_rates": [0.1]}, str(tmp_path / "old.json"),
                              measure_fn=timed, log=lines.append, device=device, update=True)
     assert len(merged["results"]) == 4  # the re-measured cell replaced its legacy twin
 
@@ -305,22 +306,22 @@ def test_cells_run_with_huge_pages_asked_of_glibc_malloc(monkeypatch):
     """--huge_pages (the default) puts glibc.malloc.hugetlb=1 into the cell's GLIBC_TUNABLES, keeping
     the user's other tunables and replacing their own hugetlb setting; without it the environment is as is."""
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0:glibc.malloc.arena_max=2")
-    env = bench.cell_environment({**TINY, "huge_pages": True})
+    env = bench_cells.cell_environment({**TINY, "huge_pages": True})
     assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
-    assert bench.cell_environment({**TINY, "huge_pages": False})["GLIBC_TUNABLES"] == (
+    assert bench_cells.cell_environment({**TINY, "huge_pages": False})["GLIBC_TUNABLES"] == (
         "glibc.malloc.hugetlb=0:glibc.malloc.arena_max=2")
     monkeypatch.delenv("GLIBC_TUNABLES")
-    assert bench.cell_environment({**TINY, "huge_pages": True})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
-    assert "GLIBC_TUNABLES" not in bench.cell_environment(TINY)
+    assert bench_cells.cell_environment({**TINY, "huge_pages": True})["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    assert "GLIBC_TUNABLES" not in bench_cells.cell_environment(TINY)
 
 
 def test_cells_keep_freed_memory_when_asked(monkeypatch):
     """--keep_host_memory (the default) adds the three tunables of `host_memory.KEEP_FREED`, replacing
     the user's own arena_max and keeping the rest."""
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0")
-    tunables = bench.cell_environment({**TINY, "keep_host_memory": True})["GLIBC_TUNABLES"].split(":")
+    tunables = bench_cells.cell_environment({**TINY, "keep_host_memory": True})["GLIBC_TUNABLES"].split(":")
     assert tunables == ["glibc.malloc.tcache_count=0", *host_memory.KEEP_FREED]
-    both = bench.cell_environment({**TINY, "huge_pages": True, "keep_host_memory": True})["GLIBC_TUNABLES"]
+    both = bench_cells.cell_environment({**TINY, "huge_pages": True, "keep_host_memory": True})["GLIBC_TUNABLES"]
     assert both.split(":") == ["glibc.malloc.tcache_count=0", *host_memory.HUGE_PAGES, *host_memory.KEEP_FREED]
 
 
@@ -329,10 +330,10 @@ def test_dropout_cost_is_the_median_of_the_alternating_steps_ratios():
     pairs' ratios not at all, where the ratio of means would read it as dropout's cost."""
     free = {"seconds_per_step": 2.4, "step_seconds": [2.0, 2.0, 2.0, 2.0, 4.0]}
     dropped = {"seconds_per_step": 4.2, "step_seconds": [2.2, 2.2, 2.2, 8.0, 6.4]}  # pair 4: only this one slowed
-    assert bench.paired_cost(dropped, free) == pytest.approx(0.1)
+    assert bench_report.paired_cost(dropped, free) == pytest.approx(0.1)
     assert dropped["seconds_per_step"] / free["seconds_per_step"] - 1 == pytest.approx(0.75)
     measured_apart = {"seconds_per_step": 3.0, "step_seconds": [3.0, 3.0, 3.0]}
-    assert bench.paired_cost(measured_apart, free) == pytest.approx(0.25)  # the means, without pairs
+    assert bench_report.paired_cost(measured_apart, free) == pytest.approx(0.25)  # the means, without pairs
 
 
 def test_dropout_cost_interval_is_the_order_statistics_that_hold_the_median_pair_at_90_percent():
@@ -341,23 +342,23 @@ def test_dropout_cost_interval_is_the_order_statistics_that_hold_the_median_pair
     free = {"step_seconds": [1.0] * 9}
     dropped = {"step_seconds": [1.0 + x / 100 for x in (5, -3, 12, 7, 0, 30, 9, 4, 6)]}
     # sorted: -3 0 4 5 6 7 9 12 30. k = 2 covers 1 - 2 * 10/512 = 96%; k = 3: 1 - 2 * 46/512 = 82%.
-    assert bench.paired_cost_interval(dropped, free) == pytest.approx([0.0, 0.12])
-    assert bench.paired_cost(dropped, free) == pytest.approx(0.06)
+    assert bench_report.paired_cost_interval(dropped, free) == pytest.approx([0.0, 0.12])
+    assert bench_report.paired_cost(dropped, free) == pytest.approx(0.06)
     five = {"step_seconds": dropped["step_seconds"][:5]}
-    assert bench.paired_cost_interval(five, {"step_seconds": [1.0] * 5}) == pytest.approx([-0.03, 0.12])  # 94%
+    assert bench_report.paired_cost_interval(five, {"step_seconds": [1.0] * 5}) == pytest.approx([-0.03, 0.12])  # 94%
     four = {"step_seconds": dropped["step_seconds"][:4]}
-    assert bench.paired_cost_interval(four, {"step_seconds": [1.0] * 4}) is None  # at best 88%
-    assert bench.paired_cost_interval(dropped, {"step_seconds": [1.0] * 5}) is None  # not paired
+    assert bench_report.paired_cost_interval(four, {"step_seconds": [1.0] * 4}) is None  # at best 88%
+    assert bench_report.paired_cost_interval(dropped, {"step_seconds": [1.0] * 5}) is None  # not paired
 
 
 def test_cells_profiled_or_not_update_one_another(tmp_path):
     """--profile measures after the timed steps: a file without it takes cells with it, and back."""
     out = tmp_path / "bench.json"
     quiet = {"log": lambda line: None, "device": {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}}
-    bench.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
-    bench.benchmark(["fast"], [1024], {**TINY, "profile": True}, str(out), measure_fn=fake_measure, update=True,
+    bench_cells.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
+    bench_cells.benchmark(["fast"], [1024], {**TINY, "profile": True}, str(out), measure_fn=fake_measure, update=True,
                     **quiet)
-    bench.benchmark(["fast"], [2048], TINY, str(out), measure_fn=fake_measure, update=True, **quiet)
+    bench_cells.benchmark(["fast"], [2048], TINY, str(out), measure_fn=fake_measure, update=True, **quiet)
     report = json.loads(out.read_text())
     assert len(report["results"]) == 3 and "profile" not in report["settings"]
 
@@ -369,13 +370,13 @@ def test_an_update_may_time_more_steps_than_the_file_never_fewer(tmp_path):
 
     out = tmp_path / "bench.json"
     quiet = {"log": lambda line: None, "device": {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}}
-    bench.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
+    bench_cells.benchmark(["softmax"], [1024], TINY, str(out), measure_fn=fake_measure, **quiet)
     more = {**TINY, "steps": TINY["steps"] + 4}
-    bench.benchmark(["fast"], [1024], more, str(out), measure_fn=fake_measure, update=True, **quiet)
+    bench_cells.benchmark(["fast"], [1024], more, str(out), measure_fn=fake_measure, update=True, **quiet)
     report = json.loads(out.read_text())
     assert report["settings"]["steps"] == TINY["steps"] and len(report["results"]) == 2
     with pytest.raises(LraError, match=f"steps: file {TINY['steps']}, now {TINY['steps'] - 1} \\(fewer"):
-        bench.benchmark(["fast"], [1024], {**TINY, "steps": TINY["steps"] - 1}, str(out), measure_fn=fake_measure,
+        bench_cells.benchmark(["fast"], [1024], {**TINY, "steps": TINY["steps"] - 1}, str(out), measure_fn=fake_measure,
                         update=True, **quiet)
     assert json.loads(out.read_text()) == report
 
@@ -391,12 +392,12 @@ def test_report_shows_where_profiled_steps_spend_their_time():
                                           "2": {"flops": 1.0, "seconds": 0.1}}}
     cell = {"variant": "softmax", "length": 2048, "dropout_rate": 0.0, "status": "ok", "profile": profile,
             "matmul_peak_flops_per_second": 100.0}
-    lines = bench.profile_table([cell, {**cell, "variant": "linear", "profile": None}]).splitlines()
+    lines = bench_report.profile_table([cell, {**cell, "variant": "linear", "profile": None}]).splitlines()
     assert len(lines) == 2
     # matmul 60% of the ops; 501 FLOPs in 6.1 s at a peak of 100/s: 82%; k = 64: 100 in 2 s, 50%.
     assert lines[1].split() == ["softmax", "p=0", "2048", "60%", "82%", "k=64", "50%", "10%", "20%", "5%", "5%",
                                 "95%"]
-    assert bench.profile_table([{**cell, "profile": None}]) == ""
+    assert bench_report.profile_table([{**cell, "profile": None}]) == ""
 
 
 def test_report_summarises_saved_cells_per_variant_and_length(tmp_path, capsys):
@@ -416,24 +417,24 @@ def test_report_summarises_saved_cells_per_variant_and_length(tmp_path, capsys):
     for name, report in (("a.json", first), ("b.json", second)):
         (tmp_path / name).write_text(json.dumps(report))
         paths.append(str(tmp_path / name))
-    lines = bench.summary(bench.read_reports(paths)).splitlines()
+    lines = bench_report.summary(bench_report.read_reports(paths)).splitlines()
     assert "n = 1024" in lines[0] and "n = 4096" in lines[0]
     assert lines[2].split() == ["softmax", "4", "+10%", "—", "50%", "25%", "40", "—", "—", "50%", "25%"]
     assert lines[3].split() == ["linear", "—", "—", "—", "—", "—", "OOM"]
     paired = {"results": [cell("softmax", 1024, 0.0, 2.0, step_seconds=[2.0] * 5),
                           cell("softmax", 1024, 0.1, 2.2, step_seconds=[1.9, 2.1, 2.2, 2.3, 2.5])]}
     (tmp_path / "paired.json").write_text(json.dumps(paired))
-    lines = bench.summary(bench.read_reports([str(tmp_path / "paired.json")])).splitlines()
+    lines = bench_report.summary(bench_report.read_reports([str(tmp_path / "paired.json")])).splitlines()
     assert lines[2].split() == ["softmax", "2", "+10%", "-5..+25", "50%", "25%"]
     on_gpu = {"results": [cell("softmax", 4096, 0.0, 0.2, matmul_peak_flops_per_second=100e12,
                                vendor_peak_flops_per_second=500e12)]}
     (tmp_path / "gpu.json").write_text(json.dumps(on_gpu))
-    lines = bench.summary(bench.read_reports([str(tmp_path / "gpu.json")])).splitlines()
-    assert "% vendor" in lines[1] and "% vendor" not in bench.summary(paired["results"])
+    lines = bench_report.summary(bench_report.read_reports([str(tmp_path / "gpu.json")])).splitlines()
+    assert "% vendor" in lines[1] and "% vendor" not in bench_report.summary(paired["results"])
     assert lines[2].split() == ["softmax", "0.2", "—", "—", "50%", "10%", "25%"]  # 50% of 100 is 10% of 500
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(bench.LraError, match="bad.json is not a bench JSON"):
-        bench.read_reports([str(tmp_path / "bad.json")])
+        bench_report.read_reports([str(tmp_path / "bad.json")])
 
 
 def test_vendor_peaks_are_known_for_the_gpus_we_compile_for_and_none_for_cpus():

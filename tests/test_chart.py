@@ -8,8 +8,8 @@ import re
 import pytest
 from PIL import Image
 
-from lra_jax.tools import chart, selection
 from lra_jax.errors import LraError
+from lra_jax.experiments import lra_chart, lra_results, selection
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 
@@ -39,7 +39,7 @@ def write_diverged(root, task, variant, seed, step, scale="full", point=""):
 
 def measure(root, scale=None):
     """What the chart and table are drawn from."""
-    return chart.aggregate(selection.select_all(chart.read_runs(str(root), scale)))
+    return lra_results.aggregate(selection.select_all(lra_results.read_runs(str(root), scale)))
 
 
 def table_rows(table):
@@ -110,8 +110,8 @@ def test_scale_none_reads_every_scale(runs):
 
 
 def test_score_spread_is_the_std_of_a_single_seed_score(tmp_path):
-    assert chart.score_spread([7.5, 10.0]) == pytest.approx(6.25)  # sqrt(7.5² + 10²) / 2
-    assert chart.score_spread([7.5, None]) is None and chart.score_spread([]) is None
+    assert lra_results.score_spread([7.5, 10.0]) == pytest.approx(6.25)  # sqrt(7.5² + 10²) / 2
+    assert lra_results.score_spread([7.5, None]) is None and lra_results.score_spread([]) is None
     root = tmp_path / "runs"
     for seed, (listops, text) in enumerate([(0.30, 0.600), (0.40, 0.675), (0.50, 0.750)]):
         write_result(root, "listops", "softmax", seed, listops)
@@ -119,7 +119,7 @@ def test_score_spread_is_the_std_of_a_single_seed_score(tmp_path):
     softmax = measure(root)["softmax"]
     assert softmax["std"]["listops"] == pytest.approx(10.0) and softmax["std"]["text"] == pytest.approx(7.5)
     assert softmax["score"] == pytest.approx(53.75) and softmax["score_std"] == pytest.approx(6.25)
-    table = chart.markdown_table(measure(root), None, None, None, None)
+    table = lra_results.markdown_table(measure(root), None, None, None, None)
     cells = table_rows(table)["softmax"]
     assert cells[1:3] == ["40.00 ± 10.00", "67.50 ± 7.50"] and cells[6] == "53.75 ± 6.25*"
     assert cells[8] == "3"  # seeds: alike on every task, one number
@@ -137,7 +137,7 @@ def grid(tmp_path):
 
 
 def test_the_point_is_chosen_on_validation_never_test(grid, tmp_path):
-    paths = chart.make_chart(str(grid), str(tmp_path / "out"))
+    paths = lra_chart.make_chart(str(grid), str(tmp_path / "out"))
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert table_rows(table)["softmax"][1] == "60.00 ± 10.00"  # not the 90.00 of the better-test point
@@ -151,7 +151,7 @@ def test_a_diverged_seed_takes_its_point_out_and_is_named_with_it(grid, tmp_path
     write_diverged(grid, "listops", "softmax", 3, 7, point="optimizer.learning_rate=0.001")
     chosen = measure(grid)["softmax"]["chosen"]["listops"]
     assert chosen.point == "optimizer.learning_rate=0.005" and chosen.test_mean == pytest.approx(0.9)
-    paths = chart.make_chart(str(grid), str(tmp_path / "out"))
+    paths = lra_chart.make_chart(str(grid), str(tmp_path / "out"))
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert "Left out, diverged (not results): softmax listops learning_rate=0.001 seed 3 (step 7)." in table
@@ -165,7 +165,7 @@ def test_single_runs_beside_grid_points_are_one_more_candidate(tmp_path):
     write_result(root, "listops", "softmax", 0, 0.30, point="optimizer.learning_rate=0.005", val=0.50)
     write_result(root, "listops", "softmax", 1, 0.34, point="optimizer.learning_rate=0.005", val=0.10)
     run_dir(root, "listops", "softmax", 0, "full", "optimizer.learning_rate=0.001")  # no results.json yet
-    paths = chart.make_chart(str(root), str(tmp_path / "out"))
+    paths = lra_chart.make_chart(str(root), str(tmp_path / "out"))
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     # compared on seed 0 (the only seed both have): 50 > 45; then the test mean over both its seeds
@@ -174,16 +174,16 @@ def test_single_runs_beside_grid_points_are_one_more_candidate(tmp_path):
 
 
 def test_short_point_drops_key_prefixes_unless_keys_then_clash():
-    assert chart.short_point("optimizer.learning_rate=0.005") == "learning_rate=0.005"
-    assert chart.short_point("optimizer.learning_rate=0.005,model.dropout=0.1") == "learning_rate=0.005, dropout=0.1"
-    assert chart.short_point("a.rate=1,b.rate=2") == "a.rate=1, b.rate=2"
-    assert chart.short_point("") == "(no grid)"
+    assert lra_results.short_point("optimizer.learning_rate=0.005") == "learning_rate=0.005"
+    assert lra_results.short_point("optimizer.learning_rate=0.005,model.dropout=0.1") == "learning_rate=0.005, dropout=0.1"
+    assert lra_results.short_point("a.rate=1,b.rate=2") == "a.rate=1, b.rate=2"
+    assert lra_results.short_point("") == "(no grid)"
 
 
 def test_caption_says_how_points_were_chosen(grid, runs):
-    assert "best mean validation accuracy" in chart.caption(measure(grid))
-    assert "never chosen on test" in chart.caption(measure(grid))
-    plain = chart.caption(measure(runs, scale="full"))
+    assert "best mean validation accuracy" in lra_results.caption(measure(grid))
+    assert "never chosen on test" in lra_results.caption(measure(grid))
+    plain = lra_results.caption(measure(runs, scale="full"))
     assert "grid point" not in plain and "no grid" in plain
     assert "n = 1 to 2 seeds per task" in plain
 
@@ -194,12 +194,12 @@ def test_error_bars_are_one_single_seed_score_std(runs, tmp_path):
         write_result(runs, task, "s4d", 0, 0.8)
         write_result(runs, task, "s4d", 1, 0.9)
     measured = measure(runs, scale="full")
-    bars = chart.score_bars(measured, ["softmax", "linear", "s4d"])
+    bars = lra_results.score_bars(measured, ["softmax", "linear", "s4d"])
     assert bars[0] == pytest.approx(250 ** 0.5 / 5) and bars[1] is None and bars[2] == pytest.approx(250 ** 0.5 / 5)
     bench = tmp_path / "bench.json"
     write_bench(bench, [("softmax", 1024, "ok", 20.0, 2**30), ("linear", 1024, "ok", 400.0, 2**30),
                         ("s4d", 1024, "ok", 80.0, 2**29)])
-    paths = chart.make_chart(str(runs), str(tmp_path / "out"), bench_path=str(bench), scale="full")
+    paths = lra_chart.make_chart(str(runs), str(tmp_path / "out"), bench_path=str(bench), scale="full")
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
     assert 'id="score-bar-softmax-0"' in svg and 'id="score-bar-s4d-0"' in svg
@@ -214,7 +214,7 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     write_bench(bench, [("softmax", 1024, "ok", 20.0, 4 * 2**30), ("linear", 1024, "ok", 400.0, 2**30),
                         ("softmax", 4096, "oom", None, None), ("linear", 4096, "ok", 100.0, 2 * 2**30)])
     out = tmp_path / "charts"
-    paths = chart.make_chart(str(runs), str(out), bench_path=str(bench), scale="full", length=1024)
+    paths = lra_chart.make_chart(str(runs), str(out), bench_path=str(bench), scale="full", length=1024)
     for key in ("png", "svg", "md"):
         assert os.path.getsize(paths[key]) > 0
     with Image.open(paths["png"]) as image:
@@ -253,7 +253,7 @@ def test_state_space_reference_is_drawn_apart(tmp_path):
         write_result(root, task, "s4d", 0, 0.8)
     bench = tmp_path / "bench.json"
     write_bench(bench, [("softmax", 1024, "ok", 20.0, 2**30), ("s4d", 1024, "ok", 80.0, 2**29)])
-    paths = chart.make_chart(str(root), str(tmp_path / "out"), bench_path=str(bench), length=1024)
+    paths = lra_chart.make_chart(str(root), str(tmp_path / "out"), bench_path=str(bench), length=1024)
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert "| s4d (the reference: a state-space model, not attention) | 80.00" in table
@@ -265,7 +265,7 @@ def test_state_space_reference_is_drawn_apart(tmp_path):
 
 
 def test_ssm_reference_file_is_consistent():
-    with open(chart.SSM_REFERENCE, encoding="utf-8") as f:
+    with open(lra_results.SSM_REFERENCE, encoding="utf-8") as f:
         reference = json.load(f)
     assert "source" in reference and "2206.11893" in reference["paper"]
     for model in reference["models"]:
@@ -282,26 +282,26 @@ def test_ssm_reference_file_is_consistent():
 
 
 def test_slow_speeds_keep_their_digits():
-    assert chart._significant(0.0342) == "0.0342" and chart._significant(None) == "—"
+    assert lra_results._significant(0.0342) == "0.0342" and lra_results._significant(None) == "—"
 
 
 def test_default_length_is_longest_with_results(tmp_path):
     bench = tmp_path / "bench.json"
     write_bench(bench, [("softmax", 1024, "ok", 20.0, 1), ("softmax", 4096, "oom", None, None),
                         ("linear", 2048, "ok", 50.0, 1)])
-    length, at = chart.load_bench(str(bench), None)
+    length, at = lra_results.load_bench(str(bench), None)
     assert length == 2048 and set(at) == {"linear"}
     with pytest.raises(LraError, match="3072"):
-        chart.load_bench(str(bench), 3072)
+        lra_results.load_bench(str(bench), 3072)
 
 
 def test_no_results_is_a_clear_error(tmp_path):
     with pytest.raises(LraError, match="no results.json"):
-        chart.make_chart(str(tmp_path), str(tmp_path / "out"))
+        lra_chart.make_chart(str(tmp_path), str(tmp_path / "out"))
 
 
 def test_reference_file_is_consistent():
-    with open(chart.REFERENCE, encoding="utf-8") as f:
+    with open(lra_results.REFERENCE, encoding="utf-8") as f:
         reference = json.load(f)
     assert "source" in reference and "2011.04006" in reference["paper"]
     for model in reference["models"]:
@@ -319,7 +319,11 @@ def test_crowded_labels_do_not_overlap_and_stay_inside_the_axes():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lra_jax.tools.chart_labels import overlapping_pairs, place_labels, text_extent
+    from lra_jax.experiments.chart_labels import (
+        overlapping_pairs,
+        place_labels,
+        text_extent,
+    )
 
     fig, ax = plt.subplots(figsize=(6, 4))
     # twelve points packed into a tenth of the axes, as the linear-time variants are on a log x axis
@@ -344,14 +348,14 @@ def test_min_seeds_leaves_out_and_names_the_cells_of_a_sweep_still_running(tmp_p
     for seed in range(3):
         write_result(root, "pathfinder", "softmax", seed, 0.6, point="lr=1")
     write_result(root, "listops", "softmax", 0, 0.3, point="lr=1")  # second stage not run yet
-    paths = chart.make_chart(str(root), str(tmp_path / "out"), min_seeds=3)
+    paths = lra_chart.make_chart(str(root), str(tmp_path / "out"), min_seeds=3)
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert "Left out, fewer than 3 seeds at the chosen point: softmax listops (n=1)." in table
     row = next(line for line in table.splitlines() if line.startswith("| softmax |"))
     assert row.split(" | ")[1] == "—" and "60.00 ± 0.00" in row  # ListOps not reported, Pathfinder is
     with pytest.raises(LraError, match="fewer than 3 seeds"):
-        chart.make_chart(str(root / "listops-full"), str(tmp_path / "out2"), min_seeds=3)
+        lra_chart.make_chart(str(root / "listops-full"), str(tmp_path / "out2"), min_seeds=3)
 
 
 def test_a_modeled_panel_from_a_table2_compile_json(runs, tmp_path):
@@ -363,7 +367,7 @@ def test_a_modeled_panel_from_a_table2_compile_json(runs, tmp_path):
              "global_batch": 1024, "modeled_seconds": seconds, "memory": {"total": 3 * 2**30}}
             for v, seconds in (("softmax", 0.5), ("linear", 0.1))]
     modeled.write_text(json.dumps({"rows": rows}))
-    paths = chart.make_chart(str(runs), str(tmp_path / "out"), bench_path=str(bench), scale="full",
+    paths = lra_chart.make_chart(str(runs), str(tmp_path / "out"), bench_path=str(bench), scale="full",
                              modeled_path=str(modeled))
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
@@ -377,4 +381,4 @@ def test_a_modeled_json_without_table2_rows_is_one_clear_error(runs, tmp_path):
     modeled = tmp_path / "compile.json"
     modeled.write_text(json.dumps({"rows": [{"variant": "softmax", "task": "listops", "mode": "train"}]}))
     with pytest.raises(LraError, match="no Table 2 rows: make it with `python -m lra_jax.tools.compile --lengths"):
-        chart.make_chart(str(runs), str(tmp_path / "out"), modeled_path=str(modeled))
+        lra_chart.make_chart(str(runs), str(tmp_path / "out"), modeled_path=str(modeled))

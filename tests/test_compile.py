@@ -14,9 +14,16 @@ import re
 import pytest
 
 from lra_jax.errors import LraError
-from lra_jax.measure import accelerators, fit
+from lra_jax.experiments import (
+    compile_matrix,
+    compile_step,
+    lowering,
+    table2_report,
+)
+from lra_jax.experiments.choices import config_files
+from lra_jax.measure import accelerators, fit, out_of_memory
 from lra_jax.tools import compile as compile_cmd
-from lra_jax.tools import lower, table2
+from lra_jax.tools import table2
 
 GIB = 2**30
 
@@ -59,7 +66,7 @@ def test_plan_where_one_example_does_not_fit_gives_its_memory():
 # ----------------------------------------------------------------------------- rows, JSON, exit codes
 
 def make_row(**changes):
-    row = compile_cmd.Row(variant="softmax", task="listops", target="tpu-v5e:2x2", mode="train", result="ok",
+    row = compile_step.Row(variant="softmax", task="listops", target="tpu-v5e:2x2", mode="train", result="ok",
                           global_batch=32, devices=4, per_device_batch=8, device_memory=16 * GIB,
                           memory={"argument": GIB, "output": GIB, "alias": GIB, "temp": 2 * GIB, "total": 3 * GIB},
                           flops=2e12, kernels="pallas-mosaic-splash x4", compile_seconds=12.0)
@@ -67,30 +74,30 @@ def make_row(**changes):
 
 
 def test_row_formatting_shows_memory_partial_flops_and_the_plan():
-    line = compile_cmd.format_row(make_row(flops_partial="partial: 1 loop(s) counted for one iteration"))
+    line = compile_matrix.format_row(make_row(flops_partial="partial: 1 loop(s) counted for one iteration"))
     assert "3.00" in line and "16.00" in line and "2000.0*" in line and "pallas-mosaic-splash x4" in line
     plan = {"status": "planned", "per_device_batch": 2, "accum_steps": 4, "verified_bytes": 10 * GIB,
             "overrides": "--config.batch_size=32 --config.grad_accum_steps=4"}
-    text = compile_cmd.format_row(make_row(result="does not fit", plan=plan))
+    text = compile_matrix.format_row(make_row(result="does not fit", plan=plan))
     assert "use per-device batch 2 with accumulation 4: --config.batch_size=32 --config.grad_accum_steps=4" in text
-    text = compile_cmd.format_row(make_row(result="does not fit", plan={
+    text = compile_matrix.format_row(make_row(result="does not fit", plan={
         "status": "one example does not fit", "bytes_for_one_example": 40 * GIB}))
     assert "needs 40.00 GiB per device" in text
 
 
 def test_modeled_time_is_printed_only_where_there_is_one():
-    assert "1.50ms" in compile_cmd.format_row(make_row(modeled_seconds=1.5e-3))
-    row = make_row(modeled_note=compile_cmd.NOT_MODELED)
-    assert "ms" not in compile_cmd.format_row(row)
+    assert "1.50ms" in compile_matrix.format_row(make_row(modeled_seconds=1.5e-3))
+    row = make_row(modeled_note=compile_step.NOT_MODELED)
+    assert "ms" not in compile_matrix.format_row(row)
 
 
 def test_a_roofline_is_printed_where_the_compiler_gives_no_model():
-    line = compile_cmd.format_row(make_row(modeled_note=compile_cmd.NOT_MODELED, roofline_seconds=2.5e-3))
+    line = compile_matrix.format_row(make_row(modeled_note=compile_step.NOT_MODELED, roofline_seconds=2.5e-3))
     assert "2.50ms r" in line
-    assert "1.50ms " in compile_cmd.format_row(make_row(modeled_seconds=1.5e-3, roofline_seconds=2.5e-3))
+    assert "1.50ms " in compile_matrix.format_row(make_row(modeled_seconds=1.5e-3, roofline_seconds=2.5e-3))
     chip = accelerators.TPU_CHIPS["v5e"]
-    assert compile_cmd.roofline_seconds(197e12, 1, chip) == pytest.approx(1.0)  # compute-bound: bf16 peak
-    assert compile_cmd.roofline_seconds(1, 819e9, chip) == pytest.approx(1.0)  # memory-bound: HBM bandwidth
+    assert compile_step.roofline_seconds(197e12, 1, chip) == pytest.approx(1.0)  # compute-bound: bf16 peak
+    assert compile_step.roofline_seconds(1, 819e9, chip) == pytest.approx(1.0)  # memory-bound: HBM bandwidth
 
 
 def test_kernel_calls_with_a_cost_estimate_are_counted():
@@ -98,16 +105,16 @@ def test_kernel_calls_with_a_cost_estimate_are_counted():
                  '{"custom_call_config": {"body": "..", "cost_estimate":{"flops":"10","transcendentals":"0"}}}')
     bare = '%b = f32[8] custom-call(%x), custom_call_target="tpu_custom_call", backend_config={"body": ".."}'
     text = "\n".join([estimated, bare, bare])
-    assert compile_cmd.unestimated_calls(text, "tpu_custom_call") == 2
-    assert compile_cmd.flops_partial(estimated, compile_cmd.unestimated_calls(estimated, "tpu_custom_call")) is None
+    assert compile_step.unestimated_calls(text, "tpu_custom_call") == 2
+    assert compile_step.flops_partial(estimated, compile_step.unestimated_calls(estimated, "tpu_custom_call")) is None
 
 
 def test_flops_partial_and_needed_bytes():
-    assert compile_cmd.flops_partial("ROOT %x = f32[] add(...)", 0) is None
-    reason = compile_cmd.flops_partial("%w = (s32[]) while(%t), body=%b", 2)
+    assert compile_step.flops_partial("ROOT %x = f32[] add(...)", 0) is None
+    reason = compile_step.flops_partial("%w = (s32[]) while(%t), body=%b", 2)
     assert "1 loop(s)" in reason and "2 Pallas kernel call(s)" in reason
     message = "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 17.68G of 15.75G hbm."
-    assert compile_cmd.is_oom(message) and compile_cmd.needed_bytes(message) == int(17.68 * GIB)
+    assert out_of_memory.is_oom(message) and out_of_memory.needed_bytes(message) == int(17.68 * GIB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,12 +128,12 @@ class FakeTarget:
 
 def run_main(monkeypatch, tmp_path, rows_by_mode, argv=()):
     monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(name=name))
-    monkeypatch.setattr(compile_cmd, "compile_config",
-                        lambda variant, label, config, target, modes=compile_cmd.MODES:
+    monkeypatch.setattr(compile_step, "compile_config",
+                        lambda variant, label, config, target, modes=compile_step.MODES:
                         [make_row(variant=variant, task=label, mode=m, **rows_by_mode[m]) for m in modes])
     plan = {"status": "planned", "per_device_batch": 4, "accum_steps": 2, "verified_bytes": GIB,
             "overrides": "--config.batch_size=32 --config.grad_accum_steps=2"}
-    monkeypatch.setattr(compile_cmd, "plan_fit", lambda *a: {row.mode: plan for row in a[-1]})
+    monkeypatch.setattr(compile_step, "plan_fit", lambda *a: {row.mode: plan for row in a[-1]})
     out = tmp_path / "compile.json"
     code = compile_cmd.main(["--targets=tpu-v5e:2x2", "--variants=softmax,linformer", "--tasks=listops",
                              "--scale=mini", f"--out={out}", *argv])
@@ -155,22 +162,22 @@ def test_an_eval_step_that_does_not_fit_is_planned_with_the_train_step(monkeypat
 def test_a_batch_the_devices_do_not_divide_is_compiled_at_the_nearest_that_they_do(monkeypatch):
     """S4D's ListOps batch of 50 (its paper's) on a 4-chip slice: the trainer refuses it, so the rows
     say so and give the steps at 48; exit status 0, as for a step that needs accumulation."""
-    assert [compile_cmd.divisible_batch(b, 4) for b in (50, 51, 53, 2)] == [48, 52, 52, 4]
+    assert [compile_matrix.divisible_batch(b, 4) for b in (50, 51, 53, 2)] == [48, 52, 52, 4]
     compiled = []
 
-    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+    def fake_compile(variant, label, config, target, modes=compile_step.MODES):
         compiled.append(config.batch_size)
         return [make_row(variant=variant, mode=m, global_batch=config.batch_size) for m in modes]
 
-    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    monkeypatch.setattr(compile_step, "compile_config", fake_compile)
     config = mini("s4d")
     config.batch_size = 50
-    rows = compile_cmd.run_job(compile_cmd.Job("s4d", "listops", config, "tpu-v5e:2x2", compile_cmd.MODES, True),
+    rows = compile_matrix.run_job(compile_matrix.Job("s4d", "listops", config, "tpu-v5e:2x2", compile_step.MODES, True),
                                FakeTarget())
     assert compiled == [48] and config.batch_size == 50
     assert [(r.result, r.global_batch, r.config_batch) for r in rows] == [("ok", 48, 50)] * 2
-    assert "the config's batch 50 does not split over 4 devices" in compile_cmd.format_row(rows[0])
-    assert "2 at a batch the devices divide" in compile_cmd.summary(rows)
+    assert "the config's batch 50 does not split over 4 devices" in compile_matrix.format_row(rows[0])
+    assert "2 at a batch the devices divide" in compile_matrix.summary(rows)
     assert not any(r.failed for r in rows)
 
 
@@ -185,7 +192,7 @@ def test_a_matrix_cut_short_resumes_without_compiling_its_rows_again(monkeypatch
     document["commit"] = "abc1234"  # the kept rows' code
     out.write_text(json.dumps(document))
     compiled = []
-    monkeypatch.setattr(compile_cmd, "compile_config", lambda variant, label, config, target, modes:
+    monkeypatch.setattr(compile_step, "compile_config", lambda variant, label, config, target, modes:
                         compiled.append(variant) or [make_row(variant=variant, task=label, mode=m) for m in modes])
     argv = ["--targets=tpu-v5e:2x2", "--variants=softmax,linformer", "--tasks=listops", "--scale=mini", f"--out={out}"]
     assert compile_cmd.main(argv) == 0
@@ -208,7 +215,7 @@ def test_parallel_jobs_keep_the_matrix_order_and_the_command_that_reproduces_the
 
     second_done = threading.Event()
 
-    def compile_config(variant, label, config, target, modes=compile_cmd.MODES):
+    def compile_config(variant, label, config, target, modes=compile_step.MODES):
         if variant == "softmax":
             assert second_done.wait(timeout=60), "the two jobs did not run at once"
         rows = [make_row(variant=variant, task=label, mode=m) for m in modes]
@@ -217,9 +224,9 @@ def test_parallel_jobs_keep_the_matrix_order_and_the_command_that_reproduces_the
         return rows
 
     monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(name=name))
-    monkeypatch.setattr(compile_cmd, "compile_config", compile_config)
-    monkeypatch.setattr(compile_cmd, "worker_pool", lambda n: concurrent.futures.ThreadPoolExecutor(n))
-    monkeypatch.setattr(compile_cmd, "_WORKER_TARGETS", {})
+    monkeypatch.setattr(compile_step, "compile_config", compile_config)
+    monkeypatch.setattr(compile_matrix, "worker_pool", lambda n: concurrent.futures.ThreadPoolExecutor(n))
+    monkeypatch.setattr(compile_matrix, "_WORKER_TARGETS", {})
     code = compile_cmd.main(["--targets=tpu-v5e:2x2", "--variants=softmax,linformer", "--tasks=listops",
                              "--scale=mini", f"--out={tmp_path / 'compile.json'}", "--parallel", "2"])
     assert code == 0
@@ -233,7 +240,7 @@ def test_a_job_crosses_to_a_worker_process_whole():
     """A spawned worker gets its job pickled: the config with it, the target by name."""
     import pickle
 
-    job = compile_cmd.Job("softmax", "table2:1024", table2.config("softmax", 1024), "tpu-v5e:1x1", ("train",), True)
+    job = compile_matrix.Job("softmax", "table2:1024", table2_report.config("softmax", 1024), "tpu-v5e:1x1", ("train",), True)
     copy = pickle.loads(pickle.dumps(job))
     assert copy == job and copy.config.model.to_dict() == job.config.model.to_dict()
 
@@ -274,12 +281,12 @@ def test_dropout_flags_set_every_configs_rates(monkeypatch):
     """--dropout_rate=0 --attention_dropout_rate=0: the Table 2 step without dropout (its cost, modeled)."""
     seen = []
 
-    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+    def fake_compile(variant, label, config, target, modes=compile_step.MODES):
         seen.append((config.model.dropout_rate, config.model.attention_dropout_rate))
         return [make_row(variant=variant, task=label, mode=m, target=target.name) for m in modes]
 
     monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(name=name))
-    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    monkeypatch.setattr(compile_step, "compile_config", fake_compile)
     argv = ["--targets=tpu-v5e:1x1", "--variants=softmax", "--lengths=1024", "--steps=train"]
     assert compile_cmd.main(argv) == 0 and compile_cmd.main([*argv, "--dropout_rate=0", "--attention_dropout_rate=0"]) == 0
     assert seen == [(0.1, 0.1), (0.0, 0.0)]
@@ -290,12 +297,12 @@ def test_config_overrides_reach_every_compiled_config(monkeypatch, tmp_path):
     the JSON's command (which a resumed run must match) keeps it."""
     seen = []
 
-    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+    def fake_compile(variant, label, config, target, modes=compile_step.MODES):
         seen.append((variant, label, config.attention.mode, config.model.num_layers))
         return [make_row(variant=variant, task=label, mode=m, target=target.name) for m in modes]
 
     monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(name=name))
-    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    monkeypatch.setattr(compile_step, "compile_config", fake_compile)
     out = tmp_path / "rows.json"
     argv = ["--targets=tpu-v5e:1x1", "--variants=synthesizer", "--lengths=1024", "--tasks=text", "--scale=mini",
             "--steps=train", f"--out={out}", "--config.attention.mode=factorized_random", "--config.model.num_layers=3"]
@@ -312,7 +319,7 @@ def test_table2_protocol_rows_are_relative_to_softmax_beside_the_paper(monkeypat
     """--lengths compiles the bench's Text model at each length; the table divides by softmax's row."""
     seen = []
 
-    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
+    def fake_compile(variant, label, config, target, modes=compile_step.MODES):
         seen.append((variant, label, config.max_len, config.task, config.attention.impl, config.model.num_layers))
         slow = variant == "softmax"
         return [make_row(variant=variant, task=label, mode=m, target=target.name, global_batch=config.batch_size,
@@ -321,7 +328,7 @@ def test_table2_protocol_rows_are_relative_to_softmax_beside_the_paper(monkeypat
                 for m in modes]
 
     monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(name=name))
-    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
+    monkeypatch.setattr(compile_step, "compile_config", fake_compile)
     out = tmp_path / "table2.json"
     code = compile_cmd.main(["--targets=tpu-v3:4x4", "--variants=softmax,linformer", "--lengths=1024,4096",
                              "--per_device_batch=32", "--impl=xla", "--steps=train", f"--out={out}"])
@@ -345,11 +352,11 @@ def test_table2_protocol_rows_are_relative_to_softmax_beside_the_paper(monkeypat
     assert table2.main([str(bad)]) == 2
     assert capsys.readouterr().err.startswith(f"error: cannot read compile JSON {bad}")
 
-    length, target, modeled = table2.load_modeled(str(out), None)
+    length, target, modeled = table2_report.load_modeled(str(out), None)
     assert (length, target) == (4096, "tpu-v3:4x4")
     assert modeled["linformer"] == {"examples_per_second": pytest.approx(4 * 32 / 0.1), "peak_memory_bytes": 2 * GIB}
     with pytest.raises(LraError, match="length 2048 is not in"):
-        table2.load_modeled(str(out), 2048)
+        table2_report.load_modeled(str(out), 2048)
 
 
 def test_dropout_cost_table_pairs_the_two_files_rows(tmp_path, capsys):
@@ -371,26 +378,26 @@ def test_dropout_cost_table_pairs_the_two_files_rows(tmp_path, capsys):
     # no model time (v5e's is negative): the roofline, marked r; a model time on one side only: no cost
     roofline = [make_row(task="table2:4096", roofline_seconds=0.05),
                 make_row(variant="local", task="table2:4096", roofline_seconds=0.05)]
-    entries = table2.dropout_cost(roofline, [make_row(task="table2:4096", roofline_seconds=0.06),
+    entries = table2_report.dropout_cost(roofline, [make_row(task="table2:4096", roofline_seconds=0.06),
                                              make_row(variant="local", task="table2:4096", modeled_seconds=0.06)])
     assert [(e["time"], e["cost"]) for e in entries] == [("roofline", pytest.approx(0.2)), ("roofline", None)]
-    assert "50.0 r" in table2.format_dropout_cost(entries)
+    assert "50.0 r" in table2_report.format_dropout_cost(entries)
     assert table2.main([free, dropout, free]) == 2 and capsys.readouterr().err.startswith("usage:")
 
 
 def test_a_row_without_a_modeled_time_has_no_relative_speed():
     rows = [make_row(task="table2:1024", modeled_seconds=0.2),
-            make_row(variant="local", task="table2:1024", modeled_seconds=None, modeled_note=compile_cmd.NOT_MODELED),
+            make_row(variant="local", task="table2:1024", modeled_seconds=None, modeled_note=compile_step.NOT_MODELED),
             make_row(variant="linear", task="table2:1024", result="does not fit", modeled_seconds=0.1)]
-    entries = {e["variant"]: e for e in table2.relative(rows)}
-    assert entries["local"]["relative_speed"] is None and entries["local"]["note"] == compile_cmd.NOT_MODELED
+    entries = {e["variant"]: e for e in table2_report.relative(rows)}
+    assert entries["local"]["relative_speed"] is None and entries["local"]["note"] == compile_step.NOT_MODELED
     assert entries["linear"]["relative_speed"] == pytest.approx(2.0) and entries["linear"]["memory_bytes"] is None
-    assert "does not" in table2.format_table(list(entries.values()), {})
-    on_h100 = table2.format_table(table2.relative([make_row(target="h100", task="table2:1024")]), {})
+    assert "does not" in table2_report.format_table(list(entries.values()), {})
+    on_h100 = table2_report.format_table(table2_report.relative([make_row(target="h100", task="table2:1024")]), {})
     assert "no speed (XLA:GPU models none" in on_h100 and "x1024" not in on_h100 and "1024 GiB" in on_h100
     unfit = make_row(variant="additive", task="table2:1024", result="does not fit", memory={"temp": 44 * GIB})
-    (entry,) = [e for e in table2.relative([*rows, unfit]) if e["variant"] == "additive"]
-    assert entry["needed_bytes"] == 44 * GIB and "!44.0" in table2.format_table([entry], {})
+    (entry,) = [e for e in table2_report.relative([*rows, unfit]) if e["variant"] == "additive"]
+    assert entry["needed_bytes"] == 44 * GIB and "!44.0" in table2_report.format_table([entry], {})
 
 
 # ----------------------------------------------------------------------------- real compilers
@@ -403,14 +410,14 @@ def target_or_skip(name: str):
 
 
 def mini(variant: str, task: str = "listops"):
-    return lower.load_config(lower.config_files()[variant], task, "mini")
+    return lowering.load_config(config_files()[variant], task, "mini")
 
 
 @pytest.mark.parametrize("name, kernel", [("tpu-v5e:1x1", "pallas-mosaic-splash"), ("h100", "pallas-triton")])
 @pytest.mark.parametrize("variant", ["softmax", "performer", "local"])
 def test_mini_train_steps_compile_with_their_kernels_and_fit(variant, name, kernel):
     target = target_or_skip(name)
-    (row,) = compile_cmd.compile_config(variant, "listops", mini(variant), target, modes=("train",))
+    (row,) = compile_step.compile_config(variant, "listops", mini(variant), target, modes=("train",))
     assert row.result == "ok", row.error
     assert 0 < row.memory["total"] <= target.memory_per_device
     if variant == "performer" and target.platform == "tpu":
@@ -430,11 +437,11 @@ def test_a_step_on_our_mosaic_kernel_counts_it_and_gets_a_roofline():
     config = mini("softmax")
     config.model.attention_dropout_rate = 0.1
     config.batch_size, config.max_len = 8, 256
-    (row,) = compile_cmd.compile_config("softmax", "listops", config, target, modes=("train",))
+    (row,) = compile_step.compile_config("softmax", "listops", config, target, modes=("train",))
     assert row.result == "ok", row.error
     assert row.kernels == "pallas-mosaic-flash x2" and row.kernel_calls >= 3
     assert row.flops_partial is None and row.modeled_seconds is None
-    assert row.roofline_seconds == pytest.approx(compile_cmd.roofline_seconds(row.flops, row.bytes_accessed,
+    assert row.roofline_seconds == pytest.approx(compile_step.roofline_seconds(row.flops, row.bytes_accessed,
                                                                               target.chip))
     assert row.roofline_seconds > 0
 
@@ -442,7 +449,7 @@ def test_a_step_on_our_mosaic_kernel_counts_it_and_gets_a_roofline():
 def test_splash_eval_step_compiles_on_a_four_chip_slice():
     """jit cannot partition a Mosaic call over several chips; the kernel runs per chip (`kernels.sharding`)."""
     target = target_or_skip("tpu-v5e:2x2")
-    (row,) = compile_cmd.compile_config("softmax", "listops", mini("softmax"), target, modes=("eval",))
+    (row,) = compile_step.compile_config("softmax", "listops", mini("softmax"), target, modes=("eval",))
     assert row.result == "ok", row.error
 
 
@@ -453,8 +460,8 @@ def test_a_full_scale_train_step_compiles_and_fits(name):
     several chips are covered by the splash test above. The TPU cost model gives this step a negative
     time even on one chip and without a kernel: it must never be reported."""
     target = target_or_skip(name)
-    config = lower.load_config(lower.config_files()["linformer"], "image", "full")
-    (row,) = compile_cmd.compile_config("linformer", "image", config, target, modes=("train",))
+    config = lowering.load_config(config_files()["linformer"], "image", "full")
+    (row,) = compile_step.compile_config("linformer", "image", config, target, modes=("train",))
     assert row.result == "ok", row.error
     assert row.per_device_batch == config.batch_size // len(target.devices)
     assert 0 < row.memory["total"] <= target.memory_per_device
@@ -470,12 +477,12 @@ def test_fit_planning_finds_the_batch_that_fits_and_compiles_it():
     target = target_or_skip("h100")
     config = mini("mixer")
     config.batch_size, config.max_len = 16, 512  # activations outweigh the parameters and optimizer state
-    (evaluation,) = compile_cmd.compile_config("mixer", "listops", config, target, modes=("eval",))
+    (evaluation,) = compile_step.compile_config("mixer", "listops", config, target, modes=("eval",))
     small = dataclasses.replace(target, chip=dataclasses.replace(
         target.chip, memory_bytes=evaluation.memory["total"] - 1))
-    rows = compile_cmd.compile_config("mixer", "listops", config, small)
+    rows = compile_step.compile_config("mixer", "listops", config, small)
     assert [row.result for row in rows] == ["does not fit", "does not fit"]
-    plans = compile_cmd.plan_fit("mixer", "listops", config, small, rows)
+    plans = compile_step.plan_fit("mixer", "listops", config, small, rows)
     assert plans["train"]["status"] == plans["eval"]["status"] == "planned", plans
     accum = plans["train"]["accum_steps"]
     assert plans["eval"]["accum_steps"] == accum and plans["train"]["per_device_batch"] * accum == 16
@@ -483,92 +490,11 @@ def test_fit_planning_finds_the_batch_that_fits_and_compiles_it():
     assert max(plans["train"]["verified_bytes"], plans["eval"]["verified_bytes"]) <= small.memory_per_device
 
 
-@dataclasses.dataclass(frozen=True)
-class Chip:
-    coords: tuple
-
-
-def test_sweep_estimate_for_a_target_gives_modeled_chip_hours(monkeypatch, capsys):
-    from lra_jax.tools import sweep
-
-    runs = sweep.plan("softmax,linformer", "listops", ["mini"], ["0", "1"], "/nonexistent-root")
-    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(devices=tuple(Chip((x, 0, 0)) for x in range(4))))
-    compiled = []
-
-    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
-        compiled.append(variant)
-        modeled = dict(modeled_seconds=0.5) if variant == "linformer" else dict(modeled_note=compile_cmd.NOT_MODELED)
-        return [make_row(variant=variant, **modeled)]
-
-    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
-    lines = []
-    assert compile_cmd.estimate_sweep(runs, "tpu-v5e:2x2", log=lines.append) == 0
-    assert compiled == ["softmax", "linformer"]  # once per shape: seeds share one compilation
-    steps = sweep.train_config(runs[-1].command).num_train_steps
-    assert lines[-1].startswith(f"total: {2 * steps * 0.5 * 4 / 3600:.2f} chip-hours modeled")
-    assert "not counted: 2 runs not modeled" in lines[-1]
-    assert "modeled for tpu-v5e:2x2, 4 chips; not measured" in lines[0]
-
-
-def test_sweep_estimate_models_unrolled_layers_per_micro_batch_and_marks_lower_bounds(monkeypatch):
-    """The cost model counts a loop body once: the estimate compiles each run with its layers unrolled and
-    one micro-batch, multiplies by the accumulation, and marks a time that still has loops as a bound."""
-    from lra_jax.tools import sweep
-
-    runs = sweep.plan("softmax,linformer", "listops", ["mini"], ["0"], "/nonexistent-root")
-    monkeypatch.setattr(accelerators, "get", lambda name: FakeTarget(devices=(Chip((0, 0, 0)),)))
-    planned, train_config = sweep.train_config(runs[0].command), sweep.train_config
-
-    def accumulating(command):
-        config = train_config(command)
-        config.grad_accum_steps = 2
-        return config
-
-    monkeypatch.setattr(sweep, "train_config", accumulating)
-    seen = []
-
-    def fake_compile(variant, label, config, target, modes=compile_cmd.MODES):
-        seen.append((config.model.scan_layers, config.batch_size, config.get("grad_accum_steps", 1)))
-        return [make_row(variant=variant, modeled_seconds=0.5, loops=3 if variant == "softmax" else 0)]
-
-    monkeypatch.setattr(compile_cmd, "compile_config", fake_compile)
-    lines = []
-    assert compile_cmd.estimate_sweep(runs, "tpu-v5e:2x2", log=lines.append) == 0
-    assert seen == [(False, planned.batch_size // 2, 1)] * 2, lines
-    softmax, linformer = lines[1:3]
-    assert ">=" in softmax and " 1000.00 " in softmax and ">=" not in linformer and " 1000.00 " in linformer
-    assert lines[-1].startswith("total: at least ") and "1 runs are lower bounds" in lines[-1]
-
-
-def test_modeling_config_unrolls_the_layers_and_takes_one_micro_batch():
-    config = mini("linformer")
-    config.model.scan_layers, config.model.remat, config.grad_accum_steps = True, True, 4
-    modeled, factor = compile_cmd.modeling_config(config)
-    assert factor == 4 and modeled.batch_size == config.batch_size // 4 and modeled.grad_accum_steps == 1
-    assert not modeled.model.scan_layers and modeled.model.remat  # the same recomputation
-    assert config.model.scan_layers and config.grad_accum_steps == 4  # the run's config is left as it was
-
-
-def test_the_tpu_cost_model_counts_a_loop_once_so_a_scanned_step_is_a_lower_bound():
-    """Mini Linformer with scanned layers and two accumulated micro-batches: the compiled row says its
-    modeled time is a lower bound; the modeling config has no loop left and models more time."""
-    target = target_or_skip("tpu-v5e:1x1")
-    config = mini("linformer")
-    config.model.scan_layers, config.grad_accum_steps = True, 2
-    (scanned,) = compile_cmd.compile_config("linformer", "listops", config, target, modes=("train",))
-    assert scanned.result == "ok" and scanned.loops >= 2, scanned  # layers, micro-batches
-    assert scanned.modeled_note.startswith("a lower bound") and ">=" in compile_cmd.format_row(scanned)
-    modeling, factor = compile_cmd.modeling_config(config)
-    (unrolled,) = compile_cmd.compile_config("linformer", "listops", modeling, target, modes=("train",))
-    assert unrolled.loops == 0 and unrolled.modeled_note is None
-    assert factor * unrolled.modeled_seconds > 1.5 * scanned.modeled_seconds
-
-
 def test_a_kernel_over_the_gpus_shared_memory_is_an_error_not_a_memory_refusal():
     """No batch makes a Triton kernel fit its shared memory: planning a smaller batch would be wrong."""
     message = "RESOURCE_EXHAUSTED: Shared memory size limit exceeded: requested 196608, available: 166912"
-    assert not compile_cmd.is_oom(message)
-    assert compile_cmd.is_oom("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm.")
+    assert not out_of_memory.is_oom(message)
+    assert out_of_memory.is_oom("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm.")
 
 
 def compile_on(target, fn, *shapes):
@@ -579,7 +505,7 @@ def compile_on(target, fn, *shapes):
 
     sharding = NamedSharding(Mesh(np.array(target.devices), ("data",)), PartitionSpec())
     args = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding) for shape, dtype in shapes]
-    return jax.jit(fn).lower(*args).compile(compiler_options=compile_cmd.compiler_options(target)).as_text()
+    return jax.jit(fn).lower(*args).compile(compiler_options=compile_step.compiler_options(target)).as_text()
 
 
 def test_gpu_gemms_are_compiled_as_cublas_calls_without_a_device():
@@ -588,8 +514,8 @@ def test_gpu_gemms_are_compiled_as_cublas_calls_without_a_device():
     import jax.numpy as jnp
 
     target = target_or_skip("h100")
-    assert compile_cmd.compiler_options(target) == {"xla_gpu_enable_triton_gemm": False}
-    assert compile_cmd.compiler_options(FakeTarget()) is None  # TPU: the compiler's defaults
+    assert compile_step.compiler_options(target) == {"xla_gpu_enable_triton_gemm": False}
+    assert compile_step.compiler_options(FakeTarget()) is None  # TPU: the compiler's defaults
     text = compile_on(target, lambda x, w: jnp.tanh(x @ w + 1.0), ((64032, 512), jnp.float32), ((512, 512), jnp.float32))
     assert "__cublas$" in text and "triton_nested_gemm_fusion" not in text and "__triton_gemm" not in text
 
@@ -607,10 +533,10 @@ def test_a_step_with_loops_has_an_upper_bound_speed_and_no_point_on_the_chart(tm
     """Its modeled time counts each loop body once: the table marks the speed <=, the chart leaves it out."""
     rows = [make_row(task="table2:1024", modeled_seconds=0.2),
             make_row(variant="additive", task="table2:1024", modeled_seconds=0.4, loops=4)]
-    entries = {e["variant"]: e for e in table2.relative(rows)}
+    entries = {e["variant"]: e for e in table2_report.relative(rows)}
     assert entries["additive"]["speed_is_upper_bound"] and not entries["softmax"]["speed_is_upper_bound"]
-    assert re.search(r"additive\s+<=0\.50", table2.format_table(list(entries.values()), {}))
+    assert re.search(r"additive\s+<=0\.50", table2_report.format_table(list(entries.values()), {}))
     out = tmp_path / "t2.json"
     out.write_text(json.dumps({"rows": [dataclasses.asdict(r) for r in rows]}))
-    _, _, modeled = table2.load_modeled(str(out), None)
+    _, _, modeled = table2_report.load_modeled(str(out), None)
     assert modeled["additive"]["examples_per_second"] is None and modeled["softmax"]["examples_per_second"] > 0

@@ -106,8 +106,8 @@ def test_the_triton_kernel_compiles_per_gpu_on_a_two_gpu_host():
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from lra_jax import kernels
-    from lra_jax.tools import compile as compile_cmd
-    from lra_jax.tools.lower import KERNEL_CALLS
+    from lra_jax.experiments import compile_step
+    from lra_jax.experiments.lowering import KERNEL_CALLS
 
     target = accelerators.get("h100x2")
     mesh = Mesh(np.array(target.devices), ("data",))
@@ -118,6 +118,6 @@ def test_the_triton_kernel_compiles_per_gpu_on_a_two_gpu_host():
     step = jax.jit(lambda q, k, v, m: flash_attention(q, k, v, key_mask=m, impl="pallas", dropout_rate=0.1,
                                                       dropout_seed=seed))
     with kernels.target_platform("gpu", shared_memory=target.shared_memory), compat.abstract_mesh(mesh):
-        text = step.lower(qkv, qkv, qkv, mask).compile(compiler_options=compile_cmd.compiler_options(target)).as_text()
+        text = step.lower(qkv, qkv, qkv, mask).compile(compiler_options=compile_step.compiler_options(target)).as_text()
     assert KERNEL_CALLS["gpu"] in text
     assert "all-gather" not in text

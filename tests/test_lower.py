@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from lra_jax import kernels
+from lra_jax.experiments import lowering
+from lra_jax.experiments.choices import config_files
 from lra_jax.kernels.block_sparse import block_sparse_attention
 from lra_jax.kernels.flash import flash_attention
 from lra_jax.kernels.linear import linear_attention
@@ -58,19 +60,19 @@ def test_kernel_forward_and_backward_lower(name, platform):
         return jnp.sum(fn(q, k, v, m, kernels.platform_of(platform)).astype(jnp.float32))
 
     step = jax.jit(lambda q, k, v, m: (loss(q, k, v, m), jax.grad(loss, argnums=(0, 1, 2))(q, k, v, m)))
-    text = lower.lowered_text(step, platform, qkv, qkv, qkv, mask)
-    call = lower.KERNEL_CALLS[kernels.platform_of(platform)]
+    text = lowering.lowered_text(step, platform, qkv, qkv, qkv, mask)
+    call = lowering.KERNEL_CALLS[kernels.platform_of(platform)]
     assert text.count(call) >= 2  # the forward kernel and at least one backward kernel
 
 
 @pytest.mark.parametrize("variant", ["softmax", "local", "bigbird", "performer"])
 def test_full_scale_pathx_train_step_lowers_for_gpu_and_tpu(variant):
     """Path-X at 16,384 tokens, its config's dtype; attention dropout 0 so the train step runs the kernel."""
-    module = lower.config_files()[variant]
-    config = lower.load_config(module, "pathx", "full", attention_dropout_rate=0.0)
+    module = config_files()[variant]
+    config = lowering.load_config(module, "pathx", "full", attention_dropout_rate=0.0)
     assert config.max_len == 128 * 128
     for platform, kernel in (("cuda", kernels.TRITON), ("tpu", kernels.SPLASH)):
-        described, result = lower.lower_one(config, platform)
+        described, result = lowering.lower_one(config, platform)
         assert result == "ok", (platform, result)
         if variant == "performer" and platform == "tpu":
             kernel = kernels.XLA  # no TPU kernel for linear attention
@@ -78,12 +80,12 @@ def test_full_scale_pathx_train_step_lowers_for_gpu_and_tpu(variant):
 
 
 def test_attention_dropout_trains_with_the_triton_kernel_and_on_tpu_with_our_mosaic_kernel():
-    config = lower.load_config(lower.config_files()["local"], "pathx", "mini")
+    config = lowering.load_config(config_files()["local"], "pathx", "mini")
     config.model.attention_dropout_rate = 0.1
-    described, result = lower.lower_one(config, "tpu")
+    described, result = lowering.lower_one(config, "tpu")
     assert result == "ok"
     assert described == f"encoder/blocks/0/attention={kernels.MOSAIC_BLOCK_SPARSE}, eval {kernels.SPLASH}"
-    described, result = lower.lower_one(config, "cuda")
+    described, result = lowering.lower_one(config, "cuda")
     assert result == "ok"
     assert described.startswith(f"encoder/blocks/0/attention={kernels.TRITON}") and "eval" not in described
 

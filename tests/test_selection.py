@@ -1,11 +1,11 @@
-"""lra_jax.tools.selection: the grid point is chosen on validation accuracy, never on test; mean and std."""
+"""lra_jax.experiments.selection: the grid point is chosen on validation accuracy, never on test; mean and std."""
 
 import json
 import os
 
 import pytest
 
-from lra_jax.tools import selection
+from lra_jax.experiments import selection
 
 
 def result(point, seed, val, test, variant="softmax"):

@@ -175,10 +175,10 @@ def test_ssm_peak_rate_is_the_smaller_of_the_cap_and_the_main_peak(schedule, war
 
 
 def test_s4d_config_ssm_rate_follows_a_learning_rate_override():
-    from lra_jax.tools import sweep
+    from lra_jax.experiments import sweep_plan
 
     def ssm_peak(*overrides):
-        config = sweep.train_config(["--config=configs/s4d.py:listops,mini", *overrides])
+        config = sweep_plan.train_config(["--config=configs/s4d.py:listops,mini", *overrides])
         return float(optimizer.make_schedule(config, optimizer.ssm_learning_rate(config))(config.optimizer.warmup_steps))
 
     assert ssm_peak() == pytest.approx(0.001, rel=1e-5)  # main peak 0.05 / sqrt(200) = 0.0035

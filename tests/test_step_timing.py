@@ -52,7 +52,7 @@ def test_configs_timed_together_take_turns_in_alternating_rounds(monkeypatch, ke
     """Two configs (dropout 0 and 0.1), three rounds: A B, B A, A B. Where malloc keeps freed memory, a
     step after a switch is an untimed one of the new config (the switch is never in a timed step);
     where it maps every step's memory afresh anyway, the step after a switch is timed."""
-    from lra_jax.tools import bench
+    from lra_jax.experiments import bench_cells
     from lra_jax.training import trainer
 
     calls = []
@@ -81,8 +81,8 @@ def test_configs_timed_together_take_turns_in_alternating_rounds(monkeypatch, ke
     monkeypatch.setattr(step_timing.host_memory, "keeps_freed", lambda: keeps_freed)
     tiny = {"batch_size": 2, "seed": 0, "num_layers": 1, "num_heads": 2, "emb_dim": 16, "mlp_dim": 16,
             "dtype": "float32", "scan_layers": False, "remat": False}
-    configs = [bench.bench_config("softmax", 16, tiny, rate) for rate in (0.0, 0.1)]
-    task = tasks.TaskSpec("text-bench", bench.VOCAB_SIZE, bench.NUM_CLASSES, False, load=None)
+    configs = [bench_cells.bench_config("softmax", 16, tiny, rate) for rate in (0.0, 0.1)]
+    task = tasks.TaskSpec("text-bench", bench_cells.VOCAB_SIZE, bench_cells.NUM_CLASSES, False, load=None)
     timings = step_timing.time_train_steps(configs, task, trainer.make_mesh(), warmup=1, steps=3)
     warm_up = ["A", "B"]
     if keeps_freed:  # untimed, timed after each switch; none between B's rounds 1 and 2, A's 2 and 3

@@ -78,10 +78,10 @@ def test_a_run_trains_with_accumulation_and_evaluates_in_its_micro_batches(tmp_p
 
 
 def test_the_compiled_eval_step_takes_the_micro_batch():
-    from lra_jax.tools import lower
+    from lra_jax.experiments import lowering
 
     config = tiny_config("/nonexistent")
     config.grad_accum_steps = 2
-    (_, (_, train_batch)), (_, (_, eval_batch)) = lower.abstract_steps(config, "cpu")[0]
+    (_, (_, train_batch)), (_, (_, eval_batch)) = lowering.abstract_steps(config, "cpu")[0]
     assert train_batch["label"].shape == (config.batch_size,)
     assert eval_batch["label"].shape == eval_batch["weight"].shape == (config.batch_size // 2,)

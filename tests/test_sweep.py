@@ -9,15 +9,15 @@ import threading
 
 import pytest
 
-from lra_jax.tools import sweep
 from lra_jax.errors import ConfigError
+from lra_jax.experiments import device_slots, sweep_plan, sweep_report, sweep_run
 
 FILES = {"softmax": "configs/transformer.py", "linformer": "configs/linformer.py"}
 
 
 def make_plan(root, variants="softmax,linformer", seeds=("0",), overrides=(), grid=()):
-    return sweep.plan(variants, "listops", ["mini"], list(seeds), str(root), list(overrides), files=FILES,
-                      task_names=["listops"], python="python", grid=sweep.parse_grid(list(grid), list(overrides)))
+    return sweep_plan.plan(variants, "listops", ["mini"], list(seeds), str(root), list(overrides), files=FILES,
+                      task_names=["listops"], python="python", grid=sweep_plan.parse_grid(list(grid), list(overrides)))
 
 
 def workdir_of(command):
@@ -60,23 +60,23 @@ def test_finished_skipped_interrupted_resumed_failures_reported(tmp_path):
     runs = make_plan(tmp_path, seeds=("0", "1"))
     assert [r.state() for r in runs] == ["done", "new", "resume", "new"]
     runner = FakeRunner(fail=[os.path.join("linformer", "seed1")])
-    summary = sweep.run_sweep(runs, runner, log=lambda line: None)
+    summary = sweep_run.run_sweep(runs, runner, log=lambda line: None)
     assert [workdir_of(c) for c in runner.calls] == [r.workdir for r in runs[1:]]  # finished one skipped
     assert [s["status"] for s in summary] == ["skipped", "finished", "finished", "failed"]
     assert summary[2]["before"] == "resume"
     assert summary[3]["error"] == "exit status 1"
-    table = sweep.summary_table(summary)
+    table = sweep_report.summary_table(summary)
     assert "1 skipped, 2 finished, 1 failed; runs took" in table and "exit status 1" in table
     # a second sweep finds only the failed run left to do
     runner = FakeRunner()
-    sweep.run_sweep(make_plan(tmp_path, seeds=("0", "1")), runner, log=lambda line: None)
+    sweep_run.run_sweep(make_plan(tmp_path, seeds=("0", "1")), runner, log=lambda line: None)
     assert [workdir_of(c) for c in runner.calls] == [linformer3.workdir]
 
 
 def finish(run, steps=None, **changed):
     """Writes what `train` leaves in a finished workdir: config.json (the run's config, with
     `changed` dotted keys set) and results.json (its step count)."""
-    config = json.loads(sweep.train_config(run.command).to_json())
+    config = json.loads(sweep_plan.train_config(run.command).to_json())
     for dotted, value in changed.items():
         *parents, leaf = dotted.split(".")
         node = config
@@ -100,12 +100,12 @@ def test_a_finished_run_is_judged_against_the_config_its_command_trains_now(tmp_
     assert [r.state() for r in runs] == ["done", "stale", "resume"]
     assert runs[1].changes() == ["optimizer.learning_rate"]
     runner = FakeRunner()
-    summary = sweep.run_sweep(runs, runner, log=lambda line: None)
+    summary = sweep_run.run_sweep(runs, runner, log=lambda line: None)
     assert [workdir_of(c) for c in runner.calls] == [longer.workdir]
     assert [s["status"] for s in summary] == ["skipped", "stale", "finished"]
     assert "optimizer.learning_rate differ" in summary[1]["error"] and f"delete {stale.workdir}" in summary[1]["error"]
     assert open(os.path.join(stale.workdir, "results.json")).read() == stale_results  # kept as it was
-    assert "stale" in sweep.summary_table(summary)
+    assert "stale" in sweep_report.summary_table(summary)
 
 
 class DivergingRunner(FakeRunner):
@@ -122,19 +122,19 @@ class DivergingRunner(FakeRunner):
 
 def test_a_diverged_run_is_reported_and_never_retried_or_emitted(tmp_path):
     runs = make_plan(tmp_path, variants="softmax")
-    summary = sweep.run_sweep(runs, DivergingRunner(), log=lambda line: None)
+    summary = sweep_run.run_sweep(runs, DivergingRunner(), log=lambda line: None)
     assert summary[0]["status"] == "diverged" and "diverged at step 7 (loss nan)" in summary[0]["error"]
-    assert "1 diverged" in sweep.summary_table(summary)
+    assert "1 diverged" in sweep_report.summary_table(summary)
     again = make_plan(tmp_path, variants="softmax")
     assert [r.state() for r in again] == ["diverged"]
     runner = FakeRunner()
-    assert sweep.run_sweep(again, runner, log=lambda line: None)[0]["status"] == "diverged"
+    assert sweep_run.run_sweep(again, runner, log=lambda line: None)[0]["status"] == "diverged"
     assert runner.calls == []
-    assert sweep.estimate_runs(again, capture=None, log=lambda line: None) == []
+    assert sweep_report.estimate_runs(again, capture=None, log=lambda line: None) == []
 
 
 def test_exit_zero_without_results_is_a_failure(tmp_path):
-    summary = sweep.run_sweep(make_plan(tmp_path, "softmax"), lambda command, cwd, slot: 0, log=lambda line: None)
+    summary = sweep_run.run_sweep(make_plan(tmp_path, "softmax"), lambda command, cwd, slot: 0, log=lambda line: None)
     assert summary[0]["status"] == "failed" and "without results.json" in summary[0]["error"]
 
 
@@ -149,7 +149,7 @@ def test_unknown_and_configless_variants_are_clear_errors(tmp_path):
 
 
 def test_config_files_map_variant_names_to_files():
-    files = sweep.config_files()
+    files = sweep_plan.config_files()
     assert files["softmax"] == os.path.join("configs", "transformer.py")
     assert files["linformer"] == os.path.join("configs", "linformer.py")
 
@@ -165,7 +165,7 @@ def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
     (diverged / "results.json").write_text('{"status": "diverged", "diverged_at_step": 3, "loss": "nan"}')
     out = subprocess.run([sys.executable, "-m", "lra_jax.tools.sweep", "--variants=softmax,linformer",
                           "--tasks=listops", "--seeds=0,1,2", f"--root={tmp_path}", "--emit"],
-                         cwd=sweep.REPO, capture_output=True, text=True, timeout=120, check=False)
+                         cwd=sweep_plan.REPO, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("python -m lra_jax.train --config=configs/") for line in lines)
@@ -179,7 +179,7 @@ def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
 def test_emit_distributed_gives_the_multi_host_form(tmp_path):
     out = subprocess.run([sys.executable, "-m", "lra_jax.tools.sweep", "--variants=softmax", "--tasks=listops",
                           f"--root={tmp_path}", "--emit", "--distributed"],
-                         cwd=sweep.REPO, capture_output=True, text=True, timeout=120, check=False)
+                         cwd=sweep_plan.REPO, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     (line,) = out.stdout.strip().splitlines()
     assert line.startswith("python -m lra_jax.train --config=configs/") and line.endswith(" --distributed")
@@ -208,9 +208,9 @@ def test_signal_is_forwarded_to_the_child_and_the_sweep_stops(tmp_path):
             threading.Event().wait(0.05)
         os.kill(os.getpid(), __import__("signal").SIGINT)
 
-    with sweep._Stop() as stop:
+    with sweep_run.Stop() as stop:
         threading.Thread(target=send_sigint_once_started, daemon=True).start()
-        summary = sweep.run_sweep([first, second], sweep.subprocess_runner(stop), stop, log=lambda line: None)
+        summary = sweep_run.run_sweep([first, second], sweep_run.subprocess_runner(stop), stop, log=lambda line: None)
     with open(marker) as f:
         assert f.read() == "checkpointed"  # the child got SIGTERM and saved
     assert [s["status"] for s in summary] == ["stopped", "not started"]
@@ -228,13 +228,13 @@ def test_estimate_times_each_unfinished_run_shape_once_and_totals_per_task(tmp_p
         return 0, "workdir noise\n" + json.dumps({"seconds_per_step": 0.5, "num_train_steps": 120,
                                                    "projected_train_seconds": 61.0}) + "\n"
 
-    rows = sweep.estimate_runs(runs, capture, log=lambda line: None)
+    rows = sweep_report.estimate_runs(runs, capture, log=lambda line: None)
     # seeds and learning rates do not change the step: one `train --estimate` per variant
     assert [workdir_of(c) for c in calls] == [runs[1].workdir, runs[4].workdir]
     assert all(c[-1] == "--estimate" for c in calls)
     assert [r["status"] for r in rows] == ["ok"] * 3 + ["failed"] * 4
     assert rows[3]["error"] == "exit status 2: error: out of memory"
-    table = sweep.estimate_table(rows, parallel=2)
+    table = sweep_report.estimate_table(rows, parallel=2)
     assert "listops-mini: 3 min" in table  # 3 x 61 s
     assert "total: 3 min of training (0.1 h)" in table and "4 runs failed" in table
     assert "with --parallel=2" in table
@@ -266,11 +266,11 @@ def test_grid_axes_make_a_product_of_points_each_in_its_directory(tmp_path):
 
 def test_grid_mistakes_are_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="expected KEY=V1,V2"):
-        sweep.parse_grid(["optimizer.learning_rate"])
+        sweep_plan.parse_grid(["optimizer.learning_rate"])
     with pytest.raises(ConfigError, match="use --seeds"):
-        sweep.parse_grid(["seed=1,2"])
+        sweep_plan.parse_grid(["seed=1,2"])
     with pytest.raises(ConfigError, match="both a --grid axis and an override"):
-        sweep.parse_grid([f"{LR}=1,2"], [f"--config.{LR}=3"])
+        sweep_plan.parse_grid([f"{LR}=1,2"], [f"--config.{LR}=3"])
     with pytest.raises(ConfigError, match="cannot be configured"):
         make_plan(tmp_path, "softmax", grid=["optimizer.no_such_key=1,2"])
 
@@ -278,26 +278,26 @@ def test_grid_mistakes_are_one_clear_error(tmp_path):
 def test_two_stage_trains_the_other_seeds_only_at_the_point_chosen_on_validation(tmp_path):
     runs = make_plan(tmp_path, "softmax", seeds=("0", "1", "2"), grid=[f"{LR}=1e-3,5e-3"])
     low0, low1, low2, high0, high1, high2 = runs
-    now, waiting = sweep.protocol_runs(runs, "two_stage")
+    now, waiting = sweep_plan.protocol_runs(runs, "two_stage")
     assert now == [low0, high0] and waiting == ["listops-mini/softmax"]
     write_result(low0, val=0.40, test=0.90)  # best test, worse validation: must not be chosen
-    now, waiting = sweep.protocol_runs(runs, "two_stage")
+    now, waiting = sweep_plan.protocol_runs(runs, "two_stage")
     assert now == [low0, high0] and waiting  # the first stage is not finished yet
     write_result(high0, val=0.60, test=0.30)
-    now, waiting = sweep.protocol_runs(runs, "two_stage")
+    now, waiting = sweep_plan.protocol_runs(runs, "two_stage")
     assert now == [low0, high0, high1, high2] and waiting == []
-    assert sweep.protocol_runs(runs, "grid") == (runs, [])
+    assert sweep_plan.protocol_runs(runs, "grid") == (runs, [])
     write_result(high1, val=0.10, test=0.40)  # a poor later seed does not move the choice: compared on seed 0
     write_result(high2, val=0.10, test=0.50)
-    table = sweep.selection_table(sweep.protocol_runs(runs, "two_stage")[0])
+    table = sweep_report.selection_table(sweep_plan.protocol_runs(runs, "two_stage")[0])
     assert f"listops-mini/softmax: {LR}=5e-3  test 40.00 ± 10.00 (n=3)" in table
     assert f"val on seeds 0: {LR}=1e-3 40.0, {LR}=5e-3 60.0" in table
 
 
 def test_an_estimate_before_the_choice_counts_the_second_stage_at_the_first_point(tmp_path):
     runs = make_plan(tmp_path, seeds=("0", "1", "2"), grid=[f"{LR}=1e-3,5e-3"])  # 2 variants
-    now, waiting = sweep.protocol_runs(runs, "two_stage")
-    stand_ins = sweep.second_stage_stand_ins(runs, waiting)
+    now, waiting = sweep_plan.protocol_runs(runs, "two_stage")
+    stand_ins = sweep_plan.second_stage_stand_ins(runs, waiting)
     assert len(now) == 4 and len(stand_ins) == 4  # 2 points at seed 0, 2 later seeds, per variant
     assert {(r.point, r.seed) for r in stand_ins} == {(f"{LR}=1e-3", 1), (f"{LR}=1e-3", 2)}
 
@@ -313,7 +313,7 @@ def test_two_stage_sweep_starts_a_second_stage_as_soon_as_its_first_is_done(tmp_
         write_result(r, accuracy[r.point], accuracy[r.point])
         return 0
 
-    summary = sweep.run_sweep(lambda: sweep.protocol_runs(runs, "two_stage")[0], runner, log=lambda line: None)
+    summary = sweep_run.run_sweep(lambda: sweep_plan.protocol_runs(runs, "two_stage")[0], runner, log=lambda line: None)
     assert trained == [f"listops-mini/softmax/{LR}=1e-3/seed0", f"listops-mini/softmax/{LR}=5e-3/seed0",
                        f"listops-mini/softmax/{LR}=1e-3/seed1"]
     assert [s["status"] for s in summary] == ["finished"] * 3
@@ -343,7 +343,7 @@ time.sleep(60)
 
 def test_parallel_sweep_pins_each_run_and_an_interrupt_checkpoints_all_then_resumes(tmp_path):
     cores = sorted(os.sched_getaffinity(0))
-    slots = [sweep.device_slots.Slot(f"cpu {c}", {"CUDA_VISIBLE_DEVICES": str(i)}, frozenset([c]))
+    slots = [device_slots.Slot(f"cpu {c}", {"CUDA_VISIBLE_DEVICES": str(i)}, frozenset([c]))
              for i, c in enumerate([cores[0], cores[-1]])]
     runs = make_plan(tmp_path, seeds=("0", "1"))  # four runs, two slots
     for r in runs:
@@ -356,9 +356,9 @@ def test_parallel_sweep_pins_each_run_and_an_interrupt_checkpoints_all_then_resu
             threading.Event().wait(0.05)
         os.kill(os.getpid(), __import__("signal").SIGINT)
 
-    with sweep._Stop() as stop:
+    with sweep_run.Stop() as stop:
         threading.Thread(target=interrupt_once_two_started, daemon=True).start()
-        summary = sweep.run_sweep(runs, sweep.subprocess_runner(stop, log_to_workdir=True), stop,
+        summary = sweep_run.run_sweep(runs, sweep_run.subprocess_runner(stop, log_to_workdir=True), stop,
                                   log=lambda line: None, slots=slots, cwd=str(tmp_path))
     assert sorted(s["status"] for s in summary) == ["not started", "not started", "stopped", "stopped"]
     interrupted = [r for r, s in zip(runs, summary) if s["status"] == "stopped"]
@@ -370,8 +370,8 @@ def test_parallel_sweep_pins_each_run_and_an_interrupt_checkpoints_all_then_resu
 
     os.environ["SWEEP_TEST_FINISH"] = "1"
     try:
-        with sweep._Stop() as stop:
-            summary = sweep.run_sweep(runs, sweep.subprocess_runner(stop, log_to_workdir=True), stop,
+        with sweep_run.Stop() as stop:
+            summary = sweep_run.run_sweep(runs, sweep_run.subprocess_runner(stop, log_to_workdir=True), stop,
                                       log=lambda line: None, slots=slots, cwd=str(tmp_path))
     finally:
         del os.environ["SWEEP_TEST_FINISH"]
@@ -382,17 +382,17 @@ def test_parallel_sweep_pins_each_run_and_an_interrupt_checkpoints_all_then_resu
 
 def test_device_slots_are_disjoint_and_too_many_is_a_clear_error(monkeypatch):
     cores = sorted(os.sched_getaffinity(0))
-    (only,) = sweep.device_slots.slots("cpu", parallel=1, per_run=len(cores))
+    (only,) = device_slots.slots("cpu", parallel=1, per_run=len(cores))
     assert only.cpus == frozenset(cores) and only.env == {}
     with pytest.raises(ConfigError, match="lower --parallel"):
-        sweep.device_slots.slots("cpu", parallel=len(cores) + 1)
+        device_slots.slots("cpu", parallel=len(cores) + 1)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")
-    gpus = sweep.device_slots.slots("gpu", parallel=2, per_run=2)
+    gpus = device_slots.slots("gpu", parallel=2, per_run=2)
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gpus] == ["3,5", "6,7"]
-    monkeypatch.setattr(sweep.device_slots, "tpu_chips", lambda: ["0", "1", "2", "3"])
-    tpus = sweep.device_slots.slots("tpu", parallel=4)
+    monkeypatch.setattr(device_slots, "tpu_chips", lambda: ["0", "1", "2", "3"])
+    tpus = device_slots.slots("tpu", parallel=4)
     assert [s.env["TPU_VISIBLE_CHIPS"] for s in tpus] == ["0", "1", "2", "3"]
     assert len({s.env["TPU_PROCESS_PORT"] for s in tpus}) == 4
     assert {s.env["TPU_CHIPS_PER_PROCESS_BOUNDS"] for s in tpus} == {"1,1,1"}
     with pytest.raises(ConfigError, match="not a sub-slice"):
-        sweep.device_slots.slots("tpu", parallel=1, per_run=3)
+        device_slots.slots("tpu", parallel=1, per_run=3)

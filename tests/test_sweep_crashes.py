@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lra_jax.tools import selection, sweep
+from lra_jax.experiments import selection, sweep_plan, sweep_report, sweep_run
 
 FILES = {"softmax": "configs/transformer.py", "linformer": "configs/linformer.py"}
 
@@ -36,7 +36,7 @@ with open(os.path.join(workdir, "results.json"), "w") as f:
 
 
 def make_plan(root):
-    runs = sweep.plan("softmax,linformer", "listops", ["mini"], ["0"], str(root), files=FILES,
+    runs = sweep_plan.plan("softmax,linformer", "listops", ["mini"], ["0"], str(root), files=FILES,
                       task_names=["listops"], python="python")
     crashing, finishing = runs
     crashing.command = [sys.executable, "-c", CHILD, f"--workdir={crashing.workdir}"]
@@ -47,8 +47,8 @@ def make_plan(root):
 @pytest.mark.parametrize("log_to_workdir", [False, True], ids=["console", "train.log"])
 def test_a_crashed_run_is_recorded_with_its_last_lines_the_sweep_goes_on_and_resumes_it(tmp_path, log_to_workdir):
     runs = make_plan(tmp_path)
-    with sweep._Stop() as stop:
-        summary = sweep.run_sweep(runs, sweep.subprocess_runner(stop, log_to_workdir), stop, log=lambda line: None,
+    with sweep_run.Stop() as stop:
+        summary = sweep_run.run_sweep(runs, sweep_run.subprocess_runner(stop, log_to_workdir), stop, log=lambda line: None,
                                   cwd=str(tmp_path))
     crashed, finished = summary
     assert crashed["status"] == "crashed" and crashed["exit_code"] == -9
@@ -56,19 +56,19 @@ def test_a_crashed_run_is_recorded_with_its_last_lines_the_sweep_goes_on_and_res
     assert crashed["last_lines"].splitlines()[-1] == "step 5: allocating 40 GiB"
     assert "step 5: allocating 40 GiB" in crashed["error"] and "\n" not in crashed["error"]
     assert finished["status"] == "finished"  # the sweep went on
-    assert "crashed" in sweep.summary_table(summary)
+    assert "crashed" in sweep_report.summary_table(summary)
 
-    with sweep._Stop() as stop:
-        again = sweep.run_sweep(make_plan(tmp_path), sweep.subprocess_runner(stop, log_to_workdir), stop,
+    with sweep_run.Stop() as stop:
+        again = sweep_run.run_sweep(make_plan(tmp_path), sweep_run.subprocess_runner(stop, log_to_workdir), stop,
                                 log=lambda line: None, cwd=str(tmp_path))
     assert [(row["before"], row["status"]) for row in again] == [("resume", "finished"), ("done", "skipped")]
 
 
 def test_a_signal_exit_status_names_the_signal_and_an_error_exit_is_no_crash():
-    assert sweep.crash_cause(-9) == "killed by SIGKILL (out of memory?)"
-    assert sweep.crash_cause(139) == "killed by SIGSEGV"  # as a shell reports it: 128 + 11
-    assert sweep.crash_cause(-15) == "killed by SIGTERM"
-    assert sweep.crash_cause(1) is None and sweep.crash_cause(2) is None and sweep.crash_cause(0) is None
+    assert sweep_run.crash_cause(-9) == "killed by SIGKILL (out of memory?)"
+    assert sweep_run.crash_cause(139) == "killed by SIGSEGV"  # as a shell reports it: 128 + 11
+    assert sweep_run.crash_cause(-15) == "killed by SIGTERM"
+    assert sweep_run.crash_cause(1) is None and sweep_run.crash_cause(2) is None and sweep_run.crash_cause(0) is None
 
 
 def truncate(path: str) -> None:

@@ -11,7 +11,7 @@ from lra_jax.data.tasks import TaskSpec
 from lra_jax.kernels import dropout as counter_mask
 from lra_jax.kernels.masking import MASK_VALUE
 from lra_jax.measure.step_timing import random_batch
-from lra_jax.tools import bench
+from lra_jax.experiments import bench_cells
 from lra_jax.training import trainer
 from lra_jax.training.steps import make_train_step
 
@@ -99,11 +99,11 @@ def test_dropout_keeps_no_second_weight_array_from_forward_to_backward(variant):
     settings = dict(batch_size=2, seed=0, num_layers=4, num_heads=4, emb_dim=64, mlp_dim=128,
                     dtype="float32", scan_layers=False, remat=False)
     length = 512
-    task = TaskSpec("text-bench", bench.VOCAB_SIZE, bench.NUM_CLASSES, False, load=None)
+    task = TaskSpec("text-bench", bench_cells.VOCAB_SIZE, bench_cells.NUM_CLASSES, False, load=None)
     mesh = trainer.make_mesh()
 
     def temporaries(rate):
-        config = bench.bench_config(variant, length, settings, rate)
+        config = bench_cells.bench_config(variant, length, settings, rate)
         graphdef, tx, state = trainer.create_train_state(config, task, mesh)
         batch = random_batch(task, config.batch_size, config.max_len, config.seed)
         with compat.abstract_mesh(mesh):

@@ -17,15 +17,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import glob
+import importlib.util
 import os
 import re
 from typing import Any
 
-import jax
+from jax.experimental import topologies
 
 from lra_jax.errors import LraError
-
-GIB = 2**30
+from lra_jax.measure.units import GIB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,8 +146,6 @@ def get(name: str) -> Target:
 
     Raises LraError for an unknown name, or when the compiler it needs is not installed.
     """
-    from jax.experimental import topologies
-
     gpu = GPU_PATTERN.match(name)
     if gpu and gpu.group(1) in GPU_CHIPS and int(gpu.group(2) or 1) >= 1:
         chip, count = gpu.group(1), int(gpu.group(2) or 1)
@@ -208,14 +206,10 @@ def quiet_libtpu() -> None:
 
 
 def _has_libtpu() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("libtpu") is not None
 
 
 def _has_cuda_plugin() -> bool:
-    import importlib.util
-
     try:
         return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
     except ModuleNotFoundError:  # no jax_plugins package at all

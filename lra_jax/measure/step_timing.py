@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lra_jax import compat
+from lra_jax.data import tasks
 from lra_jax.data.tasks import TaskSpec
 from lra_jax.measure import host_memory
 from lra_jax.training import memory, trainer
@@ -130,8 +131,6 @@ def projected_training(config: ml_collections.ConfigDict, *, warmup: int = 1, st
 
     Evaluation, data preparation and checkpointing are not included.
     """
-    from lra_jax.data import tasks
-
     timing = time_train_step(config, tasks.get_task(config.task), trainer.make_mesh(), warmup=warmup, steps=steps)
     return {
         "task": config.task, "scale": config.scale, "variant": config.attention.name,

@@ -29,13 +29,17 @@ import os
 import sys
 from typing import Any
 
+from lra_jax.config import task_defaults
 from lra_jax.errors import LraError
+from lra_jax.experiments import lowering
+from lra_jax.experiments.choices import config_files
+from lra_jax.experiments.compile_matrix import DEFAULT_TARGETS
+from lra_jax.experiments.compile_step import MODES
+from lra_jax.measure.units import gib
 
 DEFAULT_GLOB = "experiments/results/compile-*.json"
 OVERRIDES = ("--lengths", "--per_device_batch", "--impl=xla", "--impl=pallas", "--attention_dropout_rate",
              "--scale=mini")
-MODES = ("train", "eval")
-GIB = 2**30
 FIT, ACCUMULATED, UNFIT, ERRORS, REBATCHED = (
     "fit", "fit with accumulation", "do not fit one example per device", "errors",
     "compiled at a batch the devices divide, not the config's")
@@ -47,11 +51,8 @@ Key = tuple[str, str, str, str]  # variant, task label, target, mode
 
 def shapes() -> list[str]:
     """The full-scale task shapes, labelled as `compile` labels its rows."""
-    from lra_jax.config import task_defaults
-    from lra_jax.tools import lower
-
     return [f"{task}:{length}" if length else task
-            for _, task, length in lower.combinations(["-"], list(task_defaults.TASKS), "full")]
+            for _, task, length in lowering.combinations(["-"], list(task_defaults.TASKS), "full")]
 
 
 def load_rows(paths: list[str]) -> dict[Key, dict[str, Any]]:
@@ -78,7 +79,7 @@ def cell(row: dict[str, Any] | None) -> str:
         return "."
     rebatched = "~" if row.get("config_batch") else ""
     if row["result"] == "ok":
-        return f"{(row.get('memory') or {}).get('total', 0) / GIB:.2f}" + rebatched
+        return gib((row.get('memory') or {}).get('total', 0)) + rebatched
     if row["result"] == "does not fit":
         plan = row.get("plan") or {}
         return (f"a{plan['accum_steps']}" if plan.get("status") == "planned" else "X") + rebatched
@@ -120,7 +121,7 @@ def summary(rows: dict[Key, dict[str, Any]], targets: list[str], variants: list[
         n = outcomes(list(marks.values()))
         fitting = [rows[k] for k, m in marks.items() if m[0].isdigit()]
         largest = max(fitting, key=lambda r: r["memory"]["total"], default=None)
-        biggest = (f"{largest['memory']['total'] / GIB:.2f} of {largest['device_memory'] / GIB:.2f} "
+        biggest = (f"{gib(largest['memory']['total'])} of {gib(largest['device_memory'])} "
                    f"({largest['variant']} {largest['task']} {largest['mode']})") if largest else "-"
         unfit = [f"{k[0]} {k[1]} {k[3]} {m}" for k, m in marks.items() if m[0] in "aX"]
         compiled = f"{sum(m != '.' for m in marks.values())}/{len(keys)}"
@@ -140,9 +141,6 @@ def by_date(paths: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lra_jax.tools import compile as compile_cmd
-    from lra_jax.tools.choices import config_files
-
     parser = argparse.ArgumentParser(prog="python -m lra_jax.tools.fits", description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", help=f"compile JSONs (default: {DEFAULT_GLOB}, by date)")
     parser.add_argument("--summary", action="store_true", help="one line per target instead of the tables")
@@ -159,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     variants, columns = sorted(config_files()), shapes()
-    matrix = compile_cmd.DEFAULT_TARGETS.split(",")
+    matrix = DEFAULT_TARGETS.split(",")
     seen = sorted({k[2] for k in rows} - set(matrix))
     targets = [t.strip() for t in args.targets.split(",") if t.strip()] or matrix + seen
     if args.summary:

@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +40,7 @@ from lra_jax.attention import registry
 from lra_jax.kernels import pallas_available
 from lra_jax.kernels.flash import flash_attention
 from lra_jax.kernels.linear import linear_attention
+from lra_jax.measure.kernel_timing import time_fwd_bwd
 
 KERNELS = ("flash", "block_sparse", "linear")
 
@@ -82,23 +81,6 @@ def candidates(kernel: str, heads: int, d: int, n: int, with_pallas: bool, inter
             out.append((f"linear[{impl}]", lambda q, k, v, mask, impl=impl: linear_attention(
                 q, k, v, key_mask=mask, impl=impl, interpret=interpret)))
     return out
-
-
-def time_fwd_bwd(fn, q, k, v, mask, repeats: int) -> dict:
-    """Median seconds of one jitted forward + backward, and XLA's temp memory."""
-    r = jnp.ones(q.shape[:-1] + (v.shape[-1],), jnp.float32)
-    loss = lambda q, k, v: jnp.sum(fn(q, k, v, mask).astype(jnp.float32) * r)
-    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
-    compiled = step.lower(q, k, v).compile()
-    memory = compiled.memory_analysis()
-    jax.block_until_ready(compiled(q, k, v))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(q, k, v))
-        times.append(time.perf_counter() - start)
-    return {"seconds": statistics.median(times),
-            "temp_bytes": getattr(memory, "temp_size_in_bytes", None) if memory is not None else None}
 
 
 def main(argv: list[str] | None = None) -> dict:

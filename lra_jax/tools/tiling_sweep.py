@@ -4,7 +4,7 @@
 
 The Triton kernels' blocks are chosen without trial compiles (`lra_jax.kernels.tiling`,
 `flash.pallas_gpu.choose_dense_tiling`). This times one jitted forward + backward of the dense
-flash kernel (`kernel_bench.time_fwd_bwd`) at every (B_q, B_k, warps, stages) in the grid that fits
+flash kernel (`lra_jax.measure.kernel_timing`) at every (B_q, B_k, warps, stages) in the grid that fits
 the GPU's shared memory, every second sequence 3/4 long, and marks the tiling the library chooses.
 Results: experiments/results/tilings-<device>.json. Needs a GPU (interpreted kernels time nothing).
 """
@@ -25,7 +25,7 @@ import numpy as np
 from lra_jax import provenance
 from lra_jax.kernels import pallas_available, tiling
 from lra_jax.kernels.flash import pallas_gpu
-from lra_jax.tools.kernel_bench import time_fwd_bwd
+from lra_jax.measure.kernel_timing import time_fwd_bwd
 
 BLOCKS = ((16, 16), (32, 32), (64, 32), (32, 64), (64, 64), (128, 64))
 WARPS = (4, 8)

@@ -1,0 +1,301 @@
+"""LRA scores from finished runs and the results table (lra_results.md): the library behind
+`python -m lra_jax.tools.chart`, with `lra_chart` drawing the chart from the same figures.
+
+Per variant and task the grid point chosen on validation accuracy (`selection`) is reported by its
+test accuracy, mean and sample std over seeds; each variant is scored the LRA way, the mean of its
+tasks' test means over the scored tasks (`LRA_TASKS`: every task of `lra_jax.data.tasks` but Path-X,
+which is reported on its own), in the order of the paper's columns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from collections import defaultdict
+from typing import Any
+
+from lra_jax.data import tasks as task_registry
+from lra_jax.errors import LraError
+from lra_jax.experiments import selection
+from lra_jax.experiments.table2_report import REFERENCE
+
+PATH_X = ("path_x", "pathx", "path-x")  # its spellings; `task_key` makes them one
+
+
+def _paper_order(tasks: list[str]) -> tuple[str, ...]:
+    """`tasks` in the order of the LRA paper's columns (its Table 1, as the committed reference figures
+    list them); a task the paper does not have goes last."""
+    try:
+        with open(REFERENCE, encoding="utf-8") as f:
+            columns = json.load(f)["tasks"]
+    except (OSError, ValueError, KeyError):
+        columns = []
+    return tuple(sorted(tasks, key=lambda t: columns.index(t) if t in columns else len(columns)))
+
+
+LRA_TASKS = _paper_order([t for t in task_registry.names() if t not in PATH_X])  # the tasks of the score
+TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
+               "pathfinder": "Pathfinder"}
+SSM_REFERENCE = os.path.join(os.path.dirname(REFERENCE), "s4d_paper.json")
+# Not attention: the yardstick the attention variants are measured against, drawn apart.
+REFERENCE_VARIANTS = {"s4d": "the reference: a state-space model, not attention"}
+
+def task_key(task: str) -> str:
+    """Canonical task name: every spelling of Path-X becomes 'path_x'."""
+    return "path_x" if task.lower() in PATH_X else task
+
+
+def read_runs(runs_dir: str, scale: str | None = None) -> list[selection.Result]:
+    """Every run under `runs_dir` of `scale` (`selection.load`), Path-X spellings made one."""
+    if not os.path.isdir(runs_dir):
+        raise LraError(f"--runs={runs_dir} is not a directory")
+    return [dataclasses.replace(r, task=task_key(r.task)) for r in selection.load(runs_dir, scale)]
+
+
+def short_point(point: str) -> str:
+    """'optimizer.learning_rate=0.005,model.dropout=0' -> 'learning_rate=0.005, dropout=0' (a key keeps
+    its prefix where dropping it would make two keys alike); '' (a run outside a grid) -> '(no grid)'."""
+    if not point:
+        return "(no grid)"
+    pairs = [p.partition("=") for p in re.split(r",(?=[^,=]+=)", point)]
+    names = [key.rpartition(".")[2] for key, _, _ in pairs]
+    if len(set(names)) < len(names):
+        names = [key for key, _, _ in pairs]
+    return ", ".join(f"{name}={value}" for name, (_, _, value) in zip(names, pairs))
+
+
+def score_spread(stds: list[float | None]) -> float | None:
+    """Standard deviation of a single-seed score, the mean of T tasks run independently:
+    sqrt(sum of the tasks' variances) / T; None when a task has no std (one seed) or there is none."""
+    if not stds or any(s is None for s in stds):
+        return None
+    return math.sqrt(sum(s * s for s in stds)) / len(stds)
+
+
+def aggregate(selections: dict[tuple[str, str | None, str], selection.Selection | None]) -> dict[str, dict[str, Any]]:
+    """variant -> {"accuracy": {task: test mean %}, "std": {task: sample std % or None}, "seeds": {task: n},
+    "chosen": {task: Selection}, "score", "score_std", "missing", "path_x", "extra_tasks"}, from
+    `selection.select_all`; a cell whose every point diverged (None) counts as missing."""
+    by = defaultdict(dict)
+    for (task, _, variant), chosen in selections.items():
+        if chosen is not None:
+            by[variant][task] = chosen
+    out = {}
+    for variant, chosen in sorted(by.items()):
+        accuracy = {t: 100.0 * s.test_mean for t, s in chosen.items()}
+        std = {t: None if s.test_std is None else 100.0 * s.test_std for t, s in chosen.items()}
+        present = [t for t in LRA_TASKS if t in accuracy]
+        out[variant] = {
+            "accuracy": accuracy, "std": std, "seeds": {t: s.n for t, s in chosen.items()}, "chosen": chosen,
+            "score": sum(accuracy[t] for t in present) / len(present) if present else None,
+            "score_std": score_spread([std[t] for t in present]),
+            "missing": [t for t in LRA_TASKS if t not in accuracy],
+            "path_x": accuracy.get("path_x"),
+            "extra_tasks": sorted(t for t in accuracy if t not in LRA_TASKS and t != "path_x"),
+        }
+    return out
+
+
+def has_grid(measured: dict[str, dict[str, Any]]) -> bool:
+    """Whether any reported cell chose among more than one grid point (diverged points included)."""
+    return any(len(s.candidates) + len(s.diverged) > 1
+               for m in measured.values() for s in m["chosen"].values())
+
+
+def load_bench(path: str, length: int | None) -> tuple[int | None, dict[str, dict[str, Any]]]:
+    """(length used, variant -> bench result at that length); only results with status 'ok'."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            bench = json.load(f)
+        results = bench["results"]
+    except (OSError, ValueError, KeyError) as error:
+        raise LraError(f"cannot read bench JSON {path}: {error}") from error
+    lengths = sorted({r["length"] for r in results})
+    if length is None:
+        ok = sorted({r["length"] for r in results if r.get("status") == "ok"})
+        length = ok[-1] if ok else (lengths[-1] if lengths else None)
+    elif length not in lengths:
+        raise LraError(f"--length={length} is not in {path}; it has lengths {', '.join(map(str, lengths))}")
+    return length, {r["variant"]: r for r in results if r["length"] == length and r.get("status") == "ok"}
+
+
+def memory_bytes(result: dict[str, Any]) -> float | None:
+    return result.get("peak_memory_bytes") or result.get("compiled_step_memory_bytes")
+
+def diverged_note(results: list[selection.Result]) -> str:
+    """One line naming the diverged runs left out of the chart and table ("" if none)."""
+    diverged = [" ".join([r.variant, r.task, *([short_point(r.point)] if r.point else []),
+                          f"seed {r.seed} (step {r.diverged_at_step})"]) for r in results if r.diverged]
+    return f"Left out, diverged (not results): {', '.join(diverged)}." if diverged else ""
+
+
+def seed_counts(measured: dict[str, dict[str, Any]]) -> str:
+    """'3 seeds' or '1 to 3 seeds': the seeds per LRA task over the variants in `measured`."""
+    counts = sorted({n for m in measured.values() for t, n in m["seeds"].items() if t in LRA_TASKS})
+    if not counts:
+        return "no seeds"
+    span = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    return f"{span} seed{'s' if counts[-1] > 1 else ''}"
+
+
+def caption(measured: dict[str, dict[str, Any]]) -> str:
+    """What the left panel shows and how each task's figure was chosen (true to `selection.select`)."""
+    if has_grid(measured):
+        how = ("Each variant and task: the grid point with the best mean validation accuracy (over the seeds "
+               "every point finished; points with a diverged seed out) is reported, never chosen on test.")
+    else:
+        how = "Each variant and task: test accuracy, mean over seeds (no grid, nothing selected)."
+    return (f"{how} Bubble at the mean score; bar ±1 std of a single-seed score, sqrt(Σ std²)/T "
+            f"(none when a task has one seed). n = {seed_counts(measured)} per task.")
+
+
+def score_bars(measured: dict[str, dict[str, Any]], variants: list[str]) -> list[float | None]:
+    """Half-length of each variant's error bar: ±1 std of a single-seed score (None: no bar)."""
+    return [measured[v]["score_std"] for v in variants]
+
+def _fmt(value, digits: int = 1, suffix: str = "") -> str:
+    return "—" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _significant(value, digits: int = 3) -> str:
+    """0.0342 -> '0.0342', 1234.5 -> '1.23e+03': slow CPU speeds keep their digits."""
+    return "—" if value is None else f"{value:.{digits}g}"
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _header(cells) -> list[str]:
+    """A Markdown table head: the names and a delimiter row with one `---` per column."""
+    return [_row(cells), "|" + "---|" * len(cells)]
+
+
+def _pm(mean: float | None, std: float | None, suffix: str = "") -> str:
+    """'37.20 ± 1.05' (the mean alone without a std, '—' without a mean), then `suffix`."""
+    if mean is None:
+        return "—"
+    return f"{mean:.2f}" + ("" if std is None else f" ± {std:.2f}") + suffix
+
+
+def _task_order(m: dict[str, Any]) -> list[str]:
+    """The tasks a variant has, in table column order (the LRA five, Path-X, then any others)."""
+    return [t for t in (*LRA_TASKS, "path_x") if t in m["accuracy"]] + m["extra_tasks"]
+
+
+def _seeds_cell(m: dict[str, Any]) -> str:
+    """Seeds per task present in column order ('3/3/1'), or one number when all are alike."""
+    counts = [m["seeds"][t] for t in _task_order(m)]
+    return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
+
+
+def _table_caption(measured: dict[str, dict[str, Any]]) -> str:
+    """The line under the title: what a cell holds and how its grid point was chosen."""
+    chosen = ("where a grid was swept, each cell reports the point with the best mean validation accuracy "
+              "over the seeds every point finished (see Selected grid points)" if has_grid(measured) else
+              "no cell has more than one grid point, so nothing was selected")
+    return ("Test accuracy (%): mean ± sample std over seeds (ddof 1; the mean alone with one seed). "
+            f"Selection is on validation, never on test: {chosen}. Score = mean over ListOps, Text, Retrieval, "
+            "Image, Pathfinder (Path-X separate), ± the std of a single-seed score, sqrt(Σ std²)/T. Seeds: "
+            "n per task present, in column order (one number when alike). A score marked * is over the tasks "
+            "present only.")
+
+
+def _variant_row(variant: str, m: dict[str, Any], b: dict[str, Any]) -> str:
+    """One variant's row of the results table."""
+    mem = memory_bytes(b) if b else None
+    name = f"{variant} ({REFERENCE_VARIANTS[variant]})" if variant in REFERENCE_VARIANTS else variant
+    return _row([name, *(_pm(m["accuracy"].get(t), m["std"].get(t)) for t in LRA_TASKS),
+                 _pm(m["score"], m["score_std"], "*" if m["missing"] else ""),
+                 _pm(m["path_x"], m["std"].get("path_x")), _seeds_cell(m),
+                 _significant(b.get("examples_per_second")), _fmt(mem / 2**30 if mem else None, 2),
+                 ", ".join(m["missing"]) or "—"])
+
+
+def _selection_row(variant: str, task: str, s: selection.Selection) -> str:
+    """One (variant, task) row of the selected-grid-points table."""
+    val = "; ".join(f"{short_point(p)}: {100 * v:.2f}" for p, v in s.candidates.items())
+    if s.diverged:
+        val += "; diverged: " + ", ".join(map(short_point, s.diverged))
+    compared = ", ".join(map(str, s.compared_on)) or "none common: each point on its own"
+    return _row([variant, TASK_TITLES.get(task, task), short_point(s.point), val, compared,
+                 ", ".join(map(str, s.seeds)), _pm(100 * s.test_mean, None if s.test_std is None
+                                                    else 100 * s.test_std)])
+
+
+def selected_points(measured: dict[str, dict[str, Any]], order: list[str]) -> list[str]:
+    """The "Selected grid points" section: every cell run in a grid; [] when no cell chose among points."""
+    if not has_grid(measured):
+        return []
+    lines = ["", "## Selected grid points", "",
+             "Per cell, the grid point with the best mean validation accuracy over the seeds compared on "
+             "(every point's finished seeds; a point with a diverged seed is out), then its test accuracy over "
+             "all its seeds. Cells run without a grid are not listed.", "",
+             *_header(["Variant", "Task", "Chosen", "Val % per candidate", "Compared on seeds",
+                       "Seeds at chosen", "Test % mean ± std"])]
+    for variant in order:
+        m = measured[variant]
+        for task in _task_order(m):
+            s = m["chosen"][task]
+            if s.point or len(s.candidates) + len(s.diverged) > 1:
+                lines.append(_selection_row(variant, task, s))
+    return lines
+
+
+def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
+                   length: int | None, scale: str | None, reference: dict[str, Any] | None,
+                   note: str = "", ssm_reference: dict[str, Any] | None = None) -> str:
+    """Per-task accuracy, score, Path-X, speed and memory of every variant, best score first; the grid
+    points chosen; the published figures."""
+    lines = [f"# LRA results ({'scale ' + scale if scale else 'all scales'})", "", _table_caption(measured), ""]
+    speed = f"examples/s @{length}" if length else "examples/s"
+    memory = f"memory GiB @{length}" if length else "memory GiB"
+    lines += _header(["Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Score", "Path-X", "Seeds", speed,
+                      memory, "Missing tasks"])
+    order = sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
+    lines += [_variant_row(v, measured[v], (bench or {}).get(v, {})) for v in order]
+    for part in note.splitlines():
+        lines += ["", part]
+    no_bench = [v for v in order if bench is not None and v not in bench]
+    if no_bench:
+        lines += ["", f"Not in the bench JSON at length {length} (not on the chart): {', '.join(no_bench)}."]
+    lines += selected_points(measured, order)
+    if reference:
+        lines += ["", "## Published (LRA paper)", "", reference["paper"] + ".", "",
+                  *_header(["Model", "Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Avg",
+                            "Speed @4K (×)", "Memory @4K (GB)"])]
+        for r in reference["models"]:
+            acc = r["accuracy"]
+            lines.append(_row([r["paper_name"], r["variant"], *(_fmt(acc[t], 2) for t in LRA_TASKS),
+                               _fmt(r["avg"], 2), _fmt(r.get("relative_speed_4k"), 1),
+                               _fmt(r.get("memory_4k_gb"), 2)]))
+        lines += ["", "Sources: " + " ".join(reference.get("source", {}).values())]
+    if ssm_reference:
+        lines += ["", "## Published (S4D paper): the state-space yardstick, not attention", "",
+                  ssm_reference["paper"] + ". Avg (5) is the LRA score above (Path-X apart); Avg (6) is the "
+                  "paper's own, with a failed Path-X counted as 50.", "",
+                  *_header(["Model", "Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Path-X", "Avg (5)",
+                            "Avg (6)"])]
+        for r in ssm_reference["models"]:
+            acc = r["accuracy"]
+            path_x = acc["path_x"] if isinstance(acc["path_x"], str) else _fmt(acc["path_x"], 2)
+            lines.append(_row([r["paper_name"], r["variant"] or "—", *(_fmt(acc[t], 2) for t in LRA_TASKS),
+                               path_x, _fmt(r["avg5"], 2), _fmt(r["avg6"], 2)]))
+        lines += ["", "Sources: " + " ".join(ssm_reference.get("source", {}).values())]
+    return "\n".join(lines) + "\n"
+
+def unfinished_note(selections: dict, min_seeds: int) -> str:
+    """One line naming the cells whose chosen point has fewer than `min_seeds` seeds ("" if none)."""
+    short = [f"{variant} {task} (n={s.n})" for (task, _, variant), s in selections.items()
+             if s is not None and s.n < min_seeds]
+    return f"Left out, fewer than {min_seeds} seeds at the chosen point: {', '.join(short)}." if short else ""
+
+
+def implemented_ssm(ssm_reference: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The published row of the state-space model this framework implements (its `variant` is set)."""
+    if not ssm_reference:
+        return None
+    return next((m for m in ssm_reference["models"] if m.get("variant")), None)

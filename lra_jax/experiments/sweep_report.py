@@ -1,0 +1,101 @@
+"""What a sweep prints (the library of `python -m lra_jax.tools.sweep`): the projected training time of
+its runs from `train --estimate` (`estimate_runs`, `estimate_table`), the summary of a sweep that ran
+(`summary_table`) and the grid point chosen per cell on validation accuracy (`selection_table`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from collections.abc import Callable
+
+from lra_jax.experiments import selection
+from lra_jax.experiments.progress import print_now
+from lra_jax.experiments.sweep_plan import FINAL, REPO, Run, shape_key
+
+
+def estimate_runs(runs: list[Run], capture: Callable[[list[str], str], tuple[int, str]],
+                  log: Callable[[str], None] = print_now, cwd: str = REPO) -> list[dict]:
+    """`train --estimate` once per distinct shape of the unfinished runs; one row per run (its JSON, or
+    status "failed")."""
+    rows, measured = [], {}
+    for i, r in enumerate(runs, 1):
+        if r.state() in FINAL:
+            continue
+        key = shape_key(r)
+        if key not in measured:
+            code, output = capture([*r.command, "--estimate"], cwd)
+            lines = output.strip().splitlines()
+            try:
+                measured[key] = {"status": "ok", **json.loads(lines[-1])}
+            except (IndexError, json.JSONDecodeError):
+                measured[key] = {"status": "failed", "error": f"exit status {code}: "
+                                 + (lines[-1] if lines else "no output")}
+        row = {"run": r.name, **measured[key]}
+        rows.append(row)
+        log(f"[{i}/{len(runs)}] {r.name}: " + (f"{row['projected_train_seconds'] / 60:.1f} min projected"
+                                               if row["status"] == "ok" else row["error"]))
+    return rows
+
+
+def capture_output(command: list[str], cwd: str) -> tuple[int, str]:
+    """Runs `command`; returns its exit status and its stdout (stderr passes through)."""
+    done = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, text=True, check=False)
+    return done.returncode, done.stdout
+
+
+def estimate_table(rows: list[dict], parallel: int = 1) -> str:
+    """Per run: seconds per step, steps and projected minutes; then the total per task and overall."""
+    width = max([len(r["run"]) for r in rows] + [3])
+    lines = [f"{'run':<{width}}  {'s/step':>8} {'steps':>6} {'minutes':>8}"]
+    per_task: dict[str, float] = {}
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"{r['run']:<{width}}  failed: {r['error']}")
+            continue
+        minutes = r["projected_train_seconds"] / 60
+        per_task[r["run"].split("/")[0]] = per_task.get(r["run"].split("/")[0], 0.0) + minutes
+        lines.append(f"{r['run']:<{width}}  {r['seconds_per_step']:>8.3f} {r['num_train_steps']:>6} {minutes:>8.1f}")
+    lines += [f"{task}: {minutes:.0f} min" for task, minutes in per_task.items()]
+    total = sum(per_task.values())
+    failed = sum(r["status"] != "ok" for r in rows)
+    lines.append(f"total: {total:.0f} min of training ({total / 60:.1f} h) in one process at a time"
+                 + (f", about {total / parallel / 60:.1f} h of wall time with --parallel={parallel}"
+                    if parallel > 1 else "")
+                 + (f"; {failed} runs failed to compile or run and are not counted" if failed else ""))
+    return "\n".join(lines)
+
+def summary_table(summary: list[dict]) -> str:
+    width = max([len(s["run"]) for s in summary] + [3])
+    lines = [f"{'run':<{width}}  {'status':<12} {'time':>8}  note"]
+    for s in summary:
+        note = s.get("error", "") if s["status"] in ("failed", "crashed", "stale", "diverged") else s["workdir"]
+        lines.append(f"{s['run']:<{width}}  {s['status']:<12} {s['seconds']:>7.0f}s  {note}")
+    counts = {k: sum(s["status"] == k for s in summary) for k in dict.fromkeys(s["status"] for s in summary)}
+    hours = sum(s["seconds"] for s in summary) / 3600
+    lines.append(", ".join(f"{n} {k}" for k, n in counts.items())
+                 + f"; runs took {hours:.2f} h in all (the sum over runs)")
+    return "\n".join(lines)
+
+
+def selection_table(runs: list[Run]) -> str:
+    """Per cell with more than one grid point: the chosen point, the validation means it was chosen
+    on, and its test accuracy as mean +- std over seeds (%)."""
+    lines = []
+    for cell, group in itertools.groupby(runs, key=lambda r: r.cell):
+        group = list(group)
+        if len({r.point for r in group}) < 2:
+            continue
+        finished = [res for r in group if (res := r.result()) is not None]
+        chosen = selection.select(finished)
+        if chosen is None:
+            if finished:
+                lines.append(f"{cell}: nothing to report, every grid point diverged")
+            continue
+        val = ", ".join(f"{p} {100 * v:.1f}" for p, v in chosen.candidates.items())
+        std = f" ± {100 * chosen.test_std:.2f}" if chosen.test_std is not None else ""
+        lines.append(f"{cell}: {chosen.point}  test {100 * chosen.test_mean:.2f}{std} (n={chosen.n}); "
+                     f"val on seeds {','.join(map(str, chosen.compared_on)) or 'own'}: {val}"
+                     + (f"; diverged: {', '.join(chosen.diverged)}" if chosen.diverged else ""))
+    return "\n".join(["selected on validation accuracy, never test:", *lines]) if lines else ""
