@@ -39,7 +39,7 @@ from lra_jax.experiments.progress import print_now
 from lra_jax.measure import device_peak, flops, host_memory, step_profile, step_timing
 from lra_jax.measure.out_of_memory import OutOfMemory, is_oom
 from lra_jax.measure.units import gib
-from lra_jax.training import trainer
+from lra_jax.training import run_dir, trainer
 
 PROTOCOL = {"num_layers": 4, "num_heads": 4, "emb_dim": 256, "mlp_dim": 1024}
 VOCAB_SIZE, NUM_CLASSES = 257, 2  # Text: bytes + padding, binary sentiment
@@ -358,7 +358,7 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
                   "results": merge_results(prior["results"], results)}
         if update:
             report["commands"] = commands
-        trainer.write_json(out, report)
+        run_dir.write_json(out, report)
         return report
 
     results = run(variants, lengths, settings, measure_fn, log, on_result=lambda partial: save(partial, False),

@@ -25,18 +25,7 @@ from lra_jax.experiments.table2_report import REFERENCE
 PATH_X = ("path_x", "pathx", "path-x")  # its spellings; `task_key` makes them one
 
 
-def _paper_order(tasks: list[str]) -> tuple[str, ...]:
-    """`tasks` in the order of the LRA paper's columns (its Table 1, as the committed reference figures
-    list them); a task the paper does not have goes last."""
-    try:
-        with open(REFERENCE, encoding="utf-8") as f:
-            columns = json.load(f)["tasks"]
-    except (OSError, ValueError, KeyError):
-        columns = []
-    return tuple(sorted(tasks, key=lambda t: columns.index(t) if t in columns else len(columns)))
-
-
-LRA_TASKS = _paper_order([t for t in task_registry.names() if t not in PATH_X])  # the tasks of the score
+LRA_TASKS = tuple(t for t in task_registry.TASKS if t not in PATH_X)  # the tasks of the score, paper order
 TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
                "pathfinder": "Pathfinder"}
 SSM_REFERENCE = os.path.join(os.path.dirname(REFERENCE), "s4d_paper.json")

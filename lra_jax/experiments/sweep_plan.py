@@ -25,7 +25,7 @@ from lra_jax.data import tasks as task_registry
 from lra_jax.errors import ConfigError
 from lra_jax.experiments import selection
 from lra_jax.experiments.choices import choose, config_files
-from lra_jax.training import metrics, trainer
+from lra_jax.training import metrics, run_dir
 
 REPO = config_paths.REPO_ROOT  # where the runs' relative config paths start
 FINAL = ("done", "diverged", "stale")  # states in which a run is not trained again
@@ -102,9 +102,9 @@ class Run:
 
     def changes(self) -> list[str]:
         """The settings in which the workdir's config.json differs from `config`, except those a
-        run may change on resume (`trainer.config_changes`); [] when either is unknown."""
+        run may change on resume (`run_dir.config_changes`); [] when either is unknown."""
         saved = read_json(os.path.join(self.workdir, "config.json"))
-        return trainer.config_changes(saved, self.config) if saved and self.config else []
+        return run_dir.config_changes(saved, self.config) if saved and self.config else []
 
     @functools.cached_property
     def config(self) -> dict | None:

@@ -68,7 +68,7 @@ import jax
 
 from lra_jax import provenance
 from lra_jax.config import checks as config_errors
-from lra_jax.config import task_defaults
+from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
 from lra_jax.experiments import compile_matrix, lowering, table2_report
 from lra_jax.experiments.choices import choose, config_files, parse_lengths
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = config_files()
         variants = choose(args.variants, sorted(files), "variant")
-        tasks = choose(args.tasks, list(task_defaults.TASKS), "task")
+        tasks = choose(args.tasks, list(TASKS), "task")
         modes = tuple(choose(args.steps, list(MODES), "step"))
         lengths = parse_lengths(args.lengths, required=False)
         if args.per_device_batch < 0:

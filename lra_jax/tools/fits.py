@@ -29,7 +29,7 @@ import os
 import sys
 from typing import Any
 
-from lra_jax.config import task_defaults
+from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
 from lra_jax.experiments import lowering
 from lra_jax.experiments.choices import config_files
@@ -52,7 +52,7 @@ Key = tuple[str, str, str, str]  # variant, task label, target, mode
 def shapes() -> list[str]:
     """The full-scale task shapes, labelled as `compile` labels its rows."""
     return [f"{task}:{length}" if length else task
-            for _, task, length in lowering.combinations(["-"], list(task_defaults.TASKS), "full")]
+            for _, task, length in lowering.combinations(["-"], list(TASKS), "full")]
 
 
 def load_rows(paths: list[str]) -> dict[Key, dict[str, Any]]:

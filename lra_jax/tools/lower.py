@@ -33,7 +33,7 @@ import time
 import jax
 
 from lra_jax.config import checks as config_errors
-from lra_jax.config import task_defaults
+from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
 from lra_jax.experiments.choices import choose, config_files
 from lra_jax.experiments.lowering import (
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         platforms = choose(args.platforms, list(PLATFORMS), "platform")
         files = config_files()
         variants = choose(args.variants, sorted(files), "variant")
-        tasks = choose(args.tasks, list(task_defaults.TASKS), "task")
+        tasks = choose(args.tasks, list(TASKS), "task")
         if args.scale not in SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
         config_errors.check_override_form(args.overrides)

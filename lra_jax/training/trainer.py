@@ -41,7 +41,6 @@ from lra_jax.data import pipeline, tasks
 from lra_jax.errors import DiskFull, TrainingDiverged
 from lra_jax.models.classifier import build_model
 from lra_jax.training import checkpointing, memory, metrics, optimizer, run_dir, steps
-from lra_jax.training.run_dir import config_changes, write_json  # noqa: F401 - the tools' names for them
 
 Config = Settings | ml_collections.ConfigDict
 
