@@ -58,7 +58,7 @@ def forward(model, x, mask):
     return model(x, mask, deterministic=True)
 
 
-TPU_KERNELS = [f"{name}@tpu" for name in registry.names() if "mosaic" in registry.get(name).kernel_names]
+TPU_KERNELS = [f"{name}@tpu" for name in registry.names() if "mosaic" in registry.get(name).kernel_backends()]
 
 
 @pytest.fixture(params=registry.names() + TPU_KERNELS)
@@ -155,12 +155,14 @@ def test_bfloat16_runs_and_stays_close_to_float32(name):
 
 
 def test_training_mode_uses_the_given_key_and_respects_padding(name):
-    if "@" in name and "mosaic" not in registry.get(variant(name)).kernel_dropout_backends:
-        pytest.skip("splash attention has no dropout: training mode on TPU runs the XLA form, checked above")
+    op = registry.get(variant(name)).kernel_op
+    if "@" in name and not any(kernel.dropout for kernel in op.kernels("mosaic")):
+        pytest.skip("no TPU kernel of this op has dropout: training mode on TPU runs the XLA form, checked above")
     x, mask = inputs()
     model = build(name, dropout_rate=0.3)
     if "@" in name:  # trains on our Mosaic kernel with its dropout (kernels/flash/pallas_mosaic.py)
-        assert model.kernel_plan(deterministic=False).kernel == type(model).kernel_dropout_names["mosaic"]
+        plan = model.kernel_plan(deterministic=False)
+        assert plan.uses_pallas and plan.implementation.backend == "mosaic" and plan.implementation.dropout, plan
     out_a = model(x, mask, deterministic=False, rngs=nnx.Rngs(1))
     x_other = jnp.where(mask[..., None], x, 50.0)
     out_b = model(x_other, mask, deterministic=False, rngs=nnx.Rngs(1))

@@ -22,7 +22,7 @@ from flax import nnx
 from helpers import assert_close, reassociation_tol
 from lra_jax.attention import registry
 from lra_jax import kernels
-from lra_jax.kernels import dropout, pallas_available, tpu_available
+from lra_jax.kernels import dropout, masking, pallas_available, tpu_available
 from lra_jax.kernels.block_sparse import block_sparse_attention
 from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.flash import flash_attention
@@ -203,7 +203,7 @@ def test_band_layout_skips_far_blocks():
     """A window of 3 with blocks of 16 visits only the neighbouring blocks."""
     code = jnp.ones((1, 64), jnp.int32)
     zeros = jnp.zeros((64,), jnp.int32)
-    dense = np.asarray(layouts.from_rule(64, 64, 16, 16, (3, False, False), zeros + 1, code, zeros, zeros))
+    dense = np.asarray(layouts.from_rule(64, 64, 16, 16, masking.MaskRule(window=3), zeros + 1, code, zeros, zeros))
     np.testing.assert_array_equal(dense, np.abs(np.arange(4)[:, None] - np.arange(4)[None, :]) <= 1)
 
 

@@ -67,8 +67,9 @@ def pallas_mosaic_call(q, k, v, mask, rate, seed):
         pad = -(-n // pallas_mosaic.BLOCK) * pallas_mosaic.BLOCK
         major = lambda x: jnp.pad(x, ((0, 0), (0, pad - n), (0, 0), (0, 0))).transpose(0, 2, 1, 3)  # noqa: E731
         code = jnp.pad(jnp.asarray(mask, jnp.int32), ((0, 0), (0, pad - n)))[:, None, :]
-        out = pallas_mosaic.attention(major(q), major(k), major(v), code, jnp.zeros((b, h), jnp.int32),
-                                      q.shape[-1] ** -0.5, 0.0, interpret=True).transpose(0, 2, 1, 3)[:, :n]
+        inputs = pallas_mosaic.MosaicInputs(code, jnp.zeros((b, h), jnp.int32))
+        static = pallas_mosaic.MosaicStatic(q.shape[-1] ** -0.5, interpret=True)
+        out = pallas_mosaic.attention(major(q), major(k), major(v), inputs, static).transpose(0, 2, 1, 3)[:, :n]
         return jnp.where(mask[:, :, None, None], out, jnp.zeros((), out.dtype))
     return flash_attention(q, k, v, key_mask=mask, impl="pallas", platform="tpu", interpret=True,
                            dropout_rate=rate, dropout_seed=seed)

@@ -12,6 +12,7 @@ from lra_jax.attention import (  # noqa: F401
     sinkhorn,
     softmax,
     sparse,
+    sparse_global,
     ssm,
     synthesizer,
 )

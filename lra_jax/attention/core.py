@@ -163,12 +163,12 @@ class TokenMixer(nnx.Module):
       length_invariant: False for a variant whose real outputs change when padding
         is appended (e.g. an FFT over the padded length); its docstring must say why.
         The contract suite skips only that one check for it.
-      kernel_names: the variant's Pallas kernel per backend ("triton": GPU, "mosaic": TPU),
-        named as runs record them (lra_jax/kernels); a variant without any refuses
-        impl="pallas" and treats "auto" as "xla".
-      kernel_dropout_backends: the backends whose kernel call takes the attention dropout
-        (`**self.kernel_dropout(plan, rngs)`); in training with dropout, any other
-        backend's layer runs the XLA form.
+      kernel_op: the kernel op the variant's `attend` runs where its plan says so
+        (`lra_jax.kernels.flash.FLASH`, `block_sparse.BLOCK_SPARSE`, `linear.LINEAR`): the op's
+        table says which kernels exist per backend and which take the attention dropout
+        (`**self.kernel_dropout(plan, rngs)`); `kernel_limits` says which settings they cannot
+        serve. None (the default): no kernel; the variant refuses impl="pallas" and treats
+        "auto" as "xla".
       cost_exponent: e such that the compiled forward and backward passes' FLOPs and
         temporary memory grow as n^e (log factors aside) when the layer is built for
         length n with `settings_at_length(n)`. 2, the default, is full attention's; a
@@ -187,9 +187,7 @@ class TokenMixer(nnx.Module):
     """
 
     length_invariant = True
-    kernel_names: dict[str, str] = {}
-    kernel_dropout_backends: frozenset[str] = frozenset()
-    kernel_dropout_names: dict[str, str] = {}  # a backend's kernel when dropout is on, where it differs
+    kernel_op: kernels.KernelOp | None = None
     uses_attention_dropout = True  # False where no attention weights are formed (nothing to drop)
     cost_exponent = 2.0
     data_dependent_pattern = False
@@ -221,7 +219,7 @@ class TokenMixer(nnx.Module):
             raise ConfigError(f"model width {dim} is not divisible by num_heads={num_heads}")
         if impl not in IMPLS:
             raise ConfigError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
-        if impl == "pallas" and not self.kernel_names:
+        if impl == "pallas" and self.kernel_op is None:
             raise ConfigError(
                 f"attention variant {type(self).__name__} has no Pallas kernel; "
                 "set config.attention.impl='xla' (or 'auto')"
@@ -239,15 +237,20 @@ class TokenMixer(nnx.Module):
         """Why this layer's settings keep its kernel from running on `platform`, or None."""
         return None
 
-    def kernel_plan(self, deterministic: bool) -> kernels.KernelPlan:
-        """The kernel a call runs (training: deterministic=False) on the layer's target."""
-        if not self.kernel_names:
-            return kernels.KernelPlan(kernels.XLA, self.target.platform)
-        return kernels.plan(self.impl, self.target, self.kernel_names,
-                            dropout_active=self.uses_attention_dropout and self.dropout_rate > 0
-                            and not deterministic, dropout_backends=self.kernel_dropout_backends,
-                            unsupported=self.kernel_limits(self.target.platform),
-                            dropout_kernels=self.kernel_dropout_names)
+    @classmethod
+    def kernel_backends(cls) -> frozenset[str]:
+        """The Pallas backends ("triton": GPU, "mosaic": TPU) the variant has a kernel on."""
+        return frozenset() if cls.kernel_op is None else cls.kernel_op.backends
+
+    def kernel_plan(self, deterministic: bool, op: kernels.KernelOp | None = None) -> kernels.KernelPlan:
+        """The kernel a call runs (training: deterministic=False) on the layer's target: an implementation
+        of `kernel_op`, or of `op` for a second op the layer also calls (Longformer's global rows)."""
+        op = op or self.kernel_op
+        if op is None:
+            return kernels.KernelPlan(kernels.NO_KERNEL.xla, self.target.platform)
+        return kernels.plan(self.impl, self.target, op,
+                            dropout_active=self.uses_attention_dropout and self.dropout_rate > 0 and not deterministic,
+                            dtype=jnp.dtype(self.dtype).name, unsupported=self.kernel_limits(self.target.platform))
 
     def kernel_dropout(self, plan: kernels.KernelPlan, rngs: nnx.Rngs | None) -> dict:
         """Keyword arguments that give a kernel call its attention dropout ({} where the plan has none);

@@ -69,6 +69,7 @@ from lra_jax.attention.core import Attention, divide_or_zero, matmul_flops, stre
 from lra_jax.attention.registry import register
 from lra_jax import kernels
 from lra_jax.errors import ConfigError
+from lra_jax.kernels.linear import LINEAR
 from lra_jax.kernels.linear import linear_attention as fused_linear_attention
 from lra_jax.kernels.linear.api import kernel_limit as linear_kernel_limit
 
@@ -154,8 +155,8 @@ def favor_attention(
     log_q = favor_log_features(q, w) + key_max
     phi_q = jnp.exp(log_q - jax.lax.stop_gradient(jnp.max(log_q, axis=-1, keepdims=True)))
     if plan is not None and plan.uses_pallas:
-        return fused_linear_attention(phi_q, phi_k, v, key_mask=mask, feature_map="identity", impl="pallas",
-                                      interpret=plan.interpret, platform=plan.platform).astype(v.dtype)
+        return fused_linear_attention(phi_q, phi_k, v, key_mask=mask, feature_map="identity",
+                                      plan=plan).astype(v.dtype)
     return kernel_attention(phi_q, phi_k, v).astype(v.dtype)
 
 
@@ -178,7 +179,7 @@ class PerformerAttention(Attention):
         and used whenever deterministic=True (evaluation is reproducible).
     """
 
-    kernel_names = {"triton": kernels.TRITON}  # lra_jax.kernels.linear (identity features); none for TPU
+    kernel_op = LINEAR  # identity features; Triton only (none for TPU)
     uses_attention_dropout = False
     cost_exponent = 1.0  # n * m * d
 
@@ -247,8 +248,7 @@ def linear_attention(
     (elu + 1 features applied inside it, `lra_jax.kernels.linear`).
     """
     if plan is not None and plan.uses_pallas:
-        return fused_linear_attention(q, k, v, key_mask=mask, feature_map="elu", impl="pallas",
-                                      interpret=plan.interpret, platform=plan.platform)
+        return fused_linear_attention(q, k, v, key_mask=mask, feature_map="elu", plan=plan)
     phi_k = jnp.where(mask[:, :, None, None], elu_features(k), 0.0)
     return kernel_attention(elu_features(q), phi_k, v).astype(v.dtype)
 
@@ -260,7 +260,7 @@ class LinearAttention(Attention):
     Args: as `Attention`; dropout_rate is unused (no attention weights are formed).
     """
 
-    kernel_names = {"triton": kernels.TRITON}  # lra_jax.kernels.linear; none for TPU
+    kernel_op = LINEAR  # Triton only (none for TPU)
     uses_attention_dropout = False
     cost_exponent = 1.0  # n * d^2
 

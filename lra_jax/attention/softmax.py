@@ -19,8 +19,7 @@ from jaxtyping import Array, Bool, Float
 
 from lra_jax.attention.core import Attention, masked_softmax
 from lra_jax.attention.registry import register
-from lra_jax.kernels import MOSAIC_FLASH, SPLASH, TRITON
-from lra_jax.kernels.flash import flash_attention
+from lra_jax.kernels.flash import FLASH, flash_attention
 
 
 def attention_weights(
@@ -45,9 +44,7 @@ def softmax_attention(
 class SoftmaxAttention(Attention):
     """Full scaled dot-product attention over all real tokens; impl="pallas" runs the flash kernel."""
 
-    kernel_names = {"triton": TRITON, "mosaic": SPLASH}
-    kernel_dropout_backends = frozenset({"triton", "mosaic"})
-    kernel_dropout_names = {"mosaic": MOSAIC_FLASH}  # splash has no dropout: our kernel trains
+    kernel_op = FLASH  # Triton on GPU; on TPU splash, or our Mosaic kernel where dropout is on
     # cost_exponent 2 (the default): q k^T and p v are [n, d] x [d, n] and [n, n] x [n, d] per example.
 
     @classmethod
@@ -57,7 +54,6 @@ class SoftmaxAttention(Attention):
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         plan = self.kernel_plan(deterministic)
         if plan.uses_pallas:
-            return flash_attention(q, k, v, key_mask=mask, impl="pallas", interpret=plan.interpret,
-                                   platform=plan.platform, **self.kernel_dropout(plan, rngs))
+            return flash_attention(q, k, v, key_mask=mask, plan=plan, **self.kernel_dropout(plan, rngs))
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
         return self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)

@@ -52,9 +52,8 @@ from lra_jax.attention.core import (
 )
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
-from lra_jax.kernels import MOSAIC_FLASH, SPLASH, TRITON
-from lra_jax.kernels.flash import flash_attention
-from lra_jax.kernels.flash.api import padded_head_dim
+from lra_jax.kernels.flash import FLASH, flash_attention
+from lra_jax.kernels.operands import padded_head_dim
 
 MODES = ("dense", "random", "factorized_random")
 
@@ -92,9 +91,7 @@ class SynthesizerAttention(Attention):
       ConfigError: on an unknown mode, mix < 0, factor < 1 or a missing max_len.
     """
 
-    kernel_names = {"triton": TRITON, "mosaic": SPLASH}
-    kernel_dropout_backends = frozenset({"triton", "mosaic"})
-    kernel_dropout_names = {"mosaic": MOSAIC_FLASH}  # splash has no dropout: our kernel trains
+    kernel_op = FLASH  # Triton on GPU; on TPU splash, or our Mosaic kernel where dropout is on
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
@@ -206,8 +203,7 @@ class SynthesizerAttention(Attention):
             a, c = self.logit_factors(x)
             width = padded_head_dim(max(a.shape[-1], v.shape[-1]))  # zero columns change no product
             pad = lambda t: jnp.pad(t, [(0, 0)] * 3 + [(0, width - t.shape[-1])])  # noqa: E731
-            out = flash_attention(pad(a), pad(c), pad(v), key_mask=mask, scale=1.0, impl="pallas",
-                                  interpret=plan.interpret, platform=plan.platform,
+            out = flash_attention(pad(a), pad(c), pad(v), key_mask=mask, scale=1.0, plan=plan,
                                   **self.kernel_dropout(plan, rngs))[..., : self.head_dim]
         else:
             logits = self.synthetic_logits(x).astype(jnp.float32)

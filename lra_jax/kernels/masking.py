@@ -5,15 +5,16 @@ A pair (i, j) of query row i and key column j (indices into the padded arrays) i
     key_code[j] > 0  and  (rule is None  or  global_q[i] or global_k[j]
                            or (same_segment(i, j) and |i - j| <= window))
 
-with `key_code` int32 per batch and key: 0 = padding, 1 = real, 2 = real and
-global (seen by every query); `query_code` 2 marks a global query (sees every
-real key); segments (int32 per position, shared across the batch) confine
-attention to equal ids; `window` None means no band. `rule` is the static tuple
-(window, use_segments, use_globals), or None for plain key padding (flash).
+with `key_code` int32 per batch and key, a `KeyCode`: PADDING, REAL, or GLOBAL (real and
+seen by every query); `query_code` GLOBAL marks a global query (sees every real key);
+segments (int32 per position, shared across the batch) confine attention to equal ids;
+`window` None means no band. `rule` is a static `MaskRule`, or None for plain key padding (flash).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -23,10 +24,38 @@ from jaxtyping import Array, Bool, Int
 # probabilities are also zeroed explicitly, so this never carries weight.
 MASK_VALUE = -1e30
 
-Rule = tuple  # (window: int | None, use_segments: bool, use_globals: bool)
 
 
-def allowed(q_pos, k_pos, key_code, query_code, q_seg, k_seg, rule: Rule | None):
+class KeyCode(enum.IntEnum):
+    """What a key (or, GLOBAL only, a query) is, as the int32 codes the kernels read."""
+
+    PADDING = 0
+    REAL = 1
+    GLOBAL = 2  # real and global: seen by every query (a global query sees every real key)
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskRule:
+    """The static part of a pattern (hashable: kernels compile per rule).
+
+    window: band |i - j| <= window, or None for no band; segments: attention only within equal
+    segment ids; globals: global queries and keys (`KeyCode.GLOBAL`) bypass the band and segments.
+    """
+
+    window: int | None = None
+    segments: bool = False
+    globals: bool = False
+
+    @property
+    def restricts(self) -> bool:
+        """Whether the rule restricts anything beyond key padding (a band or segments)."""
+        return self.window is not None or self.segments
+
+
+GLOBAL = int(KeyCode.GLOBAL)  # the plain int, for comparisons inside kernels
+
+
+def allowed(q_pos, k_pos, key_code, query_code, q_seg, k_seg, rule: MaskRule | None):
     """[..., q, k] bool from q_pos/query_code/q_seg [q] and k_pos/key_code/k_seg [k] (leading dims broadcast)."""
     column = lambda x: None if x is None else x[..., :, None]  # noqa: E731
     row = lambda x: None if x is None else x[..., None, :]  # noqa: E731
@@ -34,32 +63,32 @@ def allowed(q_pos, k_pos, key_code, query_code, q_seg, k_seg, rule: Rule | None)
                          row(k_seg), rule)
 
 
-def pairs_allowed(q_pos, k_pos, key_code, query_code, q_seg, k_seg, rule: Rule | None):
+def pairs_allowed(q_pos, k_pos, key_code, query_code, q_seg, k_seg, rule: MaskRule | None):
     """The rule on operands that broadcast to [..., q, k]: q_pos, query_code, q_seg as [..., q, 1] and
     k_pos, key_code, k_seg as [..., 1, k] (the form a kernel's tile holds them in)."""
-    ok = key_code > 0
+    ok = key_code > int(KeyCode.PADDING)
     if rule is None:
         return ok
-    window, use_segments, use_globals = rule
+    window = rule.window
     near = None  # None: no local restriction, every listed pair is allowed
     if window is not None:
         near = (q_pos - k_pos <= window) & (k_pos - q_pos <= window)  # |i - j| <= w, without an int abs
-    if use_segments:
+    if rule.segments:
         same = q_seg == k_seg
         near = same if near is None else near & same
     if near is None:
         return ok
-    if use_globals:
-        near = near | (query_code == 2) | (key_code == 2)
+    if rule.globals:
+        near = near | (query_code == GLOBAL) | (key_code == GLOBAL)
     return ok & near
 
 
 class Codes(NamedTuple):
     """The pattern in the kernels' element terms (`lra_jax.kernels.masking`), unpadded."""
 
-    rule: tuple  # (window, use_segments, use_globals)
-    key_code: Int[Array, "b k"]  # 0 padding, 1 real, 2 real and global
-    query_code: Int[Array, "q"]  # 1, or 2 for a global query
+    rule: MaskRule
+    key_code: Int[Array, "b k"]  # KeyCode: PADDING, REAL or GLOBAL
+    query_code: Int[Array, "q"]  # KeyCode.REAL, or GLOBAL for a global query
     q_seg: Int[Array, "q"]
     k_seg: Int[Array, "k"]
 
@@ -79,4 +108,4 @@ def element_codes(nq: int, key_mask: Bool[Array, "b k"], window, query_segments,
         query_code = 1 + jnp.asarray(global_queries, jnp.int32)
     q_seg = jnp.zeros((nq,), jnp.int32) if query_segments is None else jnp.asarray(query_segments, jnp.int32)
     k_seg = jnp.zeros((nk,), jnp.int32) if key_segments is None else jnp.asarray(key_segments, jnp.int32)
-    return Codes((window, use_segments, use_globals), key_code, query_code, q_seg, k_seg)
+    return Codes(MaskRule(window, use_segments, use_globals), key_code, query_code, q_seg, k_seg)

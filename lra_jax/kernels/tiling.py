@@ -22,6 +22,9 @@ import dataclasses
 from collections.abc import Callable
 
 import jax
+from jax.experimental.pallas import triton as plgpu
+
+from lra_jax.kernels.target import current_target
 
 # Shared memory per thread block with opt-in, bytes, by compute capability (CUDA C++ Programming
 # Guide, "Technical Specifications per Compute Capability"); accelerators.py's H100 and A100 agree.
@@ -49,8 +52,6 @@ class Tiling:
     shared_memory: int  # the kernel's bound of the bytes it requests at these blocks and stages
 
     def compiler_params(self):
-        from jax.experimental.pallas import triton as plgpu
-
         return plgpu.CompilerParams(num_warps=self.num_warps, num_stages=self.num_stages)
 
 
@@ -70,9 +71,7 @@ def local_compute_capability() -> str | None:
 
 def shared_memory() -> int:
     """Bytes of shared memory per block of the GPU the kernels are built for (module docstring)."""
-    from lra_jax import kernels
-
-    given = kernels.current_target().shared_memory
+    given = current_target().shared_memory
     if given:
         return given
     capability = local_compute_capability() or DEFAULT_COMPUTE_CAPABILITY

@@ -20,13 +20,12 @@ How the sparse variants map onto it (`lra_jax.attention.sparse`):
   bigbird     block_mask with the window, global and random blocks at the model's
               block size B (so B must be a power of two >= 16 for the kernel).
 
-impl="pallas" runs the kernel of the target platform (`platform`, default
-`lra_jax.kernels.current_target()`): on GPU it derives the block layout (the
-block pairs that may hold an allowed pair, intersected with block_mask) and runs
-the Triton kernel; on TPU it maps the pattern onto jax's splash attention
-(`pallas_tpu`: band, global rows and columns and block matrix as its mask,
-segments and key padding as its segment ids). impl="xla" is the dense n x n
-reference; "auto" is the kernel on GPU/TPU and XLA on CPU. Attention dropout
+The implementations, in `BLOCK_SPARSE` (`lra_jax.kernels.dispatch`): "xla", the dense n x n
+reference; "pallas-triton" derives the block layout (the block pairs that may hold an allowed
+pair, intersected with block_mask) and runs the Triton kernel (GPU; interpreted on CPU);
+"pallas-mosaic-splash" maps the pattern onto jax's splash attention (`pallas_tpu`: band, global
+rows and columns and block matrix as its mask, segments and key padding as its segment ids);
+"pallas-mosaic-block-sparse" is our Mosaic kernel over the layout (`pallas_mosaic`). Attention dropout
 (`dropout_rate`, `dropout_seed`) runs in the Triton kernel and the reference
 with the same mask, as in `flash_attention`; splash has none, so on TPU a call with
 dropout runs our Mosaic flash kernel over the block layout (`pallas_mosaic`, the same
@@ -36,22 +35,126 @@ k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import masking, pallas_backend, resolve_impl, sharding
+from lra_jax.kernels import dispatch, masking, sharding
 from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.block_sparse import pallas_gpu, pallas_mosaic, pallas_tpu, reference
-from lra_jax.kernels.flash.api import (
+from lra_jax.kernels.dispatch import MOSAIC_BLOCK_SPARSE, SPLASH, TRITON, XLA, Implementation, KernelOp, KernelPlan
+from lra_jax.kernels.flash.pallas_gpu import KernelStatic, choose_tiling
+from lra_jax.kernels.operands import (
     check_dropout,
     kernel_block,
     masks_from,
     pad_axis,
     padded_head_dim,
+    round_up,
+    zero_rows,
 )
-from lra_jax.kernels.flash.pallas_gpu import choose_tiling
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSparseInputs:
+    """The arrays of a call besides q, k, v: padding (True on real tokens), the dropout seed and the
+    pattern's arrays (None where unused; the segments and global tokens shared across the batch)."""
+
+    key_mask: Bool[Array, "b k"]
+    query_mask: Bool[Array, "b q"]
+    dropout_seed: Array
+    query_segments: Array | None = None
+    key_segments: Array | None = None
+    global_queries: Array | None = None
+    global_keys: Array | None = None
+    block_mask: Bool[Array, "qb kb"] | None = None
+
+    def codes(self, window: int | None, nq: int, key_mask: Bool[Array, "b k"] | None = None) -> masking.Codes:
+        """The pattern in the kernels' element terms, for `key_mask` (default: the call's)."""
+        return masking.element_codes(nq, self.key_mask if key_mask is None else key_mask, window,
+                                     self.query_segments, self.key_segments, self.global_queries, self.global_keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSparseStatic:
+    """The static settings of a call: softmax scale, band, block size, dropout rate, interpreter."""
+
+    scale: float
+    window: int | None = None
+    block: int = 64
+    dropout_rate: float = 0.0
+    interpret: bool = False
+
+
+def _xla(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
+    codes = inputs.codes(static.window, q.shape[1])
+    block_mask = None if inputs.block_mask is None else jnp.asarray(inputs.block_mask, bool)
+    return reference.attention(q, k, v, codes.key_code, codes.query_code, codes.q_seg, codes.k_seg, inputs.query_mask,
+                               codes.rule, block_mask, static.block, static.scale, static.dropout_rate,
+                               inputs.dropout_seed)
+
+
+def _triton(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
+    nq, nk, d = q.shape[1], k.shape[1], q.shape[3]
+    block_mask, block = inputs.block_mask, static.block
+    if block_mask is None:
+        block = kernel_block(max(nq, nk), block)
+    elif block != kernel_block(block, block):
+        raise ValueError(f"the Triton kernel needs a block_mask at a power-of-two block >= 16, got block={block}")
+    rule, key_code, query_code, q_seg, k_seg = inputs.codes(static.window, nq)
+    nq_pad, nk_pad = round_up(nq, block), round_up(nk, block)
+    key_code, query_code = pad_axis(key_code, 1, nk_pad), pad_axis(query_code, 0, nq_pad)
+    q_seg, k_seg = pad_axis(q_seg, 0, nq_pad, q_seg.max()), pad_axis(k_seg, 0, nk_pad, k_seg.max())
+    d_pad = padded_head_dim(d)
+    tiles = choose_tiling(block, block, d_pad)  # square blocks, at most `block`
+    if block_mask is not None:
+        block_mask = jnp.asarray(block_mask, bool)[: nq_pad // block, : nk_pad // block]
+        if tiles.block_q < block:  # the mask at the kernel's smaller blocks
+            repeat = block // tiles.block_q
+            block_mask = jnp.repeat(jnp.repeat(block_mask, repeat, axis=0), repeat, axis=1)
+    dense_blocks = layouts.from_rule(nq_pad, nk_pad, tiles.block_q, tiles.block_q, rule, query_code, key_code,
+                                     q_seg, k_seg)
+    if block_mask is not None:
+        dense_blocks &= block_mask
+    qp = pad_axis(pad_axis(q, 1, nq_pad), 3, d_pad)
+    kp = pad_axis(pad_axis(k, 1, nk_pad), 3, d_pad)
+    vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
+    kernel_static = KernelStatic(static.scale, tiles, rule, static.dropout_rate, static.interpret)
+    triton = lambda q, k, v, key_code, **shared: pallas_gpu.attention(q, k, v, key_code, **shared,  # noqa: E731
+                                                                      static=kernel_static)
+    out = sharding.over_batch(triton, first_row=True)(
+        qp, kp, vp, key_code, query_code=query_code, q_seg=q_seg, k_seg=k_seg, dense_blocks=dense_blocks,
+        dropout_seed=inputs.dropout_seed)
+    return zero_rows(out[:, :nq, :, :d], inputs.query_mask)
+
+
+def _splash(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
+    splash = lambda q, k, v, key_mask, query_mask, **traced: pallas_tpu.attention(  # noqa: E731
+        q, k, v, key_mask, query_mask, window=static.window, global_queries=inputs.global_queries,
+        global_keys=inputs.global_keys, block=static.block, scale=static.scale, interpret=static.interpret,
+        **{"query_segments": None, "key_segments": None, "block_mask": None, **traced})
+    traced = dict(query_segments=inputs.query_segments, key_segments=inputs.key_segments, block_mask=inputs.block_mask)
+    out = sharding.over_batch(splash)(q, k, v, inputs.key_mask, inputs.query_mask,
+                                      **{name: x for name, x in traced.items() if x is not None})
+    return zero_rows(out, inputs.query_mask)
+
+
+def _mosaic(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
+    nq = q.shape[1]
+    return pallas_mosaic.attention(q, k, v, inputs.query_mask, inputs.codes(static.window, nq), inputs.block_mask,
+                                   static.block, static.scale, static.dropout_rate, inputs.dropout_seed,
+                                   static.interpret,
+                                   static_codes=lambda key_mask: inputs.codes(static.window, nq, key_mask))
+
+
+BLOCK_SPARSE = KernelOp("block_sparse", (
+    Implementation(XLA, _xla),
+    Implementation(TRITON, _triton, backend="triton", platforms=("cpu", "gpu")),
+    Implementation(SPLASH, _splash, backend="mosaic", platforms=("tpu",), dropout=False),
+    Implementation(MOSAIC_BLOCK_SPARSE, _mosaic, backend="mosaic", platforms=("tpu",)),
+))
 
 
 def block_sparse_attention(
@@ -75,6 +178,7 @@ def block_sparse_attention(
     platform: str | None = None,
     dropout_rate: float = 0.0,
     dropout_seed: Array | None = None,
+    plan: KernelPlan | None = None,
 ) -> Float[Array, "b q h d"]:
     """Softmax attention restricted to the pattern (module docstring); padded query rows are 0.
 
@@ -86,62 +190,19 @@ def block_sparse_attention(
         be a power of two >= 16. The kernel runs smaller blocks where these would not fit the
         target GPU (`flash.pallas_gpu.choose_tiling`; the layout is the same pattern at them).
       scale: softmax scale, default 1 / sqrt(d).
-      impl: "auto" | "xla" | "pallas". interpret: Pallas interpreter (CPU tests).
-      platform: "gpu" (Triton) or "tpu" (splash); default: the current kernel target.
+      plan: the implementation to run (`kernels.plan(..., BLOCK_SPARSE)`, a layer's `kernel_plan`);
+        without one, planned here from `impl`, `platform` and `interpret`, as in `flash_attention`.
       dropout_rate, dropout_seed: attention dropout, as in `flash_attention`.
     """
     b, nq, _, d = q.shape
-    nk = k.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    key_mask, query_mask = masks_from(nq, nk, b, key_mask, query_mask, lengths)
+    key_mask, query_mask = masks_from(nq, k.shape[1], b, key_mask, query_mask, lengths)
     dropout_seed = check_dropout(dropout_rate, dropout_seed)
-    resolved = resolve_impl(impl, interpret, platform)
-    codes_of = lambda key_mask: masking.element_codes(  # noqa: E731
-        nq, key_mask, window, query_segments, key_segments, global_queries, global_keys)
-    codes = codes_of(key_mask)
-    if resolved == "pallas" and pallas_backend(platform) == "mosaic":
-        if dropout_rate > 0.0:  # splash has no dropout: our Mosaic flash kernel with the pattern
-            return pallas_mosaic.attention(q, k, v, query_mask, codes, block_mask, block, scale, dropout_rate,
-                                           dropout_seed, interpret, static_codes=codes_of)
-        splash = lambda q, k, v, key_mask, query_mask, **traced: pallas_tpu.attention(  # noqa: E731
-            q, k, v, key_mask, query_mask, window=window, global_queries=global_queries, global_keys=global_keys,
-            block=block, scale=scale, interpret=interpret,
-            **{"query_segments": None, "key_segments": None, "block_mask": None, **traced})
-        traced = dict(query_segments=query_segments, key_segments=key_segments, block_mask=block_mask)
-        out = sharding.over_batch(splash)(q, k, v, key_mask, query_mask,
-                                          **{name: x for name, x in traced.items() if x is not None})
-        return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
-    if block_mask is None:
-        block = kernel_block(max(nq, nk), block)
-    elif block != kernel_block(block, block):
-        raise ValueError(f"block_mask needs a power-of-two block >= 16, got block={block}")
-    rule, key_code, query_code, q_seg, k_seg = codes
-    nq_pad, nk_pad = -(-nq // block) * block, -(-nk // block) * block
-    key_code, query_code = pad_axis(key_code, 1, nk_pad), pad_axis(query_code, 0, nq_pad)
-    q_seg, k_seg = pad_axis(q_seg, 0, nq_pad, q_seg.max()), pad_axis(k_seg, 0, nk_pad, k_seg.max())
-    if block_mask is not None:
-        block_mask = jnp.asarray(block_mask, bool)[: nq_pad // block, : nk_pad // block]
-
-    if resolved == "xla":
-        return reference.attention(q, k, v, key_code[:, :nk], query_code[:nq], q_seg[:nq], k_seg[:nk],
-                                   query_mask, rule, block_mask, block, scale, dropout_rate, dropout_seed)
-
-    d_pad = padded_head_dim(d)
-    tiles = choose_tiling(block, block, d_pad)  # square blocks, at most `block`
-    if tiles.block_q < block and block_mask is not None:  # the mask at the kernel's smaller blocks
-        repeat = block // tiles.block_q
-        block_mask = jnp.repeat(jnp.repeat(block_mask, repeat, axis=0), repeat, axis=1)
-    block = tiles.block_q
-    dense_blocks = layouts.from_rule(nq_pad, nk_pad, block, block, rule, query_code, key_code, q_seg, k_seg)
-    if block_mask is not None:
-        dense_blocks &= block_mask
-    qp = pad_axis(pad_axis(q, 1, nq_pad), 3, d_pad)
-    kp = pad_axis(pad_axis(k, 1, nk_pad), 3, d_pad)
-    vp = pad_axis(pad_axis(v.astype(q.dtype), 1, nk_pad), 3, d_pad)
-    triton = lambda q, k, v, key_code, **shared: pallas_gpu.attention(  # noqa: E731
-        q, k, v, key_code, **shared, scale=scale, rule=rule, tiles=tiles, interpret=interpret,
-        dropout_rate=dropout_rate)
-    out = sharding.over_batch(triton, first_row=True)(
-        qp, kp, vp, key_code, query_code=query_code, q_seg=q_seg, k_seg=k_seg, dense_blocks=dense_blocks,
-        dropout_seed=dropout_seed)[:, :nq, :, :d]
-    return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
+    if plan is None:
+        plan = dispatch.plan(impl, dispatch.call_target(platform, interpret), BLOCK_SPARSE,
+                             dropout_active=dropout_rate > 0, dtype=jnp.dtype(q.dtype).name)
+    dispatch.check_plan(BLOCK_SPARSE, plan, dropout_rate)
+    inputs = BlockSparseInputs(key_mask, query_mask, dropout_seed, query_segments, key_segments, global_queries,
+                               global_keys, block_mask)
+    static = BlockSparseStatic(scale, window, block, dropout_rate, plan.interpret)
+    return plan.implementation.run(q, k, v, inputs, static)

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Bool, Int
 
+from lra_jax.kernels.masking import GLOBAL, KeyCode, MaskRule
+
 
 def compact(dense: Bool[Array, "r c"]) -> Int[Array, "r w"]:
     """Dense block matrix -> [count, indices...] rows, W = next power of two above c."""
@@ -36,7 +38,7 @@ def from_rule(
     nk: int,
     block_q: int,
     block_k: int,
-    rule,
+    rule: MaskRule | None,
     query_code: Array,
     key_code: Int[Array, "b k"],
     q_seg: Array,
@@ -50,18 +52,18 @@ def from_rule(
     """
     q_lo, q_hi = _ranges(jnp.arange(nq), block_q)
     k_lo, k_hi = _ranges(jnp.arange(nk), block_k)
-    any_real = (key_code.max(0).reshape(-1, block_k) > 0).any(1)
+    any_real = (key_code.max(0).reshape(-1, block_k) > int(KeyCode.PADDING)).any(1)
     dense = jnp.ones((nq // block_q, nk // block_k), bool)
     if rule is not None:
-        window, use_segments, use_globals = rule
+        window = rule.window
         if window is not None:
             dense &= (k_lo[None, :] <= q_hi[:, None] + window) & (k_hi[None, :] >= q_lo[:, None] - window)
-        if use_segments:
+        if rule.segments:
             qs_lo, qs_hi = _ranges(q_seg, block_q)
             ks_lo, ks_hi = _ranges(k_seg, block_k)
             dense &= (ks_lo[None, :] <= qs_hi[:, None]) & (ks_hi[None, :] >= qs_lo[:, None])
-        if use_globals and (window is not None or use_segments):
-            q_glob = (query_code.reshape(-1, block_q) == 2).any(1)
-            k_glob = (key_code.max(0).reshape(-1, block_k) == 2).any(1)
+        if rule.globals and rule.restricts:
+            q_glob = (query_code.reshape(-1, block_q) == GLOBAL).any(1)
+            k_glob = (key_code.max(0).reshape(-1, block_k) == GLOBAL).any(1)
             dense |= q_glob[:, None] | k_glob[None, :]
     return dense & any_real[None, :]

@@ -21,13 +21,12 @@ from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.flash import pallas_gpu as flash
 
 
-def attention(q, k, v, key_code, query_code, q_seg, k_seg, dense_blocks, *, scale, rule, tiles, interpret,
-              dropout_rate=0.0, dropout_seed=None, first_row=0):
-    """Block-sparse attention over the block pairs `dense_blocks` [nq / B_q, nk / B_k] and the element rule,
-    with attention dropout at `dropout_rate` from the uint32 seed `dropout_seed` [1] (q's rows are rows
-    `first_row`... of the whole batch: `flash.dropout_state`); `tiles` the blocks, warps and stages
-    (`flash.choose_tiling`)."""
-    layout = layouts.compact(dense_blocks)
-    layout_t = layouts.compact(dense_blocks.T)
-    return flash.attention(q, k, v, key_code, query_code, q_seg, k_seg, flash.dropout_state(dropout_seed, first_row),
-                           layout, layout_t, scale, rule, tiles, dropout_rate, interpret)
+def attention(q, k, v, key_code, *, query_code, q_seg, k_seg, dense_blocks, dropout_seed, first_row,
+              static: flash.KernelStatic):
+    """Block-sparse attention over the block pairs `dense_blocks` [nq / B_q, nk / B_k] and `static.rule`,
+    with attention dropout at `static.dropout_rate` from the uint32 seed `dropout_seed` [1] (q's rows are
+    rows `first_row`... of the whole batch: `flash.dropout_state`); `static.tiles` the blocks, warps and
+    stages (`flash.choose_tiling`)."""
+    inputs = flash.KernelInputs(key_code, query_code, q_seg, k_seg, flash.dropout_state(dropout_seed, first_row),
+                                layouts.compact(dense_blocks), layouts.compact(dense_blocks.T))
+    return flash.attention(q, k, v, inputs, static)

@@ -30,7 +30,7 @@ from jaxtyping import Array, Bool, Float, Int
 from lra_jax.kernels import masking
 from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.flash import pallas_mosaic as flash
-from lra_jax.kernels.flash.api import mosaic_flash, pad_axis
+from lra_jax.kernels.operands import pad_axis
 
 TILE = flash.BLOCK
 
@@ -62,10 +62,9 @@ def _padded(codes: masking.Codes, nq_pad: int, nk_pad: int) -> masking.Codes:
                          pad_axis(codes.q_seg, 0, nq_pad), pad_axis(codes.k_seg, 0, nk_pad))
 
 
-def _kernel_rule(rule):
+def _kernel_rule(rule: masking.MaskRule) -> masking.MaskRule | None:
     """The rule the kernel applies per tile; None when it restricts nothing beyond key padding."""
-    window, use_segments, _ = rule
-    return rule if window is not None or use_segments else None
+    return rule if rule.restricts else None
 
 
 def static_visits(nq_pad: int, nk_pad: int, nk: int, codes_of) -> tuple[int, int]:
@@ -130,5 +129,5 @@ def attention(
         block_bits=_block_bits(block_mask, block, nq_pad, nk_pad) if sparsity.mask_block else None,
         layout=layouts.compact(dense)[:, :nk_pad // TILE + 1].reshape(-1),
         layout_t=layouts.compact(dense.T)[:, :nq_pad // TILE + 1].reshape(-1))
-    return mosaic_flash(q, k, v, key_info, query_mask, scale, rate, seed, interpret, padded=(nq_pad, nk_pad),
-                        pattern=pattern, sparsity=sparsity)
+    return flash.run_padded(q, k, v, key_info, query_mask, scale, rate, seed, interpret, padded=(nq_pad, nk_pad),
+                            pattern=pattern, sparsity=sparsity)

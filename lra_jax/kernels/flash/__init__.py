@@ -1,5 +1,5 @@
 """Dense softmax attention: blockwise online softmax (FlashAttention) and its reference."""
 
-from lra_jax.kernels.flash.api import flash_attention
+from lra_jax.kernels.flash.api import FLASH, flash_attention
 
-__all__ = ["flash_attention"]
+__all__ = ["FLASH", "flash_attention"]

@@ -42,6 +42,7 @@ are chosen for the target GPU's shared memory and registers (`choose_tiling`,
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -49,7 +50,50 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from jaxtyping import Array, Int, UInt32
+
 from lra_jax.kernels import dropout, masking, tiling
+
+
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["key_code", "query_code", "q_seg", "k_seg", "seed", "layout", "layout_t"],
+                   meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class KernelInputs:
+    """The arrays of one call besides q, k, v, on the padded, block-aligned lengths.
+
+    key_code: int32 [b, nk], `masking.KeyCode` per key. query_code: int32 [nq] (`KeyCode.GLOBAL`
+    marks a global query). q_seg, k_seg: int32 [nq], [nk] segment ids. seed: uint32 [2],
+    `dropout_state`: the dropout seed and the first row's index in the whole batch (unused at rate 0).
+    layout, layout_t: None (dense) or int32 [nq / B_q, W], [nk / B_k, W']: per query (key) block
+    [count, block indices...] (`lra_jax.kernels.block_sparse.layout`).
+    """
+
+    key_code: Int[Array, "b k"]
+    query_code: Int[Array, "q"]
+    q_seg: Int[Array, "q"]
+    k_seg: Int[Array, "k"]
+    seed: UInt32[Array, "2"]
+    layout: Int[Array, "qb w"] | None = None
+    layout_t: Int[Array, "kb w"] | None = None
+
+    @classmethod
+    def dense(cls, key_code: Int[Array, "b k"], nq: int, seed: UInt32[Array, "2"]) -> KernelInputs:
+        """Key padding only: no global queries, one segment, no layout."""
+        zeros = lambda n: jnp.zeros((n,), jnp.int32)  # noqa: E731
+        return cls(key_code, zeros(nq), zeros(nq), zeros(key_code.shape[1]), seed)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelStatic:
+    """What the kernels are compiled for: the softmax scale, the blocks, warps and stages (`choose_tiling`),
+    the element rule (None: key padding only), the attention dropout rate and the interpreter."""
+
+    scale: float
+    tiles: tiling.Tiling
+    rule: masking.MaskRule | None = None
+    dropout_rate: float = 0.0
+    interpret: bool = False
 
 
 def _dot(a, b, trans_a: bool = False, trans_b: bool = False):
@@ -227,9 +271,10 @@ def choose_dense_tiling(block_q: int, block_k: int, d: int) -> tiling.Tiling:
                          num_warps=NUM_WARPS)
 
 
-def _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
-             interpret):
-    del layout_t
+def _forward(q, k, v, inputs: KernelInputs, static: KernelStatic):
+    key_code, query_code, q_seg, k_seg, seed, layout = (inputs.key_code, inputs.query_code, inputs.q_seg,
+                                                        inputs.k_seg, inputs.seed, inputs.layout)
+    scale, rule, tiles, rate, interpret = static.scale, static.rule, static.tiles, static.dropout_rate, static.interpret
     block_q, block_k = tiles.block_q, tiles.block_k
     b, nq, h, d = q.shape
     nk = k.shape[1]
@@ -260,8 +305,10 @@ def _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t
     )(layout, q, k, v, key_code, query_code, q_seg, k_seg, seed)
 
 
-def _backward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, o, lse, do, scale, rule,
-              tiles, rate, interpret):
+def _backward(q, k, v, inputs: KernelInputs, o, lse, do, static: KernelStatic):
+    key_code, query_code, q_seg, k_seg, seed, layout, layout_t = (
+        inputs.key_code, inputs.query_code, inputs.q_seg, inputs.k_seg, inputs.seed, inputs.layout, inputs.layout_t)
+    scale, rule, tiles, rate, interpret = static.scale, static.rule, static.tiles, static.dropout_rate, static.interpret
     block_q, block_k = tiles.block_q, tiles.block_k
     b, nq, h, d = q.shape
     nk = k.shape[1]
@@ -319,39 +366,27 @@ def _backward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_
     return dq, dk, dv
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11, 12, 13, 14))
-def attention(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
-              interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def attention(q, k, v, inputs: KernelInputs, static: KernelStatic):
     """Blockwise attention [b, nq, h, d] on padded, block-aligned inputs (see module docstring).
 
     Args:
-      q, k, v: [b, nq, h, d], [b, nk, h, d], [b, nk, h, d]; float32 or bfloat16.
-      key_code: int32 [b, nk]: 0 padding, 1 real, 2 real and global.
-      query_code: int32 [nq]: 2 marks a global query. q_seg, k_seg: int32 [nq], [nk] segment ids.
-      seed: uint32 [2], `dropout_state`: the dropout seed and the first row's index in the whole batch
-        (unused at rate 0).
-      layout, layout_t: None (dense) or int32 [nq / B_q, W], [nk / B_k, W']: per query
-        (key) block [count, block indices...]; see `lra_jax.kernels.block_sparse.layout`.
-      scale: softmax scale. rule: static element rule (`masking.Rule`) or None.
-      tiles: `tiling.Tiling`: blocks B_q, B_k (powers of two >= 16), warps and stages (`choose_tiling`).
-      rate: static attention dropout rate in [0, 1). interpret: Pallas interpreter.
+      q, k, v: [b, nq, h, d], [b, nk, h, d], [b, nk, h, d]; float32 or bfloat16; differentiable.
+      inputs: the codes, segments, dropout seed and layouts (`KernelInputs`).
+      static: scale, tiles (blocks B_q, B_k: powers of two >= 16), rule, dropout rate, interpreter.
     """
-    return _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
-                    interpret)[0]
+    return _forward(q, k, v, inputs, static)[0]
 
 
-def _attention_fwd(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
-                   interpret):
-    o, lse = _forward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, scale, rule, tiles, rate,
-                      interpret)
-    return o, (q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, o, lse)
+def _attention_fwd(q, k, v, inputs: KernelInputs, static: KernelStatic):
+    o, lse = _forward(q, k, v, inputs, static)
+    return o, (q, k, v, inputs, o, lse)
 
 
-def _attention_bwd(scale, rule, tiles, rate, interpret, residuals, do):
-    q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, o, lse = residuals
-    dq, dk, dv = _backward(q, k, v, key_code, query_code, q_seg, k_seg, seed, layout, layout_t, o, lse, do,
-                           scale, rule, tiles, rate, interpret)
-    return dq, dk, dv, None, None, None, None, None, None, None
+def _attention_bwd(static: KernelStatic, residuals, do):
+    q, k, v, inputs, o, lse = residuals
+    dq, dk, dv = _backward(q, k, v, inputs, o, lse, do, static)
+    return dq, dk, dv, None
 
 
 attention.defvjp(_attention_fwd, _attention_bwd)

@@ -50,8 +50,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jaxtyping import Array, Bool, Float, Int
 
-from lra_jax.kernels import dropout, masking
+from lra_jax.kernels import dropout, masking, sharding
 from lra_jax.kernels.masking import MASK_VALUE
+from lra_jax.kernels.operands import pad_axis, zero_rows
 
 BLOCK = 128  # queries and keys per block: the TPU's lane width
 RESIDENT = (512, 256, 128)  # the blocks a dense kernel may keep in VMEM, largest first (`resident_block`)
@@ -92,7 +93,7 @@ def head_state(seed: Array, batch: int, heads: int, batch_offset: Array | int = 
 class Sparsity:
     """The static part of a block-sparse pattern (None/0 fields: dense, as flash attention).
 
-    rule: `masking.Rule` applied to every tile (band, segments, global codes); needs `Pattern.query_info`
+    rule: `masking.MaskRule` applied to every tile (band, segments, global codes); needs `Pattern.query_info`
       and a second row (segment ids) in the key info.
     mask_block: B of an element-level block mask finer than the kernel block (BigBird's 64 in 128-blocks:
       `Pattern.block_bits`); 0 without one.
@@ -101,7 +102,7 @@ class Sparsity:
       None: every tile (dense).
     """
 
-    rule: tuple | None = None
+    rule: masking.MaskRule | None = None
     mask_block: int = 0
     query_visits: int | None = None
     key_visits: int | None = None
@@ -110,7 +111,7 @@ class Sparsity:
 class Pattern(NamedTuple):
     """The arrays of a block-sparse pattern, at the padded lengths (None where `Sparsity` needs none)."""
 
-    query_info: Int[Array, "q 2"] | None = None  # per query: code (2 = global query) and segment id
+    query_info: Int[Array, "q 2"] | None = None  # per query: code (`KeyCode.GLOBAL`: a global query) and segment id
     block_bits: Int[Array, "qt r k"] | None = None  # [tile, a, j] = block_mask[tile * r + a, j // B]
     layout: Int[Array, "qt*(kt+1)"] | None = None  # per query tile [count, key tiles...] (`layout.compact`)
     layout_t: Int[Array, "kt*(qt+1)"] | None = None  # per key tile [count, query tiles...]
@@ -390,7 +391,10 @@ def _kernel_name(part: str, sparsity: Sparsity) -> str:
     return f"lra_{'flash' if sparsity == DENSE else 'block_sparse'}_{part}"
 
 
-def _forward(q, k, v, key_info, heads, pattern, scale, rate, block_q, block_k, interpret, sparsity):
+def _forward(q, k, v, inputs: MosaicInputs, static: MosaicStatic):
+    key_info, heads, pattern = inputs.key_info, inputs.heads, inputs.pattern
+    scale, rate, interpret, sparsity = static.scale, static.rate, static.interpret, static.sparsity
+    block_q, block_k = static.resident, static.streamed
     b, h, nq, d = q.shape
     nk = k.shape[2]
     layout, width, steps = _layout(pattern, sparsity.query_visits, nk // block_k, False)
@@ -410,45 +414,54 @@ def _forward(q, k, v, key_info, heads, pattern, scale, rate, block_q, block_k, i
     )(heads, layout, q, k, v.astype(q.dtype), key_info, *_pattern_inputs(pattern, sparsity))
 
 
-def attention(
-    q: Float[Array, "b h q d"],
-    k: Float[Array, "b h k d"],
-    v: Float[Array, "b h k d"],
-    key_info: Int[Array, "b r k"],
-    heads: Int[Array, "b h"],
-    scale: float,
-    rate: float,
-    resident: int = BLOCK,
-    streamed: int = BLOCK,
-    interpret: bool = False,
-    pattern: Pattern = Pattern(),
-    sparsity: Sparsity = DENSE,
-) -> Float[Array, "b h q d"]:
-    """softmax(scale q k^T) over the allowed pairs, dropped at `rate` with the mask of `heads`
-    (`head_state`), times v; rows without an allowed key are 0. Differentiable in q, k, v.
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["key_info", "heads", "pattern"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class MosaicInputs:
+    """The arrays of one call besides q, k, v.
 
-    key_info: row 0 the key codes (0 padding, 1 real, 2 real and global), row 1 (with a `sparsity.rule`)
-    the key segment ids. Dense (`DENSE`): key padding only; block-sparse: `pattern` and `sparsity`.
-    resident: the rows a program keeps in VMEM (queries in the forward and dQ kernels, keys in dK/dV;
-    `resident_block`), streamed: the rows of the other side per grid step; a sparse pattern's tiles
-    are `BLOCK` x `BLOCK`.
+    key_info: int32 [b, r, nk]: row 0 the key codes (`masking.KeyCode`), row 1 (with a `Sparsity.rule`)
+    the key segment ids. heads: int32 [b, h], the dropout state of each head (`head_state`).
+    pattern: the block-sparse pattern's arrays (`Pattern()` when dense).
     """
-    return _attention(q, k, v, (key_info, heads, pattern), (scale, rate, resident, streamed, interpret, sparsity))
+
+    key_info: Int[Array, "b r k"]
+    heads: Int[Array, "b h"]
+    pattern: Pattern = Pattern()
+
+
+@dataclasses.dataclass(frozen=True)
+class MosaicStatic:
+    """What the kernels are compiled for: softmax scale, dropout rate, resident rows (the rows a program
+    keeps in VMEM: queries in the forward and dQ kernels, keys in dK/dV; `resident_block`), streamed rows
+    (the other side, per grid step; a sparse pattern's tiles are `BLOCK` x `BLOCK`), the interpreter and
+    the static part of the pattern (`DENSE`: key padding only)."""
+
+    scale: float
+    rate: float = 0.0
+    resident: int = BLOCK
+    streamed: int = BLOCK
+    interpret: bool = False
+    sparsity: Sparsity = DENSE
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _attention(q, k, v, inputs, static):
-    return _forward(q, k, v, *inputs, *static)[0]
+def attention(q: Float[Array, "b h q d"], k: Float[Array, "b h k d"], v: Float[Array, "b h k d"],
+              inputs: MosaicInputs, static: MosaicStatic) -> Float[Array, "b h q d"]:
+    """softmax(scale q k^T) over the allowed pairs, dropped at `static.rate` with the mask of `inputs.heads`,
+    times v; rows without an allowed key are 0. Differentiable in q, k, v."""
+    return _forward(q, k, v, inputs, static)[0]
 
 
-def _attention_fwd(q, k, v, inputs, static):
-    out, lse = _forward(q, k, v, *inputs, *static)
+def _attention_fwd(q, k, v, inputs: MosaicInputs, static: MosaicStatic):
+    out, lse = _forward(q, k, v, inputs, static)
     return out, (q, k, v, inputs, out, lse)
 
 
-def _attention_bwd(static, res, dout):
-    scale, rate, block_q, block_k, interpret, sparsity = static  # dQ keeps block_q queries, dK/dV block_q keys
-    q, k, v, (key_info, heads, pattern), out, lse = res
+def _attention_bwd(static: MosaicStatic, res, dout):
+    scale, rate, interpret, sparsity = static.scale, static.rate, static.interpret, static.sparsity
+    block_q, block_k = static.resident, static.streamed  # dQ keeps block_q queries, dK/dV block_q keys
+    q, k, v, inputs, out, lse = res
+    key_info, heads, pattern = inputs.key_info, inputs.heads, inputs.pattern
     b, h, nq, d = q.shape
     nk = k.shape[2]
     v_dtype, v = v.dtype, v.astype(q.dtype)
@@ -485,4 +498,26 @@ def _attention_bwd(static, res, dout):
     return dq, dk, dv, None
 
 
-_attention.defvjp(_attention_fwd, _attention_bwd)
+attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+def run_padded(q, k, v, key_info, query_mask, scale: float, rate: float, seed, interpret: bool, *,
+               padded: tuple[int, int] | None = None, pattern: Pattern = Pattern(), sparsity: Sparsity = DENSE):
+    """`attention` (TPU, with dropout) on [b, n, h, d]: padded to its block (or to `padded`
+    (nq, nk), the lengths a block-sparse `pattern` was built for), heads major, run per device on its rows
+    of the batch with the dropout heads of the *global* batch rows. key_info int32 [b, r, nk] (row 0 the
+    key codes); padded query rows are 0."""
+    b, nq, h, _ = q.shape
+    nk = k.shape[1]
+    block = BLOCK
+    nq_pad, nk_pad = padded or (-(-x // block) * block for x in (nq, nk))
+    heads = head_state(seed, b, h)  # global rows: a sharded run draws one device's mask
+    major = lambda x, n: pad_axis(x, 1, n).transpose(0, 2, 1, 3)  # noqa: E731  [b, n, h, d] -> [b, h, n, d]
+    resident = resident_block(nq_pad, nk_pad) if sparsity == DENSE else block
+    static = MosaicStatic(scale, rate, resident, block, interpret, sparsity)
+    kernel = lambda q, k, v, key_info, heads, pattern: attention(  # noqa: E731
+        q, k, v, MosaicInputs(key_info, heads, pattern), static)
+    out = sharding.over_batch(kernel)(major(q, nq_pad), major(k, nk_pad), major(v, nk_pad),
+                                      pad_axis(key_info, 2, nk_pad), heads, pattern=pattern)
+    out = out.transpose(0, 2, 1, 3)[:, :nq]
+    return zero_rows(out, query_mask)

@@ -1,28 +1,24 @@
-"""Non-causal kernelized attention, choosing the kernel: `linear_attention(..., impl=)`.
+"""Non-causal kernelized attention: the op's table (`LINEAR`) and `linear_attention(..., impl=)`.
 
-impl="pallas" runs the fused kernel of `pallas_gpu` (feature map, the two
-reductions and the normalisation in one pass per (batch, head)) for a GPU target;
-there is no TPU kernel (XLA's two einsums are already matmuls on the MXU), so a
-TPU target runs the reference; impl="xla" the two-einsum reference; "auto" the
-kernel on GPU. Whether the kernel beats XLA's
-two einsums has not been measured yet (no GPU where it was written): see
-`python -m lra_jax.tools.kernel_bench`. Shapes: q, k [b, n, h, m], v [b, n, h, d]
--> [b, n, h, d] in v's dtype.
+The implementations, in `LINEAR` (`lra_jax.kernels.dispatch`): "xla", the two-einsum
+reference; "pallas-triton", the fused kernel of `pallas_gpu` (feature map, the two reductions
+and the normalisation in one pass per (batch, head)) for a GPU target (interpreted on CPU). There
+is no TPU kernel (XLA's two einsums are already matmuls on the MXU), so a TPU target plans XLA.
+Whether the kernel beats XLA's two einsums: `python -m lra_jax.tools.kernel_bench`.
+Shapes: q, k [b, n, h, m], v [b, n, h, d] -> [b, n, h, d] in v's dtype.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import pallas_backend, resolve_impl, sharding, tiling
-from lra_jax.kernels.flash.api import (
-    kernel_block,
-    masks_from,
-    pad_axis,
-    padded_head_dim,
-)
+from lra_jax.kernels import dispatch, sharding, tiling
+from lra_jax.kernels.dispatch import TRITON, XLA, Implementation, KernelOp, KernelPlan
 from lra_jax.kernels.linear import pallas_gpu, reference
+from lra_jax.kernels.operands import kernel_block, masks_from, pad_axis, padded_head_dim, round_up, zero_rows
 
 FEATURE_MAPS = ("elu", "identity")
 
@@ -35,6 +31,47 @@ def kernel_limit(m: int, d: int) -> str | None:
     except tiling.TilingError as error:
         return str(error)
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearInputs:
+    """The arrays of a call besides q, k, v: the masks (True on real tokens)."""
+
+    key_mask: Bool[Array, "b n"]
+    query_mask: Bool[Array, "b n"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearStatic:
+    """The static settings of a call: feature map, the most rows per loop step, interpreter."""
+
+    feature_map: str = "elu"
+    block: int = 64
+    interpret: bool = False
+
+
+def _xla(q, k, v, inputs: LinearInputs, static: LinearStatic):
+    return reference.attention(q, k, v, inputs.key_mask, inputs.query_mask, static.feature_map)
+
+
+def _triton(q, k, v, inputs: LinearInputs, static: LinearStatic):
+    n, m, d = q.shape[1], q.shape[3], v.shape[3]
+    m_pad, d_pad = padded_head_dim(m), padded_head_dim(d)
+    tiles = pallas_gpu.choose_tilings(kernel_block(n, static.block), m_pad, d_pad)
+    n_pad = round_up(n, max(t.block_q for t in tiles))  # both blocks are powers of two: the larger divides n_pad
+    qp, kp = (pad_axis(pad_axis(x, 1, n_pad), 3, m_pad) for x in (q, k))
+    vp = pad_axis(pad_axis(v, 1, n_pad), 3, d_pad)
+    key_code = pad_axis(inputs.key_mask.astype(jnp.int32), 1, n_pad)
+    kernel_static = pallas_gpu.KernelStatic(tuple(tiles), static.feature_map, m, static.interpret)
+    triton = lambda q, k, v, key_code: pallas_gpu.attention(q, k, v, key_code, kernel_static)  # noqa: E731
+    out = sharding.over_batch(triton)(qp, kp, vp, key_code)
+    return zero_rows(out[:, :n, :, :d], inputs.query_mask)
+
+
+LINEAR = KernelOp("linear", (
+    Implementation(XLA, _xla, dropout=False),
+    Implementation(TRITON, _triton, backend="triton", platforms=("cpu", "gpu"), dropout=False),
+))
 
 
 def linear_attention(
@@ -50,6 +87,7 @@ def linear_attention(
     block: int = 64,
     interpret: bool = False,
     platform: str | None = None,
+    plan: KernelPlan | None = None,
 ) -> Float[Array, "b n h d"]:
     """phi(q_i)^T S / phi(q_i)^T z over the real keys; padded query rows and rows without keys are 0.
 
@@ -59,26 +97,17 @@ def linear_attention(
       key_mask, query_mask, lengths: padding, as in `flash_attention`.
       feature_map: "elu" (elu(x) + 1, Linear Transformer) or "identity" (q, k are
         already features, e.g. FAVOR+ positive random features).
-      impl: "auto" | "xla" | "pallas". block: the most rows per loop step (fewer where the target GPU's
-        shared memory needs it, `pallas_gpu.choose_tilings`). interpret: Pallas interpreter.
-      platform: the kernel target (default `lra_jax.kernels.current_target()`); there is no TPU
-        kernel, so on "tpu" this is the XLA form.
+      block: the most rows per loop step (fewer where the target GPU's shared memory needs it,
+        `pallas_gpu.choose_tilings`).
+      plan: the implementation to run (`kernels.plan(..., LINEAR)`, a layer's `kernel_plan`); without
+        one, planned here from `impl`, `platform` and `interpret`, as in `flash_attention`.
     """
     if feature_map not in FEATURE_MAPS:
         raise ValueError(f"unknown feature_map {feature_map!r}; choose one of {', '.join(FEATURE_MAPS)}")
-    b, n, _, m = q.shape
-    d = v.shape[-1]
+    b, n = q.shape[:2]
     key_mask, query_mask = masks_from(n, n, b, key_mask, query_mask, lengths)
-    if resolve_impl(impl, interpret, platform) == "xla" or pallas_backend(platform) == "mosaic":
-        return reference.attention(q, k, v, key_mask, query_mask, feature_map)
-    m_pad, d_pad = padded_head_dim(m), padded_head_dim(d)
-    tiles = pallas_gpu.choose_tilings(kernel_block(n, block), m_pad, d_pad)
-    block = max(t.block_q for t in tiles)  # both blocks are powers of two: the larger divides n_pad
-    n_pad = -(-n // block) * block
-    qp, kp = (pad_axis(pad_axis(x, 1, n_pad), 3, m_pad) for x in (q, k))
-    vp = pad_axis(pad_axis(v, 1, n_pad), 3, d_pad)
-    key_code = pad_axis(key_mask.astype(jnp.int32), 1, n_pad)
-    triton = lambda q, k, v, key_code: pallas_gpu.attention(  # noqa: E731
-        q, k, v, key_code, tiles, feature_map, m, interpret)
-    out = sharding.over_batch(triton)(qp, kp, vp, key_code)[:, :n, :, :d]
-    return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
+    if plan is None:
+        plan = dispatch.plan(impl, dispatch.call_target(platform, interpret), LINEAR, dtype=jnp.dtype(v.dtype).name)
+    dispatch.check_plan(LINEAR, plan)
+    return plan.implementation.run(q, k, v, LinearInputs(key_mask, query_mask),
+                                   LinearStatic(feature_map, block, plan.interpret))

@@ -24,6 +24,7 @@ step and pipeline stages are chosen for the target GPU's shared memory (`choose_
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -161,18 +162,31 @@ def _forward(q, k, v, key_code, tiles, feature_map, num_features, interpret):
     )(q, k, v, key_code)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def attention(q, k, v, key_code, tiles, feature_map, num_features, interpret):
-    """Fused kernelized attention [b, n, h, d]; key_code int32 [b, n] (> 0 on real keys); `tiles` the
-    (forward, backward) `tiling.Tiling`s (`choose_tilings`), whose blocks divide n."""
-    return _forward(q, k, v, key_code, tiles[0], feature_map, num_features, interpret)
+@dataclasses.dataclass(frozen=True)
+class KernelStatic:
+    """What the kernels are compiled for: the (forward, backward) `tiling.Tiling`s (`choose_tilings`, whose
+    blocks divide n), the feature map ("elu" | "identity"), the unpadded feature count and the interpreter."""
+
+    tiles: tuple[tiling.Tiling, tiling.Tiling]
+    feature_map: str
+    num_features: int
+    interpret: bool = False
 
 
-def _attention_fwd(q, k, v, key_code, tiles, feature_map, num_features, interpret):
-    return _forward(q, k, v, key_code, tiles[0], feature_map, num_features, interpret), (q, k, v, key_code)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def attention(q, k, v, key_code, static: KernelStatic):
+    """Fused kernelized attention [b, n, h, d]; key_code int32 [b, n] (> 0 on real keys), the call's only
+    input besides q, k, v."""
+    return _forward(q, k, v, key_code, static.tiles[0], static.feature_map, static.num_features, static.interpret)
 
 
-def _attention_bwd(tiles, feature_map, num_features, interpret, residuals, g):
+def _attention_fwd(q, k, v, key_code, static: KernelStatic):
+    out = _forward(q, k, v, key_code, static.tiles[0], static.feature_map, static.num_features, static.interpret)
+    return out, (q, k, v, key_code)
+
+
+def _attention_bwd(static: KernelStatic, residuals, g):
+    tiles, feature_map, num_features, interpret = static.tiles, static.feature_map, static.num_features, static.interpret
     q, k, v, key_code = residuals
     b, n, h, m = q.shape
     d = v.shape[-1]

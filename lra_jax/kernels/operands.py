@@ -1,0 +1,88 @@
+"""What every kernel op prepares before it runs: masks, the dropout seed, block sizes and padding.
+
+Shared by `flash`, `block_sparse` and `linear` (their `api.py`) and the Mosaic wrappers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jaxtyping import Array, Bool
+
+from lra_jax.kernels import dropout
+
+MIN_BLOCK = 16  # Triton's smallest dot
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """The largest kernel blocks a call asks for (query rows, key rows); powers of two >= 16 once
+    `for_lengths` has fitted them. The Triton kernels may run smaller ones (`lra_jax.kernels.tiling`)."""
+
+    block_q: int = 64
+    block_k: int = 64
+
+    def for_lengths(self, nq: int, nk: int) -> BlockSizes:
+        """Powers of two >= 16, no larger than needed for nq queries and nk keys."""
+        return BlockSizes(kernel_block(nq, self.block_q), kernel_block(nk, self.block_k))
+
+
+def masks_from(
+    nq: int, nk: int, batch: int, key_mask=None, query_mask=None, lengths=None
+) -> tuple[Bool[Array, "b k"], Bool[Array, "b q"]]:
+    """Key and query masks from explicit masks or per-sequence `lengths` (True = real token).
+
+    With `lengths` both are prefixes of that length; without anything every token is
+    real; a key mask alone with nq == nk also serves as the query mask (self-attention).
+    """
+    if lengths is not None:
+        lengths = jnp.asarray(lengths)
+        key_mask = jnp.arange(nk)[None, :] < lengths[:, None] if key_mask is None else key_mask
+        query_mask = jnp.arange(nq)[None, :] < lengths[:, None] if query_mask is None else query_mask
+    if key_mask is None:
+        key_mask = jnp.ones((batch, nk), bool)
+    if query_mask is None:
+        query_mask = key_mask if nq == nk else jnp.ones((batch, nq), bool)
+    return jnp.asarray(key_mask, bool), jnp.asarray(query_mask, bool)
+
+
+def check_dropout(rate: float, seed: Array | None) -> Array:
+    """The seed a call passes on: `seed` as uint32 [1] when rate > 0 (required), zeros otherwise."""
+    dropout.threshold(rate)  # checks 0 <= rate < 1
+    if rate == 0.0:
+        return jnp.zeros((1,), jnp.uint32)
+    if seed is None:
+        raise ValueError(f"attention dropout at rate {rate} needs a dropout_seed (dropout.seed_from_key(key))")
+    return jnp.asarray(seed, jnp.uint32).reshape(1)
+
+
+def kernel_block(n: int, block: int) -> int:
+    """A power-of-two block >= 16 (Triton's smallest dot), no larger than needed for n."""
+    return max(MIN_BLOCK, min(pl.next_power_of_2(block), pl.next_power_of_2(n)))
+
+
+def round_up(n: int, block: int) -> int:
+    """n rounded up to a multiple of block."""
+    return -(-n // block) * block
+
+
+def pad_axis(x: Array, axis: int, size: int, value=0) -> Array:
+    """Pads `axis` of x at the end up to `size`."""
+    if x.shape[axis] == size:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def padded_head_dim(d: int) -> int:
+    """Head dims are padded with zeros to a power of two >= 16 (zeros change no logit)."""
+    return max(MIN_BLOCK, pl.next_power_of_2(d))
+
+
+def zero_rows(out: Array, keep: Bool[Array, "b q"]) -> Array:
+    """out [b, q, ...] with the rows where `keep` is False set to 0 (padded queries)."""
+    keep = keep.reshape(keep.shape + (1,) * (out.ndim - 2))
+    return jnp.where(keep, out, jnp.zeros((), out.dtype))
