@@ -107,5 +107,5 @@ def test_the_gpu_check_benches_every_variant_with_a_triton_kernel():
 
     script = open(os.path.join(REPO, ".ci", "gpu-check"), encoding="utf-8").read()
     listed = re.search(r"kernel_variants=\$\{GPU_CHECK_VARIANTS:-([\w,]+)\}", script).group(1).split(",")
-    with_triton = {name for name in registry.names() if "triton" in registry.get(name).kernel_names}
+    with_triton = {name for name in registry.names() if "triton" in registry.get(name).kernel_backends()}
     assert sorted(listed) == sorted(with_triton)

@@ -37,10 +37,9 @@ def kernel_at(tiles: tiling.Tiling, rate: float, interpret: bool = False):
     seed = pallas_gpu.dropout_state(jnp.array([7], jnp.uint32) if rate else None)
 
     def fn(q, k, v, mask):
-        nq, nk, d = q.shape[1], k.shape[1], q.shape[-1]
-        zeros_q, zeros_k = jnp.zeros((nq,), jnp.int32), jnp.zeros((nk,), jnp.int32)
-        return pallas_gpu.attention(q, k, v, mask.astype(jnp.int32), zeros_q, zeros_q, zeros_k, seed, None, None,
-                                    1 / math.sqrt(d), None, tiles, rate, interpret)
+        inputs = pallas_gpu.KernelInputs.dense(mask.astype(jnp.int32), q.shape[1], seed)
+        static = pallas_gpu.KernelStatic(1 / math.sqrt(q.shape[-1]), tiles, dropout_rate=rate, interpret=interpret)
+        return pallas_gpu.attention(q, k, v, inputs, static)
     return fn
 
 
