@@ -79,6 +79,10 @@ def shared_dir():
     a non-root user's view of someone else's directory. Skipped where the test cannot switch user."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("switching to user nobody needs root and setpriv")
+    probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                            "-c", "import lra_jax.train"], check=False, cwd=REPO, capture_output=True, text=True)
+    if probe.returncode != 0:  # e.g. a Python whose shared library lies under /root, which nobody cannot enter
+        pytest.skip(f"user nobody cannot run {sys.executable}: {probe.stderr.strip()[-200:]}")
     path = tempfile.mkdtemp(prefix="lra-unwritable-")
     os.chmod(path, 0o755)
     yield path
