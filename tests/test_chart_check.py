@@ -145,11 +145,11 @@ def test_check_with_other_flags_says_the_command_differs(drawn):
 def test_bare_check_on_the_command_line_reads_the_recorded_flags(drawn, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), *sys.path]))}
     command = [sys.executable, "-m", "lra_jax.tools.chart", "--check"]
-    ok = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert ok.returncode == 0, ok.stderr
     assert "up to date" in ok.stdout
     write_run("pathfinder", "linear", 1, 0.10)
-    stale = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    stale = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert stale.returncode == 1
     lines = stale.stderr.strip().splitlines()
     assert "input changed: runs/pathfinder-full/linear/seed1/results.json (sha256 " in lines[0]
@@ -159,7 +159,7 @@ def test_bare_check_on_the_command_line_reads_the_recorded_flags(drawn, tmp_path
 def test_check_without_a_manifest_is_one_clear_error(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-m", "lra_jax.tools.chart", "--check", f"--out={tmp_path}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert "cannot read the chart's manifest" in done.stderr and "draw the chart first" in done.stderr

@@ -118,7 +118,8 @@ def manifest_text(record: dict[str, Any]) -> str:
 def _input_problems(committed: list[dict[str, Any]], fresh: list[dict[str, Any]]) -> list[str]:
     before = {r["path"]: r for r in committed}
     now = {r["path"]: r for r in fresh}
-    problems = [f"input added: {p} (not among the inputs the chart was drawn from)" for p in sorted(now.keys() - before)]
+    problems = [f"input added: {p} (not among the inputs the chart was drawn from)"
+                for p in sorted(now.keys() - before)]
     problems += [f"input removed: {p} (the chart was drawn from it)" for p in sorted(before.keys() - now)]
     problems += [f"input changed: {p} (sha256 {before[p]['sha256'][:12]}… when drawn, {now[p]['sha256'][:12]}… now)"
                  for p in sorted(before.keys() & now) if before[p]["sha256"] != now[p]["sha256"]]

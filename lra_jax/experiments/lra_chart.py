@@ -19,8 +19,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 
 from lra_jax.errors import LraError
 from lra_jax.experiments import chart_manifest, selection, table2_report
-from lra_jax.experiments.chart_manifest import ChartOptions, rounded
 from lra_jax.experiments.chart_labels import place_labels
+from lra_jax.experiments.chart_manifest import ChartOptions, rounded
 from lra_jax.experiments.lra_results import (
     REFERENCE,
     REFERENCE_VARIANTS,
