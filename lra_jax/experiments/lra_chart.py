@@ -18,8 +18,9 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import selection, table2_report
+from lra_jax.experiments import chart_manifest, selection, table2_report
 from lra_jax.experiments.chart_labels import place_labels
+from lra_jax.experiments.chart_manifest import ChartOptions, rounded
 from lra_jax.experiments.lra_results import (
     REFERENCE,
     REFERENCE_VARIANTS,
@@ -71,11 +72,11 @@ def _draw_score_bar(ax, x: float, y: float, err: float | None, color, variant: s
         artist.set_gid(f"{gid}-{variant}-{i}")
 
 
-def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
-         length: int | None, reference: dict[str, Any] | None, out_dir: str,
-         device: str = "", note: str = "", ssm_reference: dict[str, Any] | None = None,
-         modeled: tuple[int, str, dict[str, dict[str, Any]]] | None = None) -> dict[str, str]:
-    """Writes lra_chart.png and lra_chart.svg (`note` under the left panel); returns their paths.
+def figure(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
+           length: int | None, reference: dict[str, Any] | None,
+           device: str = "", note: str = "", ssm_reference: dict[str, Any] | None = None,
+           modeled: tuple[int, str, dict[str, dict[str, Any]]] | None = None):
+    """The chart (`note` under the left panel) and what each panel draws (`panel_record`): (figure, panels).
 
     Panels: our scores against the bench's measured speed; with `modeled` ((length, target, variant ->
     modeled speed and memory), `table2_report.load_modeled`) our scores against the TPU compiler's modeled
@@ -108,22 +109,52 @@ def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] |
     reference_labels = _draw_reference(axes[-1], reference)
     _draw_ssm_line(axes[-1], ssm_reference)
     label_jobs.append(reference_labels)
+    panels = [panel_record(ax, job) for ax, job in zip(axes, label_jobs)]
     fig.canvas.draw()
     fig.set_layout_engine("none")  # freeze the layout so the placed labels stay where they were placed
     for job in filter(None, label_jobs):
-        place_labels(*job)
+        place_labels(*job[:6])
+    return fig, panels
+
+
+def panel_record(ax, job) -> dict[str, Any]:
+    """What a panel draws, independent of fonts and library versions: its title, axis labels, texts and
+    per point the variant, x, y, bubble size (pt^2) and label (`chart_manifest.rounded`)."""
+    points = []
+    if job:
+        _, anchors, labels, sizes, _, _, variants = job
+        points = [{"variant": v, "x": rounded(x), "y": rounded(y), "size": rounded(s), "label": label}
+                  for v, (x, y), s, label in zip(variants, anchors, sizes, labels)]
+    return {"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+            "texts": [t.get_text() for t in ax.texts], "points": points}
+
+
+def save(fig, out_dir: str) -> dict[str, str]:
+    """Writes the figure as lra_chart.png and lra_chart.svg, as deterministically as the backends allow
+    (no date, no software version, a fixed SVG id salt); returns their paths and closes the figure."""
     paths = {}
-    for ext in ("png", "svg"):
-        paths[ext] = os.path.join(out_dir, f"lra_chart.{ext}")
-        fig.savefig(paths[ext], dpi=110)
+    with plt.rc_context({"svg.hashsalt": "lra_chart"}):
+        for ext, metadata in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
+            paths[ext] = os.path.join(out_dir, f"lra_chart.{ext}")
+            fig.savefig(paths[ext], dpi=110, metadata=metadata)
     plt.close(fig)
     return paths
+
+
+def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
+         length: int | None, reference: dict[str, Any] | None, out_dir: str,
+         device: str = "", note: str = "", ssm_reference: dict[str, Any] | None = None,
+         modeled: tuple[int, str, dict[str, dict[str, Any]]] | None = None) -> dict[str, str]:
+    """Writes lra_chart.png and lra_chart.svg (`figure`); returns their paths."""
+    fig, _ = figure(measured, bench, length, reference, device, note, ssm_reference, modeled)
+    return save(fig, out_dir)
 
 
 def _draw_ours(ax, measured: dict[str, dict[str, Any]], speeds: dict[str, dict[str, Any]] | None,
                xlabel: str, title: str, memory_title: str, gid: str = "score-bar"):
     """Our LRA scores (y) against `speeds`' examples/s (x), bubble area = its memory, score bars with SVG
-    ids `<gid>-<variant>-<i>`; returns the label job for `place_labels`, or None when no variant has both."""
+    ids `<gid>-<variant>-<i>`; returns the label job for `place_labels` with the variants last, or None
+    when no variant has both."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel("LRA score (mean test accuracy, %)")
     ax.set_title(title)
@@ -166,7 +197,7 @@ def _draw_ours(ax, measured: dict[str, dict[str, Any]], speeds: dict[str, dict[s
             handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none",
                                   markeredgecolor="black", markersize=10, label=f"{variant}, {what}"))
     _legend(ax, handles, memory_title)
-    return ax, list(zip(xs, ys)), labels, sizes, 9, point_colors
+    return ax, list(zip(xs, ys)), labels, sizes, 9, point_colors, [v for v, _, _ in points]
 
 
 def _log_axis_with_plain_ticks(axis) -> None:
@@ -181,7 +212,7 @@ def _log_axis_with_plain_ticks(axis) -> None:
 def _draw_reference(ax, reference: dict[str, Any] | None):
     """The LRA paper's Figure 3 from its Table 1 and Table 2 (4K, relative to Transformer).
 
-    Returns the label job (ax, anchors, labels, bubble sizes, fontsize, colours), or None without data.
+    Returns the label job (ax, anchors, labels, bubble sizes, fontsize, colours, variants), or None.
     """
     ax.set_title("LRA paper (Tay et al. 2021): Table 1 score vs Table 2 speed at 4K")
     ax.set_xlabel("training speed at 4K, relative to Transformer (× steps/s)")
@@ -205,7 +236,8 @@ def _draw_reference(ax, reference: dict[str, Any] | None):
     if absent:
         note += f"\nNo Table 2 entry: {', '.join(absent)}."
     ax.text(0.0, -0.16, note, transform=ax.transAxes, fontsize=7, va="top", wrap=True)
-    return ax, anchors, [f"{m['paper_name']} ({m['variant']})" for m in models], sizes, 8, None
+    return (ax, anchors, [f"{m['paper_name']} ({m['variant']})" for m in models], sizes, 8, None,
+            [m["variant"] for m in models])
 
 def _draw_ssm_line(ax, ssm_reference: dict[str, Any] | None) -> None:
     """The S4D paper's published score as a horizontal line: it has no Table 2 speed to place it by."""
@@ -220,12 +252,10 @@ def _draw_ssm_line(ax, ssm_reference: dict[str, Any] | None) -> None:
     low, high = ax.get_ylim()
     ax.set_ylim(low, max(high, model["avg5"] + 3))
 
-def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | None = None,
-               length: int | None = None, reference_path: str | None = REFERENCE,
-               ssm_reference_path: str | None = SSM_REFERENCE, min_seeds: int = 1,
-               modeled_path: str | None = None) -> dict[str, str]:
-    """Reads runs (+ bench, + modeled Table 2, + reference) and writes the chart and table into `out`;
-    returns the paths. A cell whose chosen point has fewer than `min_seeds` seeds is left out and named."""
+def render(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE):
+    """Everything `options` draw, in memory: (figure, table text, manifest record). A cell whose chosen point
+    has fewer than `options.min_seeds` seeds is left out and named."""
+    runs, scale, min_seeds = options.runs, options.scale, options.min_seeds
     results = read_runs(runs, scale)
     selections = selection.select_all(results)
     note = "\n".join(filter(None, [diverged_note(results), unfinished_note(selections, min_seeds)]))
@@ -235,23 +265,59 @@ def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | 
                        + (" that is a result: " + note if results else ""))
     if note:
         print(note)
-    bench, device = None, ""
-    if bench_path:
-        length, bench = load_bench(bench_path, length)
-        with open(bench_path, encoding="utf-8") as f:
+    inputs = chart_manifest.results_files(runs)
+    bench, device, length = None, "", options.length
+    if options.bench:
+        length, bench = load_bench(options.bench, length)
+        with open(options.bench, encoding="utf-8") as f:
             device = json.load(f).get("device", {}).get("kind", "")
-    modeled = table2_report.load_modeled(modeled_path, None) if modeled_path else None
+        inputs.append(options.bench)
+    modeled = None
+    if options.modeled:
+        modeled = table2_report.load_modeled(options.modeled, None)
+        inputs.append(options.modeled)
     reference, ssm_reference = None, None
-    if reference_path and os.path.exists(reference_path):
-        with open(reference_path, encoding="utf-8") as f:
+    if options.reference and os.path.exists(options.reference):
+        with open(options.reference, encoding="utf-8") as f:
             reference = json.load(f)
+        inputs.append(options.reference)
     if ssm_reference_path and os.path.exists(ssm_reference_path):
         with open(ssm_reference_path, encoding="utf-8") as f:
             ssm_reference = json.load(f)
+        inputs.append(ssm_reference_path)
+    fig, panels = figure(measured, bench, length, reference, device,
+                         "\n".join(filter(None, [caption(measured), note])), ssm_reference, modeled)
+    record = chart_manifest.manifest(options, inputs, panels)
+    header = (f"Generated by `{record['command']}` from the inputs listed with their sha256 in "
+              f"{chart_manifest.MANIFEST_NAME}; do not edit by hand: `python -m lra_jax.tools.chart --check` "
+              "fails when an input or this file changes.")
+    table = markdown_table(measured, bench, length, scale, reference, note, ssm_reference, header=header)
+    return fig, table, record
+
+
+def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | None = None,
+               length: int | None = None, reference_path: str | None = REFERENCE,
+               ssm_reference_path: str | None = SSM_REFERENCE, min_seeds: int = 1,
+               modeled_path: str | None = None) -> dict[str, str]:
+    """Reads runs (+ bench, + modeled Table 2, + reference) and writes the chart, its table and its manifest
+    (`chart_manifest`) into `out`; returns the paths."""
+    options = ChartOptions(runs=runs, bench=bench_path, out=out, scale=scale, length=length,
+                           min_seeds=min_seeds, modeled=modeled_path, reference=reference_path)
+    fig, table, record = render(options, ssm_reference_path)
     os.makedirs(out, exist_ok=True)
-    paths = draw(measured, bench, length, reference, out, device,
-                 "\n".join(filter(None, [caption(measured), note])), ssm_reference, modeled)
-    paths["md"] = os.path.join(out, "lra_results.md")
+    paths = save(fig, out)
+    paths["md"] = os.path.join(out, chart_manifest.TABLE_NAME)
     with open(paths["md"], "w", encoding="utf-8") as f:
-        f.write(markdown_table(measured, bench, length, scale, reference, note, ssm_reference))
+        f.write(table)
+    paths["inputs"] = os.path.join(out, chart_manifest.MANIFEST_NAME)
+    with open(paths["inputs"], "w", encoding="utf-8") as f:
+        f.write(chart_manifest.manifest_text(record))
     return paths
+
+
+def check_chart(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE) -> list[str]:
+    """Redraws in memory what `options` draw and returns one line per disagreement with the files in
+    `options.out` (`chart_manifest.problems`); [] when the committed chart is up to date."""
+    fig, table, record = render(options, ssm_reference_path)
+    plt.close(fig)
+    return chart_manifest.problems(options.out, record, table)

@@ -236,10 +236,12 @@ def selected_points(measured: dict[str, dict[str, Any]], order: list[str]) -> li
 
 def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
                    length: int | None, scale: str | None, reference: dict[str, Any] | None,
-                   note: str = "", ssm_reference: dict[str, Any] | None = None) -> str:
+                   note: str = "", ssm_reference: dict[str, Any] | None = None, header: str = "") -> str:
     """Per-task accuracy, score, Path-X, speed and memory of every variant, best score first; the grid
-    points chosen; the published figures."""
-    lines = [f"# LRA results ({'scale ' + scale if scale else 'all scales'})", "", _table_caption(measured), ""]
+    points chosen; the published figures. `header`: a paragraph under the title (how the file was made)."""
+    lines = [f"# LRA results ({'scale ' + scale if scale else 'all scales'})", ""]
+    lines += [header, ""] if header else []
+    lines += [_table_caption(measured), ""]
     speed = f"examples/s @{length}" if length else "examples/s"
     memory = f"memory GiB @{length}" if length else "memory GiB"
     lines += _header(["Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Score", "Path-X", "Seeds", speed,

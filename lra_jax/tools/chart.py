@@ -21,22 +21,34 @@ Variants that are not attention and serve as the yardstick (`REFERENCE_VARIANTS`
 state-space model) are drawn as diamonds in the left panel; the right panel marks the S4D paper's
 published score (experiments/reference/s4d_paper.json) as a line. The table gives our figures (mean ±
 std), the grid point chosen per cell with every candidate's validation accuracy (where a grid was
-swept) and both papers' figures. Writes lra_chart.png, lra_chart.svg and lra_results.md.
+swept) and both papers' figures. Writes lra_chart.png, lra_chart.svg, lra_results.md and
+lra_chart.inputs.json: the command, every input's path, sha256 and recorded commit, and the values drawn.
+
+    python -m lra_jax.tools.chart --check [--out=experiments/charts]
+
+redraws in memory with the flags the manifest in --out recorded (flags given beside --check replace them)
+and prints one line per input added, removed or changed and per output that differs from the fresh draw;
+it exits 1 when there is any, 0 when the committed chart is up to date. Image bytes are not compared (they
+differ between matplotlib versions): the values drawn are.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import sys
 
 from absl import app, flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments.lra_chart import make_chart
+from lra_jax.experiments import chart_manifest
+from lra_jax.experiments.chart_manifest import ChartOptions
+from lra_jax.experiments.lra_chart import check_chart, make_chart
 from lra_jax.experiments.lra_results import REFERENCE
 
 FLAGS = flags.FLAGS
-
-
+OPTION_FLAGS = ("runs", "bench", "out", "scale", "length", "min_seeds", "modeled", "reference")
 
 def define_flags() -> None:
     """The command-line flags (defined only when run as a command, so modules import side by side)."""
@@ -52,11 +64,43 @@ def define_flags() -> None:
     flags.DEFINE_string("reference", REFERENCE, "Published LRA figures for the right panel.")
     flags.DEFINE_integer("min_seeds", 1, "Leave out (and name) a variant's task whose chosen grid point has "
                          "fewer finished seeds: a chart of a sweep still running shows only finished cells.")
+    flags.DEFINE_bool("check", False, "Write nothing: redraw in memory with the flags recorded in "
+                      f"--out/{chart_manifest.MANIFEST_NAME} (flags given replace them) and exit 1, one line "
+                      "per problem, when an input or an output differs from the committed chart.")
+
+
+def check_options() -> ChartOptions:
+    """The options of the committed chart in --out, as its manifest recorded them, with the flags given
+    on the command line in their place."""
+    path = os.path.join(FLAGS.out, chart_manifest.MANIFEST_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            recorded = ChartOptions.from_record(json.load(f)["options"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise LraError(f"cannot read the chart's manifest {path} ({type(error).__name__}: {error}); draw the "
+                       "chart first, or pass --out=<the directory of a drawn chart>") from error
+    given = {name: FLAGS[name].value for name in OPTION_FLAGS if FLAGS[name].present}
+    return dataclasses.replace(recorded, **given)
+
+
+def run_check() -> None:
+    """`--check`: one line per problem on stderr and exit 1, or a line saying the chart is current."""
+    options = check_options()
+    problems = check_chart(options)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        print(f"the chart in {options.out} is stale; redraw it with `{options.command()}`", file=sys.stderr)
+        sys.exit(1)
+    print(f"the chart in {options.out} is up to date with its inputs (`{options.command()}`)")
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
+        if FLAGS.check:
+            run_check()
+            return
         paths = make_chart(FLAGS.runs, FLAGS.out, FLAGS.bench, FLAGS.scale, FLAGS.length, FLAGS.reference,
                            min_seeds=FLAGS.min_seeds, modeled_path=FLAGS.modeled)
     except LraError as error:
