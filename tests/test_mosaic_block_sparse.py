@@ -12,6 +12,7 @@ from helpers import assert_close, build_small, reassociation_tol
 from lra_jax import kernels
 from lra_jax.kernels import masking
 from lra_jax.kernels.block_sparse import block_sparse_attention, pallas_mosaic
+from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
 from lra_jax.measure import accelerators
 
 SEED = np.array([2024], np.uint32)
@@ -36,11 +37,11 @@ def _call(q, k, v, mask, pattern, rate, impl):
         platform = "tpu" if impl == "pallas" else None
         return block_sparse_attention(q, k, v, key_mask=mask, impl=impl, platform=platform, interpret=True,
                                       dropout_rate=rate, dropout_seed=seed, **pattern)
-    settings = {name: pattern.get(name) for name in ("window", "query_segments", "key_segments", "global_queries",
-                                                     "global_keys")}
-    codes = masking.element_codes(q.shape[1], jnp.asarray(mask), **settings)
-    return pallas_mosaic.attention(q, k, v, jnp.asarray(mask), codes, pattern.get("block_mask"),
-                                   pattern.get("block", 64), q.shape[-1] ** -0.5, 0.0, np.zeros(1, np.uint32), True)
+    inputs = BlockSparseInputs(jnp.asarray(mask), jnp.asarray(mask), np.zeros(1, np.uint32), **{
+        name: pattern.get(name) for name in ("query_segments", "key_segments", "global_queries", "global_keys",
+                                             "block_mask")})
+    static = BlockSparseStatic(q.shape[-1] ** -0.5, pattern.get("window"), pattern.get("block", 64), interpret=True)
+    return pallas_mosaic.attention(q, k, v, inputs, static)
 
 
 @pytest.mark.parametrize("name,rate,dtype", [

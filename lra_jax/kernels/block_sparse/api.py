@@ -35,15 +35,15 @@ k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.kernels import dispatch, masking, sharding
+from lra_jax.kernels import dispatch, sharding
 from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.block_sparse import pallas_gpu, pallas_mosaic, pallas_tpu, reference
+from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
 from lra_jax.kernels.dispatch import MOSAIC_BLOCK_SPARSE, SPLASH, TRITON, XLA, Implementation, KernelOp, KernelPlan
 from lra_jax.kernels.flash.pallas_gpu import KernelStatic, choose_tiling
 from lra_jax.kernels.operands import (
@@ -55,37 +55,6 @@ from lra_jax.kernels.operands import (
     round_up,
     zero_rows,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockSparseInputs:
-    """The arrays of a call besides q, k, v: padding (True on real tokens), the dropout seed and the
-    pattern's arrays (None where unused; the segments and global tokens shared across the batch)."""
-
-    key_mask: Bool[Array, "b k"]
-    query_mask: Bool[Array, "b q"]
-    dropout_seed: Array
-    query_segments: Array | None = None
-    key_segments: Array | None = None
-    global_queries: Array | None = None
-    global_keys: Array | None = None
-    block_mask: Bool[Array, "qb kb"] | None = None
-
-    def codes(self, window: int | None, nq: int, key_mask: Bool[Array, "b k"] | None = None) -> masking.Codes:
-        """The pattern in the kernels' element terms, for `key_mask` (default: the call's)."""
-        return masking.element_codes(nq, self.key_mask if key_mask is None else key_mask, window,
-                                     self.query_segments, self.key_segments, self.global_queries, self.global_keys)
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockSparseStatic:
-    """The static settings of a call: softmax scale, band, block size, dropout rate, interpreter."""
-
-    scale: float
-    window: int | None = None
-    block: int = 64
-    dropout_rate: float = 0.0
-    interpret: bool = False
 
 
 def _xla(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
@@ -142,11 +111,7 @@ def _splash(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
 
 
 def _mosaic(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
-    nq = q.shape[1]
-    return pallas_mosaic.attention(q, k, v, inputs.query_mask, inputs.codes(static.window, nq), inputs.block_mask,
-                                   static.block, static.scale, static.dropout_rate, inputs.dropout_seed,
-                                   static.interpret,
-                                   static_codes=lambda key_mask: inputs.codes(static.window, nq, key_mask))
+    return pallas_mosaic.attention(q, k, v, inputs, static)
 
 
 BLOCK_SPARSE = KernelOp("block_sparse", (

@@ -29,6 +29,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from lra_jax.kernels import masking
 from lra_jax.kernels.block_sparse import layout as layouts
+from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
 from lra_jax.kernels.flash import pallas_mosaic as flash
 from lra_jax.kernels.operands import pad_axis
 
@@ -90,21 +91,16 @@ def attention(
     q: Float[Array, "b q h d"],
     k: Float[Array, "b k h d"],
     v: Float[Array, "b k h d"],
-    query_mask: Bool[Array, "b q"],
-    codes: masking.Codes,
-    block_mask: Bool[Array, "qb kb"] | None,
-    block: int,
-    scale: float,
-    rate: float,
-    seed: Array,
-    interpret: bool,
-    *,
-    static_codes=None,
+    inputs: BlockSparseInputs,
+    static: BlockSparseStatic,
 ) -> Float[Array, "b q h d"]:
-    """The pattern of `codes` (`masking.element_codes`, unpadded) and `block_mask` (blocks of `block`)
-    with attention dropout at `rate` from the uint32 `seed` [1]; padded query rows are 0.
-    `static_codes(key_mask)`: the codes again, from the settings, for the grid's length (`static_visits`)."""
+    """The pattern of `inputs` (padding, segments, global tokens, block matrix at `static.block`) with
+    attention dropout at `static.dropout_rate` from the uint32 `inputs.dropout_seed` [1]; padded query
+    rows are 0. The grid's length comes from the pattern's settings where they are known when tracing
+    (`static_visits`)."""
     nq, nk = q.shape[1], k.shape[1]
+    codes = inputs.codes(static.window, nq)
+    block_mask, block = inputs.block_mask, static.block
     if block_mask is not None and TILE % block and block % TILE:
         raise ValueError(f"the TPU kernel needs a block matrix whose block divides {TILE} or is a multiple of it,"
                          f" got block={block}: use impl='xla'")
@@ -115,8 +111,8 @@ def attention(
         block_mask = jnp.asarray(block_mask, bool)[:qb, :kb]
         block_mask = jnp.pad(block_mask, [(0, qb - block_mask.shape[0]), (0, kb - block_mask.shape[1])])
     dense = tiles_visited(nq_pad, nk_pad, codes, block_mask, block)
-    query_visits, key_visits = (nk_pad // TILE, nq_pad // TILE) if static_codes is None else static_visits(
-        nq_pad, nk_pad, nk, static_codes)
+    query_visits, key_visits = static_visits(nq_pad, nk_pad, nk,
+                                             lambda key_mask: inputs.codes(static.window, nq, key_mask))
     rule = _kernel_rule(codes.rule)
     sparsity = flash.Sparsity(rule=rule, mask_block=block if block_mask is not None and block < TILE else 0,
                               query_visits=query_visits, key_visits=key_visits)
@@ -129,5 +125,6 @@ def attention(
         block_bits=_block_bits(block_mask, block, nq_pad, nk_pad) if sparsity.mask_block else None,
         layout=layouts.compact(dense)[:, :nk_pad // TILE + 1].reshape(-1),
         layout_t=layouts.compact(dense.T)[:, :nq_pad // TILE + 1].reshape(-1))
-    return flash.run_padded(q, k, v, key_info, query_mask, scale, rate, seed, interpret, padded=(nq_pad, nk_pad),
-                            pattern=pattern, sparsity=sparsity)
+    return flash.run_padded(q, k, v, key_info, inputs.query_mask, static.scale, static.dropout_rate,
+                            inputs.dropout_seed, static.interpret, padded=(nq_pad, nk_pad), pattern=pattern,
+                            sparsity=sparsity)
