@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import lra_chart, lra_results, selection
+from lra_jax.experiments import chart_speeds, lra_chart, lra_results, selection
+from lra_jax.experiments.chart_manifest import ChartOptions
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 
@@ -52,11 +53,19 @@ def table_rows(table):
     return rows
 
 
-def write_bench(path, rows):
-    results = [{"variant": v, "length": n, "status": s, "examples_per_second": eps,
-                "peak_memory_bytes": mem} for v, n, s, eps, mem in rows]
-    path.write_text(json.dumps({"device": {"kind": "fake-accelerator", "platform": "cpu", "count": 1},
-                                "results": results}))
+def write_bench(path, rows, kind="fake-accelerator", date="2026-01-01T00:00:00", impl="auto"):
+    """A bench JSON of train steps at dropout 0.1 on device `kind`: rows of (variant, length, status,
+    examples/s, peak memory bytes)."""
+    results = [{"variant": v, "length": n, "status": s, "examples_per_second": eps, "dropout_rate": 0.1,
+                "peak_memory_bytes": mem, "attention": {"impl": impl}} for v, n, s, eps, mem in rows]
+    path.write_text(json.dumps({"device": {"kind": kind, "platform": "gpu", "count": 1}, "date": date,
+                                "settings": {"batch_size": 32, "impl": impl}, "results": results}))
+
+
+def chart(runs, out, **options):
+    """make_chart with these options (paths as strings)."""
+    options = {k: str(v) if k in ("bench", "cpu_bench", "modeled") else v for k, v in options.items()}
+    return lra_chart.make_chart(ChartOptions(runs=str(runs), out=str(out), **options))
 
 
 @pytest.fixture
@@ -119,7 +128,7 @@ def test_score_spread_is_the_std_of_a_single_seed_score(tmp_path):
     softmax = measure(root)["softmax"]
     assert softmax["std"]["listops"] == pytest.approx(10.0) and softmax["std"]["text"] == pytest.approx(7.5)
     assert softmax["score"] == pytest.approx(53.75) and softmax["score_std"] == pytest.approx(6.25)
-    table = lra_results.markdown_table(measure(root), None, None, None, None)
+    table = lra_results.markdown_table({"full": measure(root)}, None, None, None)
     cells = table_rows(table)["softmax"]
     assert cells[1:3] == ["40.00 ± 10.00", "67.50 ± 7.50"] and cells[6] == "53.75 ± 6.25*"
     assert cells[8] == "3"  # seeds: alike on every task, one number
@@ -137,7 +146,7 @@ def grid(tmp_path):
 
 
 def test_the_point_is_chosen_on_validation_never_test(grid, tmp_path):
-    paths = lra_chart.make_chart(str(grid), str(tmp_path / "out"))
+    paths = chart(grid, tmp_path / "out")
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert table_rows(table)["softmax"][1] == "60.00 ± 10.00"  # not the 90.00 of the better-test point
@@ -151,7 +160,7 @@ def test_a_diverged_seed_takes_its_point_out_and_is_named_with_it(grid, tmp_path
     write_diverged(grid, "listops", "softmax", 3, 7, point="optimizer.learning_rate=0.001")
     chosen = measure(grid)["softmax"]["chosen"]["listops"]
     assert chosen.point == "optimizer.learning_rate=0.005" and chosen.test_mean == pytest.approx(0.9)
-    paths = lra_chart.make_chart(str(grid), str(tmp_path / "out"))
+    paths = chart(grid, tmp_path / "out")
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert "Left out, diverged (not results): softmax listops learning_rate=0.001 seed 3 (step 7)." in table
@@ -165,7 +174,7 @@ def test_single_runs_beside_grid_points_are_one_more_candidate(tmp_path):
     write_result(root, "listops", "softmax", 0, 0.30, point="optimizer.learning_rate=0.005", val=0.50)
     write_result(root, "listops", "softmax", 1, 0.34, point="optimizer.learning_rate=0.005", val=0.10)
     run_dir(root, "listops", "softmax", 0, "full", "optimizer.learning_rate=0.001")  # no results.json yet
-    paths = lra_chart.make_chart(str(root), str(tmp_path / "out"))
+    paths = chart(root, tmp_path / "out")
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     # compared on seed 0 (the only seed both have): 50 > 45; then the test mean over both its seeds
@@ -199,12 +208,12 @@ def test_error_bars_are_one_single_seed_score_std(runs, tmp_path):
     bench = tmp_path / "bench.json"
     write_bench(bench, [("softmax", 1024, "ok", 20.0, 2**30), ("linear", 1024, "ok", 400.0, 2**30),
                         ("s4d", 1024, "ok", 80.0, 2**29)])
-    paths = lra_chart.make_chart(str(runs), str(tmp_path / "out"), bench_path=str(bench), scale="full")
+    paths = chart(runs, tmp_path / "out", bench=bench, scale="full")
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
-    assert 'id="score-bar-softmax-0"' in svg and 'id="score-bar-s4d-0"' in svg
-    assert "score-bar-linear" not in svg
-    s4d_bar = re.search(r'<g id="score-bar-s4d-2">(.*?)</g>', svg, re.S).group(1)
+    assert 'id="score-bar-full-softmax-0"' in svg and 'id="score-bar-full-s4d-0"' in svg
+    assert "score-bar-full-linear" not in svg
+    s4d_bar = re.search(r'<g id="score-bar-full-s4d-2">(.*?)</g>', svg, re.S).group(1)
     assert "stroke: #000000" in s4d_bar
     assert "validation" in svg or "no grid" in svg  # the caption under the panel
 
@@ -214,7 +223,7 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     write_bench(bench, [("softmax", 1024, "ok", 20.0, 4 * 2**30), ("linear", 1024, "ok", 400.0, 2**30),
                         ("softmax", 4096, "oom", None, None), ("linear", 4096, "ok", 100.0, 2 * 2**30)])
     out = tmp_path / "charts"
-    paths = lra_chart.make_chart(str(runs), str(out), bench_path=str(bench), scale="full", length=1024)
+    paths = chart(runs, out, bench=bench, scale="full", length=1024)
     for key in ("png", "svg", "md"):
         assert os.path.getsize(paths[key]) > 0
     with Image.open(paths["png"]) as image:
@@ -227,22 +236,25 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     assert softmax_cells[1:8] == ["45.00 ± 7.07", "55.00 ± 7.07", "65.00 ± 7.07", "75.00 ± 7.07", "85.00 ± 7.07",
                                   "65.00 ± 3.16", "50.00"]
     assert softmax_cells[8] == "2/2/2/2/2/1"  # seeds per task present, Path-X last
-    assert softmax_cells[9:11] == ["20", "4.00"]  # examples/s (3 significant digits) and GiB at 1024
+    assert softmax_cells[9:11] == ["1", "4.00"]  # speed relative to softmax and GiB at 1024
     linear_cells = rows["linear"]
-    assert linear_cells[6] == "40.00*" and linear_cells[-1] == "retrieval, image, pathfinder"
-    assert "examples/s @1024" in table
+    assert linear_cells[6] == "40.00*" and linear_cells[9:11] == ["20", "1.00"]
+    assert linear_cells[-1] == "retrieval, image, pathfinder"
+    assert "× softmax @1024 (fake-accelerator)" in table
+    assert "| linear | 400 | 20 | 1.00 | 0.25 | " in table  # where each speed came from, with the file
     assert "Left out, diverged (not results): taylor listops seed 1 (step 12)." in table
     assert "sample std over seeds (ddof 1" in table and "never on test" in table
     # GitHub renders a table only when its delimiter row has one cell per header cell
     lines = table.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("|---")]
-    assert len(heads) == 3  # ours, the LRA paper's, the S4D paper's
+    assert len(heads) == 5  # ours, full scale against the paper, speed sources, the LRA paper's, the S4D paper's
     for i in heads:
         assert lines[i].count("---") == len(lines[i - 1].split("|")) - 2
     # the published panel's table comes from experiments/reference with its source
     assert "Transformer | softmax | 36.37" in table and "arXiv:2011.04006" in table
     with open(paths["svg"], encoding="utf-8") as f:
-        assert "(hollow)" in f.read()  # partial-variant legend entry
+        svg = f.read()
+    assert "full scale (solid)" in svg and "scored on fewer tasks" in svg  # legend entries
 
 
 def test_state_space_reference_is_drawn_apart(tmp_path):
@@ -253,7 +265,7 @@ def test_state_space_reference_is_drawn_apart(tmp_path):
         write_result(root, task, "s4d", 0, 0.8)
     bench = tmp_path / "bench.json"
     write_bench(bench, [("softmax", 1024, "ok", 20.0, 2**30), ("s4d", 1024, "ok", 80.0, 2**29)])
-    paths = lra_chart.make_chart(str(root), str(tmp_path / "out"), bench_path=str(bench), length=1024)
+    paths = chart(root, tmp_path / "out", bench=bench, length=1024)
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert "| s4d (the reference: a state-space model, not attention) | 80.00" in table
@@ -285,19 +297,19 @@ def test_slow_speeds_keep_their_digits():
     assert lra_results._significant(0.0342) == "0.0342" and lra_results._significant(None) == "—"
 
 
-def test_default_length_is_longest_with_results(tmp_path):
+def test_default_length_is_the_longest_softmax_ran_at(tmp_path):
     bench = tmp_path / "bench.json"
     write_bench(bench, [("softmax", 1024, "ok", 20.0, 1), ("softmax", 4096, "oom", None, None),
-                        ("linear", 2048, "ok", 50.0, 1)])
-    length, at = lra_results.load_bench(str(bench), None)
-    assert length == 2048 and set(at) == {"linear"}
-    with pytest.raises(LraError, match="3072"):
-        lra_results.load_bench(str(bench), 3072)
+                        ("linear", 1024, "ok", 50.0, 1), ("linear", 2048, "ok", 50.0, 1)])
+    speeds = chart_speeds.device_speeds(str(bench), length=None)
+    assert speeds.length == 1024 and set(speeds.speeds) == {"softmax", "linear"}
+    with pytest.raises(LraError, match="no softmax result at length 2048"):
+        chart_speeds.device_speeds(str(bench), length=2048)
 
 
 def test_no_results_is_a_clear_error(tmp_path):
     with pytest.raises(LraError, match="no results.json"):
-        lra_chart.make_chart(str(tmp_path), str(tmp_path / "out"))
+        chart(tmp_path, tmp_path / "out")
 
 
 def test_reference_file_is_consistent():
@@ -348,14 +360,14 @@ def test_min_seeds_leaves_out_and_names_the_cells_of_a_sweep_still_running(tmp_p
     for seed in range(3):
         write_result(root, "pathfinder", "softmax", seed, 0.6, point="lr=1")
     write_result(root, "listops", "softmax", 0, 0.3, point="lr=1")  # second stage not run yet
-    paths = lra_chart.make_chart(str(root), str(tmp_path / "out"), min_seeds=3)
+    paths = chart(root, tmp_path / "out", min_seeds=3)
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
     assert "Left out, fewer than 3 seeds at the chosen point: softmax listops (n=1)." in table
     row = next(line for line in table.splitlines() if line.startswith("| softmax |"))
     assert row.split(" | ")[1] == "—" and "60.00 ± 0.00" in row  # ListOps not reported, Pathfinder is
     with pytest.raises(LraError, match="fewer than 3 seeds"):
-        lra_chart.make_chart(str(root / "listops-full"), str(tmp_path / "out2"), min_seeds=3)
+        chart(root / "listops-full", tmp_path / "out2", min_seeds=3)
 
 
 def test_a_modeled_panel_from_a_table2_compile_json(runs, tmp_path):
@@ -367,18 +379,111 @@ def test_a_modeled_panel_from_a_table2_compile_json(runs, tmp_path):
              "global_batch": 1024, "modeled_seconds": seconds, "memory": {"total": 3 * 2**30}}
             for v, seconds in (("softmax", 0.5), ("linear", 0.1))]
     modeled.write_text(json.dumps({"rows": rows}))
-    paths = lra_chart.make_chart(str(runs), str(tmp_path / "out"), bench_path=str(bench), scale="full",
-                             modeled_path=str(modeled))
+    paths = chart(runs, tmp_path / "out", bench=bench, scale="full", modeled=modeled)
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
     assert "modeled by the XLA TPU compiler" in svg and "tpu-v3:4x4" in svg
-    assert 'id="score-bar-softmax-0"' in svg and 'id="modeled-score-bar-softmax-0"' in svg
-    with Image.open(paths["png"]) as image:
-        assert image.size[0] > 2500  # three panels
+    assert 'id="score-bar-full-softmax-0"' in svg and 'id="modeled-score-bar-full-softmax-0"' in svg
+    with open(paths["inputs"], encoding="utf-8") as f:
+        modeled_panel = json.load(f)["panels"][1]
+    linear = next(p for p in modeled_panel["points"] if p["variant"] == "linear")
+    assert linear["x"] == pytest.approx(5.0)  # (1024 / 0.1 s) / (1024 / 0.5 s): relative to softmax
 
 
 def test_a_modeled_json_without_table2_rows_is_one_clear_error(runs, tmp_path):
     modeled = tmp_path / "compile.json"
     modeled.write_text(json.dumps({"rows": [{"variant": "softmax", "task": "listops", "mode": "train"}]}))
     with pytest.raises(LraError, match="no Table 2 rows: make it with `python -m lra_jax.tools.compile --lengths"):
-        lra_chart.make_chart(str(runs), str(tmp_path / "out"), modeled_path=str(modeled))
+        chart(runs, tmp_path / "out", modeled=modeled)
+
+
+def test_main_panel_speed_is_relative_to_softmax_on_one_device_latest_file_first(runs, tmp_path):
+    """Several bench files of one device: per variant the most recent file's auto step; an --impl=xla step of a
+    variant with a kernel is not what auto runs and is left out; another device's files are not mixed in."""
+    write_bench(tmp_path / "old.json", [("softmax", 4096, "ok", 10.0, 4 * 2**30), ("linear", 4096, "ok", 30.0, 2**30)],
+                kind="GPU-A", date="2026-01-01T00:00:00")
+    write_bench(tmp_path / "new.json", [("softmax", 4096, "ok", 20.0, 4 * 2**30)], kind="GPU-A",
+                date="2026-02-01T00:00:00")
+    write_bench(tmp_path / "xla.json", [("linear", 4096, "ok", 999.0, 2**30)], kind="GPU-A",
+                date="2026-03-01T00:00:00", impl="xla")
+    write_bench(tmp_path / "other.json", [("softmax", 4096, "ok", 1.0, 2**30)], kind="GPU-B")
+    speeds = chart_speeds.device_speeds(str(tmp_path / "*.json"))
+    assert speeds.device == "GPU-A"  # the device with the most variants measured
+    assert speeds.speeds["linear"].relative_speed == pytest.approx(30.0 / 20.0)
+    assert speeds.speeds["linear"].relative_memory == pytest.approx(0.25)
+    assert speeds.speeds["softmax"].source.endswith("new.json")
+    assert chart_speeds.device_speeds(str(tmp_path / "*.json"), device="gpu-b").speeds["softmax"].relative_speed == 1
+    with pytest.raises(LraError, match="--device=GPU matches 2 of the devices"):
+        chart_speeds.device_speeds(str(tmp_path / "*.json"), device="GPU")
+    with pytest.raises(LraError, match="names no bench JSON"):
+        chart_speeds.device_speeds(str(tmp_path / "missing-*.json"))
+
+
+def mixed_scales(tmp_path):
+    """Runs of both scales: mini ListOps and Pathfinder for four variants, full ListOps for two."""
+    root = tmp_path / "runs"
+    for variant, accuracy in (("softmax", 0.40), ("linear", 0.30), ("performer", 0.33), ("local", 0.35)):
+        for seed in (0, 1):
+            write_result(root, "listops", variant, seed, accuracy + 0.01 * seed, scale="mini")
+            write_result(root, "pathfinder", variant, seed, accuracy + 0.3, scale="mini")
+    write_result(root, "listops", "softmax", 0, 0.37, scale="full")
+    write_result(root, "listops", "performer", 0, 0.20, scale="full")
+    bench = tmp_path / "bench.json"
+    write_bench(bench, [("softmax", 4096, "ok", 100.0, 8 * 2**30), ("linear", 4096, "ok", 560.0, 2**30),
+                        ("performer", 4096, "ok", 540.0, 2**30), ("local", 4096, "ok", 520.0, 1.5 * 2**30)])
+    return root, bench
+
+
+def test_full_scale_solid_mini_hollow_and_the_paper_on_the_same_axes(tmp_path):
+    root, bench = mixed_scales(tmp_path)
+    paths = chart(root, tmp_path / "out", bench=bench, length=4096)
+    with open(paths["inputs"], encoding="utf-8") as f:
+        main = json.load(f)["panels"][0]
+    points = {(p["series"], p["variant"]): p for p in main["points"]}
+    assert points[("full", "softmax")]["y"] == pytest.approx(37.0) and points[("full", "softmax")]["x"] == 1
+    assert points[("mini", "linear")]["x"] == pytest.approx(5.6)
+    assert "NVIDIA" not in main["title"] and "fake-accelerator" in main["title"]
+    assert "full scale: ListOps, 1 seed" in main["title"] and "mini scale: ListOps + Pathfinder, 2 seeds" in main["title"]
+    # the paper's Performer at its Table 2 speed, Table 1 accuracy over the tasks of our full-scale point (ListOps)
+    performer = points[("paper", "performer")]
+    assert performer["x"] == pytest.approx(5.7) and performer["y"] == pytest.approx(18.01)
+    # linear has no full-scale point: joined to the mini one, averaged over ListOps and Pathfinder
+    assert points[("paper", "linear")]["y"] == pytest.approx((16.13 + 75.30) / 2)
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    assert "## Full scale against the LRA paper" in table
+    assert "| performer | 20.00 | 18.01 | 1.99 | 1 |" in table
+    with open(paths["svg"], encoding="utf-8") as f:
+        svg = f.read()
+    assert "full scale (solid)" in svg and "mini scale (hollow)" in svg and "LRA paper, joined to" in svg
+
+
+def test_no_two_labels_of_the_drawn_chart_overlap(tmp_path):
+    """The whole chart from fixture inputs: ten variants crowded at nearly the same speed and score, both
+    scales, the paper's points and a CPU panel; no two label boxes overlap on any panel."""
+    from matplotlib.text import Annotation
+
+    from lra_jax.experiments.chart_labels import overlapping_pairs
+
+    root = tmp_path / "runs"
+    variants = ["softmax", "linear", "performer", "local", "bigbird", "linformer", "sinkhorn", "strided", "taylor",
+                "fnet"]
+    rows = []
+    for i, variant in enumerate(variants):
+        for seed in (0, 1):
+            write_result(root, "listops", variant, seed, 0.40 + 0.002 * i + 0.01 * seed, scale="mini")
+        write_result(root, "listops", variant, 0, 0.38 + 0.002 * i, scale="full")
+        rows.append((variant, 4096, "ok", 100.0 if variant == "softmax" else 500.0 + 3 * i, 2**30))
+    bench = tmp_path / "bench.json"
+    write_bench(bench, rows)
+    cpu = tmp_path / "cpu.json"
+    write_bench(cpu, [(v, 2048, "ok", 1.0 + 0.01 * i, 2**28) for i, v in enumerate(variants)], kind="cpu")
+    fig, _, _ = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), cpu_bench=str(cpu),
+                                              out=str(tmp_path / "out")))
+    for ax in fig.axes:
+        labels = [t for t in ax.texts if isinstance(t, Annotation)]
+        assert overlapping_pairs(ax, labels) == []
+    assert sum(isinstance(t, Annotation) for ax in fig.axes for t in ax.texts) >= 2 * len(variants) + len(variants)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

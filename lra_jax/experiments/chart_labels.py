@@ -40,10 +40,12 @@ def _box_at(anchor: tuple[float, float], angle: float, distance: float, size: tu
 
 def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str],
                  bubble_areas: Sequence[float], fontsize: float = 9,
-                 colors: Sequence | None = None) -> list:
+                 colors: Sequence | None = None,
+                 obstacles: Sequence[tuple[tuple[float, float], float]] = ()) -> list:
     """Annotates `ax` with `labels` at data `points`; returns the annotations.
 
-    bubble_areas are the scatter sizes (pt^2) drawn at the points, so labels avoid other bubbles.
+    bubble_areas are the scatter sizes (pt^2) drawn at the points, so labels avoid other bubbles;
+    `obstacles` ((x, y), area) are more bubbles drawn without a label, avoided the same way.
     Call after the axes limits and scales are final.
     """
     fig = ax.figure
@@ -52,6 +54,7 @@ def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str
     px_per_pt = fig.dpi / 72.0
     anchors = [tuple(ax.transData.transform(p)) for p in points]
     radii = [math.sqrt(max(s, 0.0)) / 2 * px_per_pt for s in bubble_areas]
+    others = [(tuple(ax.transData.transform(p)), math.sqrt(max(s, 0.0)) / 2 * px_per_pt) for p, s in obstacles]
     sizes = []
     for label in labels:
         probe = ax.text(0, 0, label, fontsize=fontsize)
@@ -79,6 +82,9 @@ def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str
                     if j != i:
                         r = radii[j]
                         cost += _overlap(box, (x - r, y - r, x + r, y + r)) / 50
+                for (x, y), r in others:
+                    dot = (x - DOT_RADIUS_PX, y - DOT_RADIUS_PX, x + DOT_RADIUS_PX, y + DOT_RADIUS_PX)
+                    cost += 1e3 * (_overlap(box, dot) > 0) + _overlap(box, (x - r, y - r, x + r, y + r)) / 50
                 cost += radius_pt * px_per_pt
                 if best is None or cost < best[0]:
                     best = (cost, box, ring)

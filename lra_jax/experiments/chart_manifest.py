@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shlex
 from typing import Any
 
 from lra_jax.experiments.table2_report import REFERENCE
@@ -30,32 +31,36 @@ def display_path(path: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ChartOptions:
-    """The flags of `python -m lra_jax.tools.chart` that decide what is drawn, in the order a command names them."""
+    """The flags of `python -m lra_jax.tools.chart` that decide what is drawn, in the order a command names them.
+    `runs`, `bench` and `cpu_bench` are comma-separated lists (`bench` of paths or globs)."""
     runs: str = "runs"
     bench: str | None = None
+    device: str | None = None
+    length: int | None = None
+    dropout_rate: float = 0.1
+    cpu_bench: str | None = None
+    modeled: str | None = None
     out: str = "experiments/charts"
     scale: str | None = None
-    length: int | None = None
     min_seeds: int = 1
-    modeled: str | None = None
     reference: str | None = REFERENCE
 
     def normalized(self) -> ChartOptions:
         """The same options with every path relative to the working directory, so commands compare equal."""
-        paths = {name: display_path(getattr(self, name)) for name in ("runs", "bench", "out", "modeled", "reference")
-                 if getattr(self, name)}
+        paths = {name: ",".join(display_path(p) for p in getattr(self, name).split(",") if p)
+                 for name in ("runs", "bench", "cpu_bench", "out", "modeled", "reference") if getattr(self, name)}
         return dataclasses.replace(self, **paths)
 
     def command(self) -> str:
         """The command line that draws with these options (flags at their default left out, but --runs, --out)."""
-        options = self.normalized()
+        options, defaults = self.normalized(), ChartOptions().normalized()
         parts = ["python -m lra_jax.tools.chart"]
         for field in dataclasses.fields(options):
             value = getattr(options, field.name)
-            if value is None or (field.name in ("min_seeds", "reference")
-                                 and value == getattr(ChartOptions().normalized(), field.name)):
+            if value is None or (field.name in ("min_seeds", "reference", "dropout_rate")
+                                 and value == getattr(defaults, field.name)):
                 continue
-            parts.append(f"--{field.name}={value}")
+            parts.append(f"--{field.name}=" + (f"{value:g}" if isinstance(value, float) else shlex.quote(str(value))))
         return " ".join(parts)
 
     @classmethod

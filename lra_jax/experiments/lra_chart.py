@@ -1,5 +1,11 @@
-"""The speed-vs-score bubble chart (lra_chart.png and .svg) and the whole chart-and-table run
-(`make_chart`): the drawing behind `python -m lra_jax.tools.chart`, from the figures of `lra_results`.
+"""The LRA chart (lra_chart.png and .svg) and the whole chart-and-table run (`make_chart`, `check_chart`):
+the library behind `python -m lra_jax.tools.chart`.
+
+Main panel, the LRA paper's Figure 3 measured: x = training speed at length 4K relative to softmax on one
+accelerator (`chart_speeds`), bubble = peak memory measured there relative to softmax's, y = LRA score
+(`lra_results`); the paper's own points on the same axes, joined to ours (`chart_panels.draw_paper`).
+Secondary panels under it, also relative to softmax: a CPU bench (`cpu`) and the TPU compiler's modeled step
+on the paper's hardware (`modeled`, labelled modeled: no TPU ran).
 """
 
 from __future__ import annotations
@@ -13,120 +19,135 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no window, whatever backend the machine has
 import matplotlib.pyplot as plt
-from matplotlib.colors import to_rgb
-from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import chart_manifest, selection, table2_report
-from lra_jax.experiments.chart_labels import place_labels
-from lra_jax.experiments.chart_manifest import ChartOptions, rounded
+from lra_jax.experiments import chart_manifest, chart_panels, selection, table2_report
+from lra_jax.experiments.chart_manifest import ChartOptions
+from lra_jax.experiments.chart_panels import Panel, ordered_scales, scale_line
+from lra_jax.experiments.chart_speeds import BASELINE, DeviceSpeeds, device_speeds
 from lra_jax.experiments.lra_results import (
     REFERENCE,
-    REFERENCE_VARIANTS,
     SSM_REFERENCE,
     aggregate,
     caption,
     diverged_note,
-    implemented_ssm,
-    load_bench,
     markdown_table,
-    memory_bytes,
     read_runs,
-    score_bars,
     unfinished_note,
 )
 
-# Characters per line of the caption under the left panel (7 pt): about the panel's width.
-NOTE_WIDTH = 120
-
-def _legend(ax, handles, title: str) -> None:
-    """Memory-scale legend outside the axes, with room for the largest bubble."""
-    ax.legend(handles=handles, title=title, loc="upper left", bbox_to_anchor=(1.02, 1.0), labelspacing=2.2,
-              borderpad=1.4, handletextpad=2.0, fontsize=8, title_fontsize=8, frameon=False)
+NOTE_WIDTH = 150  # characters per line of a note under a panel (7 pt)
+Modeled = tuple[int, str, dict[str, dict[str, Any]]]  # `table2_report.load_modeled`: (length, target, variants)
 
 
-def _bubble_sizes(memory: list[float], largest: float) -> list[float]:
-    """Marker areas (pt^2) proportional to memory; the largest gets 1600 pt^2."""
-    return [1600.0 * m / largest for m in memory]
+def _note(ax, text: str, width: int = NOTE_WIDTH) -> None:
+    """`text` under the axes, broken into lines here: a line wider than the panel would squeeze the layout."""
+    if text:
+        text = "\n".join(textwrap.fill(part, width, break_on_hyphens=False) for part in text.splitlines())
+        ax.text(0.0, -0.1, text, transform=ax.transAxes, fontsize=7, va="top")
 
 
-def _memory_legend(ax, largest: float, unit: str, scale: float) -> None:
-    """Three reference bubbles that tell the reader what an area means."""
-    handles = []
-    for fraction in (1.0, 0.25, 0.05):
-        value = largest * fraction
-        handles.append(ax.scatter([], [], s=1600.0 * fraction, facecolor="none", edgecolor="0.4",
-                                  label=f"{value / scale:.2g} {unit}"))
-    return handles
-
-def _draw_score_bar(ax, x: float, y: float, err: float | None, color, variant: str, gid: str = "score-bar") -> None:
-    """A thin capped vertical bar, ±err around the bubble, under the centre dot and the labels; in a darker
-    shade of the bubble's colour, so that it shows inside the bubble too."""
-    if err is None:
-        return
-    color = tuple(0.6 * c for c in to_rgb(color))
-    bar = ax.errorbar([x], [y], yerr=[err], fmt="none", ecolor=color, elinewidth=1.2, capsize=4,
-                      capthick=1.2, zorder=3.5)
-    for i, artist in enumerate(bar.get_children()):
-        artist.set_gid(f"{gid}-{variant}-{i}")
+def _ours_line(scores: dict[str, dict[str, dict[str, Any]]]) -> str:
+    return "ours: " + "; ".join(scale_line(s, scores[s]) for s in ordered_scales(scores))
 
 
-def figure(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
-           length: int | None, reference: dict[str, Any] | None,
-           device: str = "", note: str = "", ssm_reference: dict[str, Any] | None = None,
-           modeled: tuple[int, str, dict[str, dict[str, Any]]] | None = None):
-    """The chart (`note` under the left panel) and what each panel draws (`panel_record`): (figure, panels).
+def _relative(speeds: DeviceSpeeds) -> dict[str, tuple[float, float | None]]:
+    return {v: (s.relative_speed, s.relative_memory) for v, s in speeds.speeds.items()}
 
-    Panels: our scores against the bench's measured speed; with `modeled` ((length, target, variant ->
-    modeled speed and memory), `table2_report.load_modeled`) our scores against the TPU compiler's modeled
-    speed; the LRA paper's figure."""
-    ratios = [1.3, 1.3, 1] if modeled else [1.3, 1]
-    fig, axes = plt.subplots(1, len(ratios), figsize=(18 + 12 * bool(modeled), 7), constrained_layout=True,
-                             gridspec_kw={"width_ratios": ratios})
-    label_jobs = []  # labels go on last, once every panel (and so the layout) is final
-    where = f" on {device}" if device else ""
-    label_jobs.append(_draw_ours(
-        axes[0], measured, bench, f"training speed at length {length} (examples/s{where}, measured)",
-        "This framework: score vs speed (bubble area = peak memory)", "peak memory / step"))
-    if note:  # broken into lines here: a line wider than the panel would squeeze the layout
-        note = "\n".join(textwrap.fill(part, NOTE_WIDTH, break_on_hyphens=False) for part in note.splitlines())
-        axes[0].text(0.0, -0.12, note, transform=axes[0].transAxes, fontsize=7, va="top")
-    if modeled:
-        modeled_length, target, speeds = modeled
-        chip = target.removeprefix("tpu-").split(":")[0].upper()
-        label_jobs.append(_draw_ours(
-            axes[1], measured, speeds, f"training speed at length {modeled_length} (examples/s on {target}, "
-            "modeled by the XLA TPU compiler, not measured)",
-            f"TPU {chip}, modeled by the XLA TPU compiler: the LRA paper's Table 2 setting",
-            "memory per device (compiled)", gid="modeled-score-bar"))
-        bounds = sorted(v for v, s in speeds.items() if not s.get("examples_per_second"))
-        axes[1].text(0.0, -0.12, "Speed: the TPU compiler's modeled train step time (`compile --lengths`), "
-                     "compiled on a CPU; no TPU ran. Score: this framework's runs, as in the left panel."
-                     + (f"\nNot drawn: {', '.join(bounds)} (loops in the step, which the cost model counts once: "
-                        "their modeled time is only a lower bound)." if bounds else ""),
-                     transform=axes[1].transAxes, fontsize=7, va="top")
-    reference_labels = _draw_reference(axes[-1], reference)
-    _draw_ssm_line(axes[-1], ssm_reference)
-    label_jobs.append(reference_labels)
-    panels = [panel_record(ax, job) for ax, job in zip(axes, label_jobs)]
+
+def relative_modeled(modeled: Modeled) -> tuple[dict[str, tuple[float, float | None]], dict[str, str]]:
+    """(variant -> (modeled speed, memory) relative to softmax's, variant -> why it is not drawn)."""
+    _, _, variants = modeled
+    reasons = {v: m.get("reason") or "loops in the step: its modeled time is only a lower bound"
+               for v, m in variants.items() if not m.get("examples_per_second")}
+    base = variants.get(BASELINE) or {}
+    if not base.get("examples_per_second"):
+        return {}, {**reasons, BASELINE: reasons.get(BASELINE, "not modeled") + " (every speed is relative to it)"}
+    drawn = {v: (m["examples_per_second"] / base["examples_per_second"],
+                 m["peak_memory_bytes"] / base["peak_memory_bytes"] if m.get("peak_memory_bytes") else None)
+             for v, m in variants.items() if m.get("examples_per_second")}
+    return drawn, reasons
+
+
+def _draw_panel(ax, scores, speeds: dict[str, tuple[float, float | None]], colors, title: str, xlabel: str,
+                memory_title: str, reference: dict[str, Any] | None = None, gid: str = "score-bar") -> Panel:
+    """Our scores against `speeds` (and the paper's points where `reference` is given) on `ax`."""
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("LRA score: mean test accuracy over the tasks scored (%)")
+    drawn = [m for s in scores.values() for v, (_, m) in ((v, speeds[v]) for v in s if v in speeds) if m]
+    largest = max(drawn + (chart_panels.paper_memory_ratios(reference) if reference else []) + [1.0])
+    points = chart_panels.draw_ours(ax, scores, speeds, colors, largest, gid)
+    if reference:
+        points += chart_panels.draw_paper(ax, reference, points, scores, largest)
+    if not points:
+        ax.text(0.5, 0.5, "no variant has both a score and a speed", ha="center", transform=ax.transAxes)
+    chart_panels.finish(ax, points, largest, memory_title, paper=reference is not None and bool(points))
+    return Panel(ax, points)
+
+
+def figure(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | None,
+           reference: dict[str, Any] | None, cpu: DeviceSpeeds | None = None, modeled: Modeled | None = None,
+           note: str = ""):
+    """The chart and what each panel draws: (figure, [panel records]). `scores`: scale -> `aggregate`."""
+    secondary = [kind for kind, given in (("cpu", cpu), ("modeled", modeled)) if given]
+    fig = plt.figure(figsize=(20, 18 if secondary else 10), constrained_layout=True)
+    grid = fig.add_gridspec(2 if secondary else 1, max(len(secondary), 1), height_ratios=[1.3, 1] if secondary else [1])
+    variants = sorted({v for s in scores.values() for v in s})
+    palette = matplotlib.colormaps["tab20"].colors
+    colors = {v: palette[i % len(palette)] for i, v in enumerate(variants)}  # one colour per variant, every panel
+    panels = [_main_panel(fig.add_subplot(grid[0, :]), scores, main, reference, colors, note)]
+    for column, kind in enumerate(secondary):
+        ax = fig.add_subplot(grid[1, column])
+        panels.append(_cpu_panel(ax, scores, cpu, colors) if kind == "cpu" else
+                      _modeled_panel(ax, scores, modeled, colors))
+    records_before = [p.record() for p in panels]  # what is drawn, before labels are placed
     fig.canvas.draw()
     fig.set_layout_engine("none")  # freeze the layout so the placed labels stay where they were placed
-    for job in filter(None, label_jobs):
-        place_labels(*job[:6])
-    return fig, panels
+    for panel in panels:
+        panel.place_labels()
+    return fig, records_before
 
 
-def panel_record(ax, job) -> dict[str, Any]:
-    """What a panel draws, independent of fonts and library versions: its title, axis labels, texts and
-    per point the variant, x, y, bubble size (pt^2) and label (`chart_manifest.rounded`)."""
-    points = []
-    if job:
-        _, anchors, labels, sizes, _, _, variants = job
-        points = [{"variant": v, "x": rounded(x), "y": rounded(y), "size": rounded(s), "label": label}
-                  for v, (x, y), s, label in zip(variants, anchors, sizes, labels)]
-    return {"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
-            "texts": [t.get_text() for t in ax.texts], "points": points}
+def _main_panel(ax, scores, main: DeviceSpeeds | None, reference, colors, note: str) -> Panel:
+    where = f"measured on {main.device}" if main else "no bench given"
+    length = main.length if main else 4096
+    settings = f" (batch {main.batch_size}, dropout {main.dropout_rate:g})" if main else ""
+    title = (f"LRA score against training speed at length {length}, relative to softmax, {where}{settings}\n"
+             f"{_ours_line(scores)}" + ("  ·  LRA paper (squares): Table 1 accuracy over the same tasks, "
+                                        "Table 2 speed and memory at 4K on TPU v3" if reference else ""))
+    panel = _draw_panel(ax, scores, _relative(main) if main else {}, colors, title,
+                        f"training speed at length {length}, × softmax's (examples/s; {where})",
+                        f"bubble area: peak memory{' on ' + main.device if main else ''}\nrelative to softmax's "
+                        "(paper: per TPU v3 core)", reference)
+    files = f"Speed and memory: `python -m lra_jax.tools.bench` on {main.device}, {len(main.files)} file(s), " \
+            "each variant's named in the table." if main else ""
+    _note(ax, "\n".join(filter(None, [note, files])), width=200)
+    return panel
+
+
+def _cpu_panel(ax, scores, cpu: DeviceSpeeds, colors) -> Panel:
+    title = (f"{cpu.device}, measured: speed at length {cpu.length} relative to softmax\n(batch {cpu.batch_size}, "
+             f"dropout {cpu.dropout_rate:g}); {_ours_line(scores)}")
+    return _draw_panel(ax, scores, _relative(cpu), colors, title,
+                       f"training speed at length {cpu.length}, × softmax's (examples/s on {cpu.device})",
+                       f"bubble area: peak memory on\n{cpu.device}, relative to softmax's", gid="cpu-score-bar")
+
+
+def _modeled_panel(ax, scores, modeled: Modeled, colors) -> Panel:
+    length, target, _ = modeled
+    speeds, reasons = relative_modeled(modeled)
+    title = (f"{target}, modeled by the XLA TPU compiler, not measured:\nspeed at length {length} relative to "
+             f"softmax; {_ours_line(scores)}")
+    panel = _draw_panel(ax, scores, speeds, colors, title,
+                        f"training speed at length {length}, × softmax's (modeled on {target}; no TPU ran)",
+                        "bubble area: memory per device\n(compiled), relative to softmax's", gid="modeled-score-bar")
+    scored = {v for s in scores.values() for v in s}
+    missing = {v: reasons.get(v, "not in the compile JSON") for v in sorted(scored - set(speeds))}
+    _note(ax, "Speed: the step compiled on a CPU for the TPU target (`python -m lra_jax.tools.compile --lengths`); "
+          "score: as in the main panel." + ("\nNot drawn: " + "; ".join(f"{v} ({why})" for v, why in missing.items())
+                                            + "." if missing else ""), width=110)
+    return panel
 
 
 def save(fig, out_dir: str) -> dict[str, str]:
@@ -136,182 +157,75 @@ def save(fig, out_dir: str) -> dict[str, str]:
     with plt.rc_context({"svg.hashsalt": "lra_chart"}):
         for ext, metadata in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
             paths[ext] = os.path.join(out_dir, f"lra_chart.{ext}")
-            fig.savefig(paths[ext], dpi=110, metadata=metadata)
+            fig.savefig(paths[ext], dpi=100, metadata=metadata)
     plt.close(fig)
     return paths
 
 
-def draw(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
-         length: int | None, reference: dict[str, Any] | None, out_dir: str,
-         device: str = "", note: str = "", ssm_reference: dict[str, Any] | None = None,
-         modeled: tuple[int, str, dict[str, dict[str, Any]]] | None = None) -> dict[str, str]:
-    """Writes lra_chart.png and lra_chart.svg (`figure`); returns their paths."""
-    fig, _ = figure(measured, bench, length, reference, device, note, ssm_reference, modeled)
-    return save(fig, out_dir)
-
-
-def _draw_ours(ax, measured: dict[str, dict[str, Any]], speeds: dict[str, dict[str, Any]] | None,
-               xlabel: str, title: str, memory_title: str, gid: str = "score-bar"):
-    """Our LRA scores (y) against `speeds`' examples/s (x), bubble area = its memory, score bars with SVG
-    ids `<gid>-<variant>-<i>`; returns the label job for `place_labels` with the variants last, or None
-    when no variant has both."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("LRA score (mean test accuracy, %)")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3, which="both")
-    points = [(v, m, speeds[v]) for v, m in measured.items()
-              if speeds and v in speeds and m["score"] is not None and speeds[v].get("examples_per_second")]
-    if not points:
-        ax.text(0.5, 0.5, "no variant has both results and a speed", ha="center", transform=ax.transAxes)
+def _read_reference(path: str | None) -> dict[str, Any] | None:
+    if not path or not os.path.exists(path):
         return None
-    xs = [b["examples_per_second"] for _, _, b in points]
-    ys = [m["score"] for _, m, _ in points]
-    mems = [memory_bytes(b) or 0.0 for _, _, b in points]
-    largest = max(mems) or 1.0
-    sizes = _bubble_sizes(mems, largest)
-    colors = matplotlib.colormaps["tab20"].colors
-    bars = score_bars(measured, [v for v, _, _ in points])
-    order = list(measured)  # a variant's colour is the same in every panel
-    point_colors = ["black" if v in REFERENCE_VARIANTS else colors[order.index(v) % len(colors)] for v, _, _ in points]
-    for (variant, m, _), x, y, s, err, color in zip(points, xs, ys, sizes, bars, point_colors):
-        partial = bool(m["missing"])
-        _draw_score_bar(ax, x, y, err, color, variant, gid)
-        if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
-            ax.scatter([x], [y], s=s, marker="D", facecolor="none" if partial else "0.15",
-                       edgecolor="black", linewidth=2.5, alpha=0.6, zorder=3, hatch="xx" if partial else None)
-        else:
-            ax.scatter([x], [y], s=s, facecolor="none" if partial else color, edgecolor=color,
-                       linewidth=2.0, linestyle="--" if partial else "-", alpha=0.75, zorder=3,
-                       hatch="///" if partial else None)
-        ax.scatter([x], [y], s=8, color="black", zorder=4)
-    labels = [variant + (" (SSM reference)" if variant in REFERENCE_VARIANTS else "")
-              + ("*" if m["missing"] else "") for variant, m, _ in points]
-    if max(xs) / max(min(xs), 1e-12) > 10:
-        _log_axis_with_plain_ticks(ax.xaxis)
-    ax.margins(x=0.12, y=0.15)
-    handles = _memory_legend(ax, largest, "GiB", 2**30)
-    handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
-                          markeredgecolor="0.3", markersize=10, label="* missing tasks (hollow)"))
-    for variant, what in REFERENCE_VARIANTS.items():
-        if any(v == variant for v, _, _ in points):
-            handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none",
-                                  markeredgecolor="black", markersize=10, label=f"{variant}, {what}"))
-    _legend(ax, handles, memory_title)
-    return ax, list(zip(xs, ys)), labels, sizes, 9, point_colors, [v for v, _, _ in points]
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
-def _log_axis_with_plain_ticks(axis) -> None:
-    """A log scale labelled 0.05, 0.1, 0.2, 0.5, 1, ... rather than 10^-1 and 10^0 alone."""
-    axis.axes.set_xscale("log")
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.set_minor_locator(LogLocator(base=10, subs=(3.0, 4.0, 6.0, 7.0, 8.0, 9.0)))
-    axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+def read_scores(options: ChartOptions) -> tuple[dict[str, dict[str, dict[str, Any]]], str, list[str]]:
+    """(scale -> `aggregate` of that scale's cells, note naming what was left out, results files read) from
+    every directory of `options.runs` (comma-separated). A cell whose chosen point has fewer than
+    `options.min_seeds` seeds is left out and named."""
+    dirs = [d for d in options.runs.split(",") if d]
+    results = [r for d in dirs for r in read_runs(d, options.scale)]
+    selections = selection.select_all(results)
+    note = "\n".join(filter(None, [diverged_note(results), unfinished_note(selections, options.min_seeds)]))
+    kept = {cell: s for cell, s in selections.items() if s is None or s.n >= options.min_seeds}
+    scales = sorted({scale or "unknown" for _, scale, _ in kept})
+    scores = {scale: aggregate({(t, s, v): c for (t, s, v), c in kept.items() if (s or "unknown") == scale})
+              for scale in scales}
+    scores = {scale: measured for scale, measured in scores.items() if measured}
+    if not scores:
+        raise LraError(f"no results.json{' of scale ' + options.scale if options.scale else ''} under "
+                       f"{options.runs}" + (" that is a result: " + note if results else ""))
+    return scores, note, [f for d in dirs for f in chart_manifest.results_files(d)]
 
-
-def _draw_reference(ax, reference: dict[str, Any] | None):
-    """The LRA paper's Figure 3 from its Table 1 and Table 2 (4K, relative to Transformer).
-
-    Returns the label job (ax, anchors, labels, bubble sizes, fontsize, colours, variants), or None.
-    """
-    ax.set_title("LRA paper (Tay et al. 2021): Table 1 score vs Table 2 speed at 4K")
-    ax.set_xlabel("training speed at 4K, relative to Transformer (× steps/s)")
-    ax.set_ylabel("published LRA average (%)")
-    ax.grid(True, alpha=0.3)
-    if not reference:
-        ax.text(0.5, 0.5, "no reference data", ha="center", transform=ax.transAxes)
-        return None
-    models = [m for m in reference["models"] if m.get("relative_speed_4k") and m.get("memory_4k_gb")]
-    largest = max(m["memory_4k_gb"] for m in models)
-    anchors = [(m["relative_speed_4k"], m["avg"]) for m in models]
-    sizes = [1600.0 * m["memory_4k_gb"] / largest for m in models]
-    for (x, y), s in zip(anchors, sizes):
-        ax.scatter([x], [y], s=s, alpha=0.45, edgecolor="0.2", zorder=3)
-    handles = [ax.scatter([], [], s=1600.0 * g / largest, facecolor="none", edgecolor="0.4",
-                          label=f"{g:g} GB") for g in (largest, 2.0, 1.0) if g <= largest]
-    _legend(ax, handles, "peak memory at 4K")
-    ax.margins(x=0.12, y=0.12)
-    absent = [m["paper_name"] for m in reference["models"] if m not in models]
-    note = "Source: " + reference["paper"] + "; figures in experiments/reference/lra_paper.json."
-    if absent:
-        note += f"\nNo Table 2 entry: {', '.join(absent)}."
-    ax.text(0.0, -0.16, note, transform=ax.transAxes, fontsize=7, va="top", wrap=True)
-    return (ax, anchors, [f"{m['paper_name']} ({m['variant']})" for m in models], sizes, 8, None,
-            [m["variant"] for m in models])
-
-def _draw_ssm_line(ax, ssm_reference: dict[str, Any] | None) -> None:
-    """The S4D paper's published score as a horizontal line: it has no Table 2 speed to place it by."""
-    model = implemented_ssm(ssm_reference)
-    if model is None:
-        return
-    ax.axhline(model["avg5"], color="black", linestyle="--", linewidth=1.5, zorder=2)
-    ax.annotate(f"{model['paper_name']} ({model['variant']}; state space, not attention): "
-                f"{model['avg5']:.1f} published (S4D paper)",
-                xy=(0.02, model["avg5"]), xycoords=ax.get_yaxis_transform(), xytext=(0, 4),
-                textcoords="offset points", fontsize=8, va="bottom")  # clear of the dashes
-    low, high = ax.get_ylim()
-    ax.set_ylim(low, max(high, model["avg5"] + 3))
 
 def render(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE):
-    """Everything `options` draw, in memory: (figure, table text, manifest record). A cell whose chosen point
-    has fewer than `options.min_seeds` seeds is left out and named."""
-    runs, scale, min_seeds = options.runs, options.scale, options.min_seeds
-    results = read_runs(runs, scale)
-    selections = selection.select_all(results)
-    note = "\n".join(filter(None, [diverged_note(results), unfinished_note(selections, min_seeds)]))
-    measured = aggregate({c: s for c, s in selections.items() if s is None or s.n >= min_seeds})
-    if not measured:
-        raise LraError(f"no results.json{' of scale ' + scale if scale else ''} under {runs}"
-                       + (" that is a result: " + note if results else ""))
+    """Everything `options` draw, in memory: (figure, table text, manifest record)."""
+    scores, note, inputs = read_scores(options)
     if note:
         print(note)
-    inputs = chart_manifest.results_files(runs)
-    bench, device, length = None, "", options.length
+    main = cpu = modeled = None
     if options.bench:
-        length, bench = load_bench(options.bench, length)
-        with open(options.bench, encoding="utf-8") as f:
-            device = json.load(f).get("device", {}).get("kind", "")
-        inputs.append(options.bench)
-    modeled = None
+        main = device_speeds(options.bench, options.device, options.length, options.dropout_rate)
+        inputs += main.files
+    if options.cpu_bench:
+        cpu = device_speeds(options.cpu_bench, None, None, options.dropout_rate)
+        inputs += cpu.files
     if options.modeled:
         modeled = table2_report.load_modeled(options.modeled, None)
         inputs.append(options.modeled)
-    reference, ssm_reference = None, None
-    if options.reference and os.path.exists(options.reference):
-        with open(options.reference, encoding="utf-8") as f:
-            reference = json.load(f)
-        inputs.append(options.reference)
-    if ssm_reference_path and os.path.exists(ssm_reference_path):
-        with open(ssm_reference_path, encoding="utf-8") as f:
-            ssm_reference = json.load(f)
-        inputs.append(ssm_reference_path)
-    fig, panels = figure(measured, bench, length, reference, device,
-                         "\n".join(filter(None, [caption(measured), note])), ssm_reference, modeled)
+    reference, ssm_reference = _read_reference(options.reference), _read_reference(ssm_reference_path)
+    inputs += [p for p, r in ((options.reference, reference), (ssm_reference_path, ssm_reference)) if r]
+    captions = "\n".join(filter(None, [caption(scores[s]) for s in ordered_scales(scores)] + [note]))
+    fig, panels = figure(scores, main, reference, cpu, modeled, captions)
     record = chart_manifest.manifest(options, inputs, panels)
     header = (f"Generated by `{record['command']}` from the inputs listed with their sha256 in "
               f"{chart_manifest.MANIFEST_NAME}; do not edit by hand: `python -m lra_jax.tools.chart --check` "
               "fails when an input or this file changes.")
-    table = markdown_table(measured, bench, length, scale, reference, note, ssm_reference, header=header)
+    table = markdown_table(scores, main, cpu, reference, note, ssm_reference, header=header)
     return fig, table, record
 
 
-def make_chart(runs: str, out: str, bench_path: str | None = None, scale: str | None = None,
-               length: int | None = None, reference_path: str | None = REFERENCE,
-               ssm_reference_path: str | None = SSM_REFERENCE, min_seeds: int = 1,
-               modeled_path: str | None = None) -> dict[str, str]:
-    """Reads runs (+ bench, + modeled Table 2, + reference) and writes the chart, its table and its manifest
-    (`chart_manifest`) into `out`; returns the paths."""
-    options = ChartOptions(runs=runs, bench=bench_path, out=out, scale=scale, length=length,
-                           min_seeds=min_seeds, modeled=modeled_path, reference=reference_path)
+def make_chart(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE) -> dict[str, str]:
+    """Draws what `options` say and writes the chart, its table and its manifest (`chart_manifest`) into
+    `options.out`; returns the paths."""
     fig, table, record = render(options, ssm_reference_path)
-    os.makedirs(out, exist_ok=True)
-    paths = save(fig, out)
-    paths["md"] = os.path.join(out, chart_manifest.TABLE_NAME)
-    with open(paths["md"], "w", encoding="utf-8") as f:
-        f.write(table)
-    paths["inputs"] = os.path.join(out, chart_manifest.MANIFEST_NAME)
-    with open(paths["inputs"], "w", encoding="utf-8") as f:
-        f.write(chart_manifest.manifest_text(record))
+    os.makedirs(options.out, exist_ok=True)
+    paths = save(fig, options.out)
+    for key, name, text in (("md", chart_manifest.TABLE_NAME, table),
+                            ("inputs", chart_manifest.MANIFEST_NAME, chart_manifest.manifest_text(record))):
+        paths[key] = os.path.join(options.out, name)
+        with open(paths[key], "w", encoding="utf-8") as f:
+            f.write(text)
     return paths
 
 

@@ -10,7 +10,6 @@ which is reported on its own), in the order of the paper's columns.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -94,26 +93,6 @@ def has_grid(measured: dict[str, dict[str, Any]]) -> bool:
                for m in measured.values() for s in m["chosen"].values())
 
 
-def load_bench(path: str, length: int | None) -> tuple[int | None, dict[str, dict[str, Any]]]:
-    """(length used, variant -> bench result at that length); only results with status 'ok'."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            bench = json.load(f)
-        results = bench["results"]
-    except (OSError, ValueError, KeyError) as error:
-        raise LraError(f"cannot read bench JSON {path}: {error}") from error
-    lengths = sorted({r["length"] for r in results})
-    if length is None:
-        ok = sorted({r["length"] for r in results if r.get("status") == "ok"})
-        length = ok[-1] if ok else (lengths[-1] if lengths else None)
-    elif length not in lengths:
-        raise LraError(f"--length={length} is not in {path}; it has lengths {', '.join(map(str, lengths))}")
-    return length, {r["variant"]: r for r in results if r["length"] == length and r.get("status") == "ok"}
-
-
-def memory_bytes(result: dict[str, Any]) -> float | None:
-    return result.get("peak_memory_bytes") or result.get("compiled_step_memory_bytes")
-
 def diverged_note(results: list[selection.Result]) -> str:
     """One line naming the diverged runs left out of the chart and table ("" if none)."""
     diverged = [" ".join([r.variant, r.task, *([short_point(r.point)] if r.point else []),
@@ -193,15 +172,22 @@ def _table_caption(measured: dict[str, dict[str, Any]]) -> str:
             "present only.")
 
 
-def _variant_row(variant: str, m: dict[str, Any], b: dict[str, Any]) -> str:
-    """One variant's row of the results table."""
-    mem = memory_bytes(b) if b else None
+def _speed_cells(variant: str, speeds) -> list[str]:
+    """'× softmax' and 'GiB' of `variant` on one device (`chart_speeds.DeviceSpeeds`), '—' where not measured."""
+    speed = speeds.speeds.get(variant)
+    if speed is None:
+        return ["—", "—"]
+    memory = speed.memory_bytes / 2**30 if speed.memory_bytes else None
+    return [_significant(speed.relative_speed), _fmt(memory, 2)]
+
+
+def _variant_row(variant: str, m: dict[str, Any], devices: list) -> str:
+    """One variant's row of a scale's results table: tasks, score, Path-X, seeds, per device speed and memory."""
     name = f"{variant} ({REFERENCE_VARIANTS[variant]})" if variant in REFERENCE_VARIANTS else variant
     return _row([name, *(_pm(m["accuracy"].get(t), m["std"].get(t)) for t in LRA_TASKS),
                  _pm(m["score"], m["score_std"], "*" if m["missing"] else ""),
                  _pm(m["path_x"], m["std"].get("path_x")), _seeds_cell(m),
-                 _significant(b.get("examples_per_second")), _fmt(mem / 2**30 if mem else None, 2),
-                 ", ".join(m["missing"]) or "—"])
+                 *(cell for d in devices for cell in _speed_cells(variant, d)), ", ".join(m["missing"]) or "—"])
 
 
 def _selection_row(variant: str, task: str, s: selection.Selection) -> str:
@@ -215,11 +201,11 @@ def _selection_row(variant: str, task: str, s: selection.Selection) -> str:
                                                     else 100 * s.test_std)])
 
 
-def selected_points(measured: dict[str, dict[str, Any]], order: list[str]) -> list[str]:
-    """The "Selected grid points" section: every cell run in a grid; [] when no cell chose among points."""
+def selected_points(measured: dict[str, dict[str, Any]], order: list[str], scale: str) -> list[str]:
+    """The "Selected grid points" section of a scale: every cell run in a grid; [] when no cell chose among points."""
     if not has_grid(measured):
         return []
-    lines = ["", "## Selected grid points", "",
+    lines = ["", f"## Selected grid points ({scale} scale)", "",
              "Per cell, the grid point with the best mean validation accuracy over the seeds compared on "
              "(every point's finished seeds; a point with a diverged seed is out), then its test accuracy over "
              "all its seeds. Cells run without a grid are not listed.", "",
@@ -234,26 +220,76 @@ def selected_points(measured: dict[str, dict[str, Any]], order: list[str]) -> li
     return lines
 
 
-def markdown_table(measured: dict[str, dict[str, Any]], bench: dict[str, dict[str, Any]] | None,
-                   length: int | None, scale: str | None, reference: dict[str, Any] | None,
-                   note: str = "", ssm_reference: dict[str, Any] | None = None, header: str = "") -> str:
-    """Per-task accuracy, score, Path-X, speed and memory of every variant, best score first; the grid
-    points chosen; the published figures. `header`: a paragraph under the title (how the file was made)."""
-    lines = [f"# LRA results ({'scale ' + scale if scale else 'all scales'})", ""]
-    lines += [header, ""] if header else []
-    lines += [_table_caption(measured), ""]
-    speed = f"examples/s @{length}" if length else "examples/s"
-    memory = f"memory GiB @{length}" if length else "memory GiB"
-    lines += _header(["Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Score", "Path-X", "Seeds", speed,
-                      memory, "Missing tasks"])
+def scale_table(scale: str, measured: dict[str, dict[str, Any]], devices: list) -> list[str]:
+    """One scale's results table, best score first, with every device's speed and memory columns."""
+    lines = ["", f"## Scale: {scale}", ""]
+    heads = [h for d in devices for h in (f"× softmax @{d.length} ({d.device})", f"GiB @{d.length} ({d.device})")]
+    lines += _header(["Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Score", "Path-X", "Seeds", *heads,
+                      "Missing tasks"])
     order = sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
-    lines += [_variant_row(v, measured[v], (bench or {}).get(v, {})) for v in order]
+    lines += [_variant_row(v, measured[v], devices) for v in order]
+    for d in devices:
+        absent = [v for v in order if v not in d.speeds]
+        if absent:
+            lines += ["", f"Not measured on {d.device} at length {d.length}: {', '.join(absent)}."]
+    return lines
+
+
+def full_scale_against_paper(measured: dict[str, dict[str, Any]], reference: dict[str, Any] | None) -> list[str]:
+    """Our full-scale test accuracy per task beside the paper's Table 1 figure for the same variant."""
+    tasks = [t for t in LRA_TASKS if any(t in m["accuracy"] for m in measured.values())]
+    papers = {m["variant"]: m for m in (reference or {}).get("models", [])}
+    lines = ["", "## Full scale against the LRA paper", "",
+             "Test accuracy (%), ours (mean ± std over seeds) beside the paper's Table 1; difference = ours - paper.",
+             "", *_header(["Variant", *(f"{TASK_TITLES[t]} {who}" for t in tasks for who in ("ours", "paper", "diff")),
+                          "Seeds"])]
+    for variant in sorted(measured):
+        m, paper = measured[variant], papers.get(variant, {}).get("accuracy", {})
+        cells = []
+        for t in tasks:
+            ours, theirs = m["accuracy"].get(t), paper.get(t)
+            cells += [_pm(ours, m["std"].get(t)), _fmt(theirs, 2),
+                      _fmt(ours - theirs, 2) if ours is not None and isinstance(theirs, float) else "—"]
+        lines.append(_row([variant, *cells, _seeds_cell(m)]))
+    return lines
+
+
+def speed_sources(devices: list) -> list[str]:
+    """Per device, every variant's measured examples/s, memory and the bench JSON it was read from."""
+    lines = []
+    for d in devices:
+        lines += ["", f"## Speed and memory on {d.device}", "",
+                  f"Train step at length {d.length}, batch {d.batch_size}, dropout {d.dropout_rate:g}, as "
+                  "`impl=auto` runs it (`python -m lra_jax.tools.bench`); where several files measured a variant, "
+                  "the most recent.", "", *_header(["Variant", "examples/s", "× softmax", "GiB", "× softmax's memory",
+                                                    "File"])]
+        for variant, s in sorted(d.speeds.items(), key=lambda kv: -kv[1].relative_speed):
+            lines.append(_row([variant, _significant(s.examples_per_second), _significant(s.relative_speed),
+                               _fmt(s.memory_bytes / 2**30 if s.memory_bytes else None, 2),
+                               _significant(s.relative_memory), s.source]))
+    return lines
+
+
+def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, reference: dict[str, Any] | None,
+                   note: str = "", ssm_reference: dict[str, Any] | None = None, header: str = "") -> str:
+    """Per scale: every variant's per-task accuracy, score, Path-X, seeds and speed and memory on each device
+    (`chart_speeds.DeviceSpeeds`: the main panel's, the CPU's), best score first; full-scale scores beside the
+    paper's; where each speed comes from; the grid points chosen; the published figures. `header`: a
+    paragraph under the title (how the file was made)."""
+    lines = ["# LRA results", ""]
+    lines += [header, ""] if header else []
+    lines += [_table_caption({v: m for s in scores.values() for v, m in s.items()})]
+    devices = [d for d in (main, cpu) if d is not None]
+    for scale in sorted(scores, key=lambda s: (s != "full", s)):
+        lines += scale_table(scale, scores[scale], devices)
     for part in note.splitlines():
         lines += ["", part]
-    no_bench = [v for v in order if bench is not None and v not in bench]
-    if no_bench:
-        lines += ["", f"Not in the bench JSON at length {length} (not on the chart): {', '.join(no_bench)}."]
-    lines += selected_points(measured, order)
+    if "full" in scores:
+        lines += full_scale_against_paper(scores["full"], reference)
+    lines += speed_sources(devices)
+    for scale in sorted(scores, key=lambda s: (s != "full", s)):
+        order = sorted(scores[scale], key=lambda v: -(scores[scale][v]["score"] or -1))
+        lines += selected_points(scores[scale], order, scale)
     if reference:
         lines += ["", "## Published (LRA paper)", "", reference["paper"] + ".", "",
                   *_header(["Model", "Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Avg",

@@ -1,28 +1,24 @@
-r"""Speed-vs-score bubble chart and results table, regenerated from runs and a bench JSON.
+r"""The LRA paper's speed-vs-score bubble chart, measured, and its results table, from runs and bench JSONs.
 
-    python -m lra_jax.tools.chart --runs=runs/ --bench=experiments/results/bench-<device>-<date>.json \
-        --out=experiments/charts/ --scale=full --length=4096
+    python -m lra_jax.tools.chart --runs=experiments/mini-lra --bench='experiments/results/bench-h200-*.json' \
+        --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-dropout-2048.json --out=experiments/charts
 
-Reads every results.json under --runs with `lra_jax.experiments.selection`: per variant and task, the grid
+Scores: every results.json under --runs (`lra_jax.experiments.selection`): per variant and task, the grid
 point with the best mean validation accuracy (never test) is reported by its test accuracy, mean and
-sample std over seeds; a run without a grid is one point. Diverged runs are never results: they are
-named under the chart and table. Each variant is scored the LRA way: the mean of its tasks' test means
-(%) over ListOps, Text, Retrieval, Image and Pathfinder (Path-X is reported on its own).
+sample std over seeds; diverged runs are never results and are named. A variant's score is the mean of its
+tasks' test means (%) over ListOps, Text, Retrieval, Image and Pathfinder (Path-X on its own), per scale.
 
-Left panel: x = examples/s at --length from the bench JSON, y = LRA score with a bar of ±1 std of a
-single-seed score (sqrt(sum of the tasks' variances) / T), bubble area proportional to peak memory;
-variants missing a task are drawn hollow and scored over the tasks they have; a caption says how the
-points were chosen. Right panel: the LRA paper's published Table 1 score against its Table 2 speed and
-memory at 4K (relative to Transformer, as the paper's Figure 3), from experiments/reference/lra_paper.json.
-With --modeled (a compile JSON of the Table 2 protocol, `python -m lra_jax.tools.compile --lengths=...`) a
-middle panel puts the same scores against the TPU compiler's modeled speed on the paper's hardware,
-labelled modeled: no TPU ran.
-Variants that are not attention and serve as the yardstick (`REFERENCE_VARIANTS`: s4d, the diagonal
-state-space model) are drawn as diamonds in the left panel; the right panel marks the S4D paper's
-published score (experiments/reference/s4d_paper.json) as a line. The table gives our figures (mean ±
-std), the grid point chosen per cell with every candidate's validation accuracy (where a grid was
-swept) and both papers' figures. Writes lra_chart.png, lra_chart.svg, lra_results.md and
-lra_chart.inputs.json: the command, every input's path, sha256 and recorded commit, and the values drawn.
+Main panel (the paper's Figure 3, measured): x = train-step speed at --length relative to softmax on the
+--device of the --bench files, bubble = peak memory measured there relative to softmax's, y = LRA score
+with a bar of ±1 std of a single-seed score; full-scale points solid, mini-scale hollow. The LRA paper's
+models (experiments/reference/lra_paper.json: Table 2 speed and memory at 4K relative to the Transformer,
+Table 1 accuracy averaged over the tasks our point is scored on) on the same axes, joined to ours.
+Secondary panels, also relative to softmax: --cpu_bench (measured on a CPU) and --modeled (the TPU
+compiler's modeled step on the paper's hardware, labelled modeled). s4d, the state-space yardstick, is a
+diamond. Writes lra_chart.png, lra_chart.svg, lra_results.md (per scale: the scores and every device's
+speed and memory; full-scale scores beside the paper's; the file each speed came from; the chosen grid
+points; both papers' figures) and lra_chart.inputs.json (the command, every input's path, sha256 and
+recorded commit, and the values drawn).
 
     python -m lra_jax.tools.chart --check [--out=experiments/charts]
 
@@ -48,22 +44,30 @@ from lra_jax.experiments.lra_chart import check_chart, make_chart
 from lra_jax.experiments.lra_results import REFERENCE
 
 FLAGS = flags.FLAGS
-OPTION_FLAGS = ("runs", "bench", "out", "scale", "length", "min_seeds", "modeled", "reference")
+OPTION_FLAGS = tuple(field.name for field in dataclasses.fields(ChartOptions))
 
 def define_flags() -> None:
     """The command-line flags (defined only when run as a command, so modules import side by side)."""
-    flags.DEFINE_string("runs", "runs", "Directory searched recursively for results.json files.")
-    flags.DEFINE_string("bench", None, "Bench JSON from `python -m lra_jax.tools.bench` (speed and memory); "
-                        "without it the chart has no speed axis and only the table is written.")
-    flags.DEFINE_string("out", "experiments/charts", "Output directory for PNG, SVG and Markdown.")
-    flags.DEFINE_enum("scale", None, ["full", "mini"], "Only runs of this scale (default: all scales).")
-    flags.DEFINE_integer("length", None, "Sequence length whose bench results set speed and memory "
-                         "(default: the longest length in the bench JSON).")
+    defaults = ChartOptions()
+    flags.DEFINE_string("runs", defaults.runs, "Directories (comma-separated) searched recursively for results.json.")
+    flags.DEFINE_string("bench", None, "Bench JSONs (`python -m lra_jax.tools.bench`; comma-separated paths or "
+                        "globs) for the main panel: speed and memory relative to softmax on one device; without "
+                        "it the main panel has no speed axis.")
+    flags.DEFINE_string("device", None, "The device of the main panel: part of a device kind recorded in the --bench "
+                        "files (e.g. H200); default: the device with the most variants measured.")
+    flags.DEFINE_integer("length", None, "Sequence length of the main panel's speed (the paper's: 4096; default: "
+                         "the longest length softmax was measured at).")
+    flags.DEFINE_float("dropout_rate", defaults.dropout_rate, "Dropout rate of the measured train steps (the LRA "
+                       "recipe trains with 0.1).")
+    flags.DEFINE_string("cpu_bench", None, "A CPU bench JSON for a secondary panel (its longest length with softmax).")
     flags.DEFINE_string("modeled", None, "Table 2 compile JSON (`python -m lra_jax.tools.compile --lengths=...`) "
-                        "for a middle panel: our scores against the TPU compiler's modeled speed at its longest length.")
-    flags.DEFINE_string("reference", REFERENCE, "Published LRA figures for the right panel.")
-    flags.DEFINE_integer("min_seeds", 1, "Leave out (and name) a variant's task whose chosen grid point has "
-                         "fewer finished seeds: a chart of a sweep still running shows only finished cells.")
+                        "for a secondary panel: the TPU compiler's modeled speed at its longest length.")
+    flags.DEFINE_string("out", defaults.out, "Output directory for PNG, SVG, Markdown and the manifest.")
+    flags.DEFINE_enum("scale", None, ["full", "mini"], "Only runs of this scale (default: every scale, full-scale "
+                      "points solid and mini-scale points hollow).")
+    flags.DEFINE_integer("min_seeds", defaults.min_seeds, "Leave out (and name) a variant's task whose chosen grid "
+                         "point has fewer finished seeds: a chart of a sweep still running shows only finished cells.")
+    flags.DEFINE_string("reference", REFERENCE, "Published LRA figures (the paper's points on the main panel).")
     flags.DEFINE_bool("check", False, "Write nothing: redraw in memory with the flags recorded in "
                       f"--out/{chart_manifest.MANIFEST_NAME} (flags given replace them) and exit 1, one line "
                       "per problem, when an input or an output differs from the committed chart.")
@@ -101,8 +105,7 @@ def main(argv: list[str]) -> None:
         if FLAGS.check:
             run_check()
             return
-        paths = make_chart(FLAGS.runs, FLAGS.out, FLAGS.bench, FLAGS.scale, FLAGS.length, FLAGS.reference,
-                           min_seeds=FLAGS.min_seeds, modeled_path=FLAGS.modeled)
+        paths = make_chart(ChartOptions(**{name: FLAGS[name].value for name in OPTION_FLAGS}))
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

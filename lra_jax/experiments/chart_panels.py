@@ -1,0 +1,210 @@
+"""One panel of the LRA chart: LRA score (y) against training speed relative to softmax (x), bubble area
+proportional to memory relative to softmax, as the LRA paper's Figure 3 (Transformer = 1 on both).
+
+Our points: full-scale scores solid, mini-scale scores hollow; a variant scored on fewer tasks than the
+others of its scale is marked * (and dashed). The LRA paper's points (`draw_paper`) go on the same axes as
+grey squares, each joined by a dotted line to our point of the same variant, at the paper's Table 1 accuracy
+averaged over the tasks that point of ours is scored on, so that both ends of a line mean the same thing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no window, whatever backend the machine has
+from matplotlib.colors import to_rgb
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from lra_jax.experiments.chart_labels import place_labels
+from lra_jax.experiments.chart_manifest import rounded
+from lra_jax.experiments.lra_results import LRA_TASKS, REFERENCE_VARIANTS, TASK_TITLES, seed_counts
+
+LARGEST_AREA = 2500.0  # pt^2 of the panel's largest bubble
+NO_MEMORY_AREA = 40.0  # pt^2 of a point whose memory was not measured
+PAPER_COLOR = "0.35"
+SCALE_ORDER = ("full", "mini")  # full-scale points first: they are the ones a paper point joins
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One drawn bubble: `series` is our run's scale or 'paper'; `label` '' = drawn without a label."""
+    variant: str
+    series: str
+    x: float
+    y: float
+    size: float
+    label: str
+    key: str
+    color: Any = "0.45"
+
+    def record(self) -> dict[str, Any]:
+        """What the manifest keeps of it (`chart_manifest`): values to 6 significant digits."""
+        return {"variant": self.variant, "series": self.series, "x": rounded(self.x), "y": rounded(self.y),
+                "size": rounded(self.size), "label": self.key}
+
+
+@dataclasses.dataclass
+class Panel:
+    """A drawn panel and its points, for label placement (after the layout is final) and the manifest."""
+    ax: Any
+    points: list[Point]
+
+    def place_labels(self, fontsize: float = 8.5) -> None:
+        labelled = [p for p in self.points if p.label]
+        if labelled:
+            place_labels(self.ax, [(p.x, p.y) for p in labelled], [p.label for p in labelled],
+                         [p.size for p in labelled], fontsize, [p.color for p in labelled],
+                         obstacles=[((p.x, p.y), p.size) for p in self.points if not p.label])
+
+    def record(self) -> dict[str, Any]:
+        ax = self.ax
+        return {"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+                "texts": [t.get_text() for t in ax.texts], "points": [p.record() for p in self.points]}
+
+
+def scored_tasks(measured: dict[str, dict[str, Any]]) -> list[str]:
+    """The LRA tasks any variant of `measured` is scored on, in the paper's order."""
+    return [t for t in LRA_TASKS if any(t in m["accuracy"] for m in measured.values())]
+
+
+def scale_line(scale: str, measured: dict[str, dict[str, Any]]) -> str:
+    """'mini scale: ListOps + Pathfinder, 3 seeds': what one scale's scores are."""
+    tasks = " + ".join(TASK_TITLES[t] for t in scored_tasks(measured)) or "no LRA task"
+    return f"{scale} scale: {tasks}, {seed_counts(measured)}"
+
+
+def ordered_scales(scores: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    return sorted(scores, key=lambda s: (SCALE_ORDER.index(s) if s in SCALE_ORDER else len(SCALE_ORDER), s))
+
+
+def bubble_area(relative_memory: float | None, largest: float) -> float:
+    """Marker area (pt^2) proportional to memory relative to softmax; the panel's largest gets LARGEST_AREA."""
+    return NO_MEMORY_AREA if not relative_memory else LARGEST_AREA * relative_memory / largest
+
+
+def _score_bar(ax, x: float, y: float, err: float | None, color, gid: str) -> None:
+    """A thin capped bar of ±err around the bubble, in a darker shade of its colour (SVG ids `<gid>-<i>`)."""
+    if err is None:
+        return
+    dark = tuple(0.6 * c for c in to_rgb(color))
+    bar = ax.errorbar([x], [y], yerr=[err], fmt="none", ecolor=dark, elinewidth=1.2, capsize=4, capthick=1.2,
+                      zorder=3.5)
+    for i, artist in enumerate(bar.get_children()):
+        artist.set_gid(f"{gid}-{i}")
+
+
+def draw_ours(ax, scores: dict[str, dict[str, dict[str, Any]]], speeds: dict[str, tuple[float, float | None]],
+              colors: dict[str, Any], largest: float, gid: str = "score-bar") -> list[Point]:
+    """Our scores (y) of every scale against `speeds` (variant -> (relative speed, relative memory));
+    score bars with SVG ids `<gid>-<scale>-<variant>-<i>`. Returns the drawn points."""
+    points = []
+    several = len(scores) > 1
+    for scale in ordered_scales(scores):
+        measured = scores[scale]
+        tasks = set(scored_tasks(measured))
+        for variant, m in measured.items():
+            if m["score"] is None or variant not in speeds:
+                continue
+            x, memory = speeds[variant]
+            size = bubble_area(memory, largest)
+            color = "black" if variant in REFERENCE_VARIANTS else colors[variant]
+            partial = not tasks.issubset(m["accuracy"])
+            solid = scale == "full"
+            y = m["score"]
+            _score_bar(ax, x, y, m["score_std"], color, f"{gid}-{scale}-{variant}")
+            style = dict(s=size, linewidth=2.0, alpha=0.7, zorder=3, linestyle="--" if partial else "-")
+            if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
+                ax.scatter([x], [y], marker="D", facecolor="0.15" if solid else "none", edgecolor="black", **style)
+            else:
+                ax.scatter([x], [y], facecolor=color if solid else "none", edgecolor=color, **style)
+            ax.scatter([x], [y], s=8, color="black", zorder=4)
+            label = variant + (f" ({scale})" if several else "") + ("*" if partial else "")
+            points.append(Point(variant, scale, x, y, size, label, label, color))
+    return points
+
+
+def draw_paper(ax, reference: dict[str, Any] | None, ours: list[Point],
+               scores: dict[str, dict[str, dict[str, Any]]], largest: float) -> list[Point]:
+    """The LRA paper's models with a Table 2 entry: x its speed at 4K relative to the Transformer, bubble its
+    memory at 4K relative to the Transformer's, y its Table 1 accuracy averaged over the tasks of our point
+    of the same variant (full scale first), joined to that point by a dotted line; a model without such a
+    point of ours is averaged over the tasks of our first scale and labelled."""
+    if not reference or not scores:
+        return []
+    base = next(m for m in reference["models"] if m["relative_speed_4k"] == 1.0)
+    first = scored_tasks(scores[ordered_scales(scores)[0]])
+    points = []
+    for model in reference["models"]:
+        if not (model.get("relative_speed_4k") and model.get("memory_4k_gb")):
+            continue
+        joined = next((p for p in ours if p.variant == model["variant"]), None)
+        tasks = scored_tasks({model["variant"]: scores[joined.series][model["variant"]]}) if joined else first
+        if not tasks:
+            continue
+        x, y = model["relative_speed_4k"], sum(model["accuracy"][t] for t in tasks) / len(tasks)
+        size = bubble_area(model["memory_4k_gb"] / base["memory_4k_gb"], largest)
+        ax.scatter([x], [y], s=size, marker="s", facecolor=PAPER_COLOR, edgecolor="0.1", linewidth=1.2, alpha=0.35,
+                   zorder=2.5)
+        ax.scatter([x], [y], s=6, marker="s", color="0.15", zorder=4)
+        if joined:
+            ax.plot([x, joined.x], [y, joined.y], linestyle=":", color=PAPER_COLOR, linewidth=1.2, zorder=2)
+        key = f"LRA paper: {model['paper_name']} ({model['variant']})"
+        points.append(Point(model["variant"], "paper", x, y, size, "" if joined else key, key, PAPER_COLOR))
+    return points
+
+
+def paper_memory_ratios(reference: dict[str, Any] | None) -> list[float]:
+    """Every paper model's memory at 4K relative to the Transformer's (for a shared bubble scale)."""
+    if not reference:
+        return []
+    base = next(m for m in reference["models"] if m["relative_speed_4k"] == 1.0)
+    return [m["memory_4k_gb"] / base["memory_4k_gb"] for m in reference["models"]
+            if m.get("relative_speed_4k") and m.get("memory_4k_gb")]
+
+
+def log_axis_with_plain_ticks(axis) -> None:
+    """A log scale labelled 0.05, 0.1, 0.2, 0.5, 1, ... rather than 10^-1 and 10^0 alone."""
+    axis.axes.set_xscale("log")
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_locator(LogLocator(base=10, subs=(3.0, 4.0, 6.0, 7.0, 8.0, 9.0)))
+    axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+
+
+def finish(ax, points: list[Point], largest: float, memory_title: str, paper: bool) -> None:
+    """Log x where the speeds span more than 10x, margins, a line at softmax (x = 1) and the legend: the
+    memory scale and what solid, hollow, *, diamond and square mean (only those drawn)."""
+    xs = [p.x for p in points]
+    if xs and max(xs) / max(min(xs), 1e-12) > 10:
+        log_axis_with_plain_ticks(ax.xaxis)
+    ax.axvline(1.0, color="0.6", linewidth=0.8, zorder=1)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.margins(x=0.1, y=0.14)
+    handles = [ax.scatter([], [], s=LARGEST_AREA * f / largest, facecolor="none", edgecolor="0.4",
+                          label=f"{f:g}× softmax's") for f in _legend_ratios(largest)]
+    series = {p.series for p in points}
+    marks = [("full", "o", "0.3", "full scale (solid)"), ("mini", "o", "none", "mini scale (hollow)")]
+    handles += [Line2D([], [], marker=m, linestyle="", markerfacecolor=face, markeredgecolor="0.3", markersize=10,
+                       label=text) for s, m, face, text in marks if s in series]
+    if any(p.label.endswith("*") for p in points):
+        handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none", markeredgecolor="0.3",
+                              markersize=10, label="* scored on fewer tasks (dashed)"))
+    for variant, what in REFERENCE_VARIANTS.items():
+        if any(p.variant == variant for p in points):
+            handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none", markeredgecolor="black",
+                                  markersize=10, label=f"{variant}, {what}"))
+    if paper:
+        handles.append(Line2D([], [], marker="s", linestyle=":", color=PAPER_COLOR, markerfacecolor=PAPER_COLOR,
+                              markersize=10, alpha=0.6, label="LRA paper, joined to\nour same variant"))
+    ax.legend(handles=handles, title=memory_title, loc="upper left", bbox_to_anchor=(1.01, 1.0), labelspacing=1.9,
+              borderpad=1.2, handletextpad=1.6, fontsize=8, title_fontsize=8, frameon=False)
+
+
+def _legend_ratios(largest: float) -> list[float]:
+    """Reference bubbles for the legend: the largest drawn (to 2 significant digits), 1 and a quarter."""
+    ratios = [float(f"{largest:.2g}")] + [r for r in (1.0, 0.25) if r < 0.8 * largest]
+    return ratios
