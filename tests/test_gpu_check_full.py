@@ -29,7 +29,8 @@ TINY = ("--config.max_len=32 --config.batch_size=16 --config.model.num_layers=1 
 
 def run_stage(tmp_path, out: str) -> subprocess.CompletedProcess:
     """`.ci/gpu-check listops-full` at mini scale, everything it writes under tmp_path."""
-    env = dict(os.environ, OUT=str(tmp_path / out), PYTHON=sys.executable, JAX_PLATFORMS="cpu",
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}  # the stage's own knobs
+    env = dict(inherited, OUT=str(tmp_path / out), PYTHON=sys.executable, JAX_PLATFORMS="cpu",
                LRA_JAX_CACHE=str(tmp_path / "cache"), XLA_FLAGS=FAST_COMPILE, GPU_CHECK_FULL_SCALE="mini",
                GPU_CHECK_FULL_ROOT=str(tmp_path / "root"),
                GPU_CHECK_FULL_ARGS=f"--scratch={tmp_path / 'scratch'} --variants={','.join(VARIANTS)} "
