@@ -117,6 +117,7 @@ F32 = {"status": "complete", "val_accuracy": 0.30, "val_loss": 1.80, "steps_per_
     (dict(val_accuracy=0.31, val_loss=1.86, steps_per_second=18.0), "float32", "val_loss +0.0600 worse"),
     (dict(val_accuracy=0.30, val_loss=1.80, steps_per_second=9.0), "float32", "but not faster (0.90x"),
     (dict(status="diverged", diverged_at_step=120), "float32", "bfloat16 diverged at step 120"),
+    (dict(status="failed"), "float32", "the bfloat16 run failed"),
 ])
 def test_bfloat16_is_used_only_where_it_holds_validation_and_is_faster(bf16, dtype, says):
     record = full_scale.compare_precision(F32, {**F32, "run": "bf16", **bf16}, 300, "full")
@@ -124,9 +125,10 @@ def test_bfloat16_is_used_only_where_it_holds_validation_and_is_faster(bf16, dty
     assert record["holds"] == (says == "within tolerance" or "not faster" in says)
 
 
-def test_a_check_whose_float32_run_is_at_the_majority_rate_says_so_and_a_diverged_float32_is_an_error():
+def test_a_check_whose_float32_run_is_at_the_majority_rate_says_so_and_a_failed_float32_is_an_error():
     record = full_scale.compare_precision({**F32, "val_accuracy": 0.18}, {**F32, "val_accuracy": 0.18,
                                                                           "steps_per_second": 18.0}, 300, "full")
     assert record["dtype"] == "bfloat16" and "near the majority-class rate" in record["notes"][0]
-    with pytest.raises(LraError, match="float32 run f32 diverged"):
-        full_scale.compare_precision({**F32, "status": "diverged"}, F32, 300, "full")
+    for status in ("diverged", "failed"):
+        with pytest.raises(LraError, match=f"float32 run f32 {status}: the recipe itself fails"):
+            full_scale.compare_precision({**F32, "status": status}, F32, 300, "full")

@@ -98,8 +98,8 @@ def last_metrics(workdir: str) -> dict[str, float]:
 def run_summary(run: sweep_plan.Run) -> dict[str, Any]:
     """What the check compares of one finished run: its status and last validation, from its workdir."""
     results = run.results()
-    if results is None:
-        raise LraError(f"the precision check's run {run.workdir} has no results.json: it did not finish")
+    if results is None:  # the sweep ran it to its end: it failed or crashed (its output says why)
+        return {"status": "failed", "run": run.name}
     if results.get("status") == "diverged":
         return {"status": "diverged", "diverged_at_step": results.get("diverged_at_step"), "run": run.name}
     last = last_metrics(run.workdir)
@@ -115,13 +115,15 @@ def compare_precision(f32: dict[str, Any], bf16: dict[str, Any], steps: int, sca
     bfloat16 is used when it holds (did not diverge; validation accuracy and loss within `TOLERANCE` of
     float32's) and its steps were faster: it is there for speed alone."""
     if f32["status"] != "complete":
-        raise LraError(f"the precision check's float32 run {f32['run']} diverged: the recipe itself fails, "
-                       "bfloat16 or not; look at its metrics.jsonl before running the stage again")
+        raise LraError(f"the precision check's float32 run {f32['run']} {f32['status']}: the recipe itself fails, "
+                       "bfloat16 or not; see its output and metrics.jsonl before running the stage again")
     rates = (f32.get("steps_per_second"), bf16.get("steps_per_second"))
     speedup = rates[1] / rates[0] if all(rates) else None
     notes = []
-    if bf16["status"] != "complete":
+    if bf16["status"] == "diverged":
         holds, reason = False, f"bfloat16 diverged at step {bf16.get('diverged_at_step')}"
+    elif bf16["status"] != "complete":
+        holds, reason = False, f"the bfloat16 run {bf16['status']} (its output in the stage's log says why)"
     else:
         short = {key: f32[key] - bf16[key] if key == "val_accuracy" else bf16[key] - f32[key] for key in TOLERANCE}
         failed = [f"{key} {short[key]:+.4f} worse (tolerance {TOLERANCE[key]})" for key in TOLERANCE
@@ -218,16 +220,14 @@ def run_stage(scale: str, root: str, scratch: str, precision_steps: int, variant
               overrides: list[str], runner: sweep_run.Runner, stop: sweep_run.Stop | None,
               log=print) -> str:
     """The check (unless recorded), then the runs. Returns "complete" (every run finished or skipped),
-    "stopped" (a signal: the run in progress checkpointed) or "failed" (a run failed or crashed)."""
+    "stopped" (a signal: the run in progress checkpointed) or "failed" (a run failed or crashed).
+    A bfloat16 check run that fails means float32; a float32 one that fails stops the stage (LraError)."""
     record = read_record(root, scale)
     if record is None:
         check = precision_runs(scale, scratch, precision_steps, overrides)
         sweep_run.run_sweep(check, runner, stop, log=log)
         if stop is not None and stop.requested:
             return "stopped"
-        if any(r.results() is None for r in check):
-            log("the precision check did not finish (see its runs above): no run of the recipe started")
-            return "failed"
         record = compare_precision(*(run_summary(r) for r in check), precision_steps, scale)
         log(f"precision check: {record['reason']}; the runs use {record['dtype']} "
             f"(record in {write_record(root, scale, record)})")
