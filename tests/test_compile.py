@@ -86,7 +86,8 @@ def test_row_formatting_shows_memory_partial_flops_and_the_plan():
 
 
 def test_modeled_time_is_printed_only_where_there_is_one():
-    assert "1.50ms" in compile_matrix.format_row(make_row(modeled_seconds=1.5e-3))
+    assert "1.50ms" in compile_matrix.format_row(make_row(modeled_seconds=1.5e-3, roofline_seconds=1e-3))
+    assert "ms" not in compile_matrix.format_row(make_row(modeled_seconds=1.5e-3))  # no roofline to check it against
     row = make_row(modeled_note=compile_step.NOT_MODELED)
     assert "ms" not in compile_matrix.format_row(row)
 
@@ -94,7 +95,10 @@ def test_modeled_time_is_printed_only_where_there_is_one():
 def test_a_roofline_is_printed_where_the_compiler_gives_no_model():
     line = compile_matrix.format_row(make_row(modeled_note=compile_step.NOT_MODELED, roofline_seconds=2.5e-3))
     assert "2.50ms r" in line
-    assert "1.50ms " in compile_matrix.format_row(make_row(modeled_seconds=1.5e-3, roofline_seconds=2.5e-3))
+    # below its roofline (faster than the chip can do the work), or a whole second too slow: the roofline instead
+    assert "2.50ms r" in compile_matrix.format_row(make_row(modeled_seconds=1.5e-3, roofline_seconds=2.5e-3))
+    assert "2.50ms r" in compile_matrix.format_row(make_row(modeled_seconds=1.0035, roofline_seconds=2.5e-3))
+    assert "3.50ms " in compile_matrix.format_row(make_row(modeled_seconds=3.5e-3, roofline_seconds=2.5e-3))
     chip = accelerators.TPU_CHIPS["v5e"]
     assert compile_step.roofline_seconds(197e12, 1, chip) == pytest.approx(1.0)  # compute-bound: bf16 peak
     assert compile_step.roofline_seconds(1, 819e9, chip) == pytest.approx(1.0)  # memory-bound: HBM bandwidth

@@ -12,8 +12,8 @@ module turns its train rows into the table (`relative`), prints it beside the pa
 (`paper_figures`, experiments/reference/lra_paper.json) and gives the chart its modeled speeds
 (`load_modeled`). Speeds here are the TPU compiler's modeled step times, never measurements, and only
 those that pass their roofline check (`lra_jax.experiments.roofline`; docs/tpu-modeled-time.md): every
-other variant carries the reason instead. GPU memory compiled without a device is an upper bound on
-what the device takes (docs/gpu-memory.md).
+other variant carries the reason instead. GPU memory compiled without a device is an estimate, not a
+measurement: on GPUs it came out both above and below it (docs/gpu-memory.md).
 The command is `python -m lra_jax.tools.table2`.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 from lra_jax.config import paths as config_paths
 from lra_jax.errors import LraError
 from lra_jax.experiments import bench_cells, roofline
-from lra_jax.experiments.compile_step import Row
+from lra_jax.experiments.compile_step import DEVICELESS_GPU_MEMORY, Row
 from lra_jax.measure.units import gib
 
 LABEL = "table2"  # compile rows of this protocol are labelled "table2:<length>"
@@ -73,7 +73,7 @@ def relative(rows) -> list[dict[str, Any]]:
             "relative_speed": speed / base_speed if speed and base_speed else None,
             "roofline_seconds": checked[id(r)]["roofline_seconds"],
             "memory_bytes": memory, "relative_memory": memory / base_memory if memory and base_memory else None,
-            "memory_is_upper_bound": not r.target.startswith("tpu"),  # deviceless GPU compile (docs/gpu-memory.md)
+            "memory_compiled_without_device": not r.target.startswith("tpu"),  # an estimate (docs/gpu-memory.md)
             "needed_bytes": None if r.result == "ok" else (r.memory or {}).get("total") or (r.memory or {}).get("temp"),
             "note": (checked[id(r)]["reason"] if r.target.startswith("tpu") else None) or r.modeled_note or r.error})
     return entries
@@ -106,7 +106,7 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
         speed = (f"train steps/s relative to {BASELINE} (modeled by the XLA TPU compiler, not measured; "
                  f"-: no modeled time passed its roofline check, see the notes) and "
                  if modeled else "no speed (XLA:GPU models none; only a GPU measures it), ")
-        compiled = "compiled" if modeled else "compiled without a GPU: an upper bound on what the GPU takes"
+        compiled = "compiled" if modeled else DEVICELESS_GPU_MEMORY
         lines.append(f"Table 2 on {target}: {speed}memory per device (GiB, {compiled}; !N: does not fit, the "
                      "compiler asked for N GiB); paper: Tay et al. 2021 at 4K")
         speed_lengths = lengths if modeled else []

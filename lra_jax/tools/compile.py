@@ -70,7 +70,7 @@ from lra_jax import provenance
 from lra_jax.config import checks as config_errors
 from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
-from lra_jax.experiments import compile_matrix, lowering, table2_report
+from lra_jax.experiments import compile_matrix, compile_step, lowering, table2_report
 from lra_jax.experiments.choices import choose, config_files, parse_lengths
 from lra_jax.experiments.compile_matrix import (
     DEFAULT_TARGETS,
@@ -192,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         print(table2_report.format_table(table2_report.relative(rows), table2_report.paper_figures()))
     print(f"{len(rows)} steps compiled ({args.scale} scale) in {seconds:.0f} s; GiB and GFLOP per device, "
           "* = partial FLOPs (loops counted once, kernels without an estimate as 0); modeled = the TPU compiler's "
-          "model (>=: a lower bound, loops modeled once; r: the roofline of the step's FLOPs and bytes), not measured")
+          "model, printed only within 1-2x of its roofline (docs/tpu-modeled-time.md; r: that roofline of the step's "
+          "FLOPs and bytes instead), not measured"
+          + ("; " + compile_step.DEVICELESS_GPU_MEMORY if any(not r.target.startswith("tpu") for r in rows) else ""))
     if args.out:
         compile_matrix.write_json(args.out, argv, rows, seconds, complete=True, commit=commit)
         print(f"wrote {args.out}")
