@@ -54,8 +54,8 @@ def check(row: dict[str, Any]) -> dict[str, Any]:
     elif row.get("kernel_calls"):
         out["reason"] = "not modeled: Mosaic kernel calls in the step, which the TPU cost model does not time"
     elif row.get("loops"):
-        out["reason"] = (f"{row['loops']} loop(s) in the step: the TPU cost model and XLA's counts take each "
-                         "body once, so neither a modeled time nor a roofline is known")
+        out["reason"] = (f"{row['loops']} loop(s) in the step, each body counted once by the TPU cost model "
+                         "and XLA's counts: no modeled time or roofline")
     elif raw is None:
         out["reason"] = "no modeled time in the compile"
     elif not roofline:
