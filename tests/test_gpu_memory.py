@@ -41,9 +41,20 @@ def test_cells_pair_on_variant_length_batch_and_dropout(tmp_path):
         ("softmax", "NVIDIA H100", True), ("linear", "NVIDIA H100", True), ("additive", "NVIDIA H200", False)]
     assert pairs[0]["over_compiled"] == pytest.approx(1.2) and pairs[1]["over_compiled"] == pytest.approx(12 / 13)
     assert report.spread(pairs, "over_compiled") == (pytest.approx(12 / 13), pytest.approx(1.2), 2)
-    page = report.format_page(pairs, "python -m lra_jax.tools.gpu_memory")
-    assert "| additive | h100 | 90.00 | NVIDIA H200 | 75.00 | 76.00 | 1.20 | 1.18 | does not fit |" in page
-    assert "on the same GPU: 0.92-1.20x (2 steps)" in page and "commit abc1234" in page
+    page = report.format_page(pairs, deviceless, h100 + h200, "python -m lra_jax.tools.gpu_memory")
+    assert "| additive | h100, abc1234 | 90.00 | NVIDIA H200 | 75.00 | 76.00 | 1.20 | 1.18 | does not fit |" in page
+    assert "at commit abc1234 against the step compiled on the same GPU: 0.92-1.20x (2 steps)" in page
+    assert "No step was measured on both GPUs" in page
+
+
+def test_the_gpu_and_the_code_compiled_are_told_apart(tmp_path):
+    measured = (report.measured_cells(bench_json(tmp_path / "b1.json", "NVIDIA H100 80GB HBM3", [("linear", 0.1, 12)]))
+                + report.measured_cells(bench_json(tmp_path / "b2.json", "NVIDIA H200", [("linear", 0.1, 14)])))
+    assert report.gpu_difference(measured, "NVIDIA H100", "NVIDIA H200") == (2 * GIB, 2 * GIB, 1)
+    old = report.deviceless_cells(compile_json(tmp_path / "old.json"))
+    new = [dict(c, commit="def5678", date="2026-11-28", bytes=c["bytes"] * (0.5 if c["variant"] == "softmax" else 1))
+           for c in old]
+    assert report.code_change(old + new) == [("softmax", "abc1234", "def5678", pytest.approx(2.0))]
 
 
 def test_dropout_comes_from_the_compile_command():

@@ -54,7 +54,7 @@ def deviceless_cells(path: str) -> list[dict[str, Any]]:
         cells.append({"variant": row["variant"], "target": row["target"], "length": length, "dropout": dropout,
                       "batch": row["per_device_batch"], "result": row["result"],
                       "bytes": memory.get("total") or memory.get("temp"), "commit": document.get("commit"),
-                      "path": path})
+                      "date": document.get("date", ""), "path": path})
     return cells
 
 
@@ -105,69 +105,104 @@ def _ratio(value: float | None) -> str:
 
 
 def format_table(pairs: list[dict[str, Any]]) -> str:
-    """The Markdown table, one line per pair, and the spread of the ratios on the same GPU."""
-    lines = ["| variant | deviceless target | GiB deviceless | measured on | GiB compiled on the GPU | GiB peak in use "
-             "| deviceless / compiled on GPU | deviceless / peak in use | fits as deviceless says |",
+    """The Markdown table, one line per pair."""
+    lines = ["| variant | deviceless: target, commit | GiB deviceless | measured on | GiB compiled on the GPU "
+             "| GiB peak in use | deviceless / compiled on GPU | deviceless / peak in use | fits as deviceless says |",
              "|---|---|--:|---|--:|--:|--:|--:|---|"]
     for p in pairs:
         d, m = p["deviceless"], p["measured"]
-        lines.append(f"| {d['variant']} | {d['target']} | {_gib(d['bytes'])} | {m['device']} | {_gib(m['compiled_bytes'])} "
-                     f"| {_gib(m['peak_bytes'])} | {_ratio(p['over_compiled'])} | {_ratio(p['over_peak'])} "
-                     f"| {'yes' if d['result'] == 'ok' else d['result']} |")
+        lines.append(f"| {d['variant']} | {d['target']}, {d['commit']} | {_gib(d['bytes'])} | {m['device']} "
+                     f"| {_gib(m['compiled_bytes'])} | {_gib(m['peak_bytes'])} | {_ratio(p['over_compiled'])} "
+                     f"| {_ratio(p['over_peak'])} | {'yes' if d['result'] == 'ok' else d['result']} |")
     return "\n".join(lines)
 
 
-def spread(pairs: list[dict[str, Any]], key: str, same_gpu: bool = True) -> tuple[float, float, int] | None:
-    values = [p[key] for p in pairs if p[key] is not None and p["same_gpu"] == same_gpu]
+def spread(pairs: list[dict[str, Any]], key: str, same_gpu: bool = True, commit: str | None = None):
+    """(min, max, count) of a ratio over the pairs on the same GPU (or not), of one deviceless commit or all."""
+    values = [p[key] for p in pairs if p[key] is not None and p["same_gpu"] == same_gpu
+              and commit in (None, p["deviceless"]["commit"])]
     return (min(values), max(values), len(values)) if values else None
 
 
-def format_page(pairs: list[dict[str, Any]], command: str) -> str:
+def gpu_difference(measured: list[dict[str, Any]], first: str, second: str) -> tuple[float, float, int] | None:
+    """(min, max, count) in bytes of `second`'s compiled-on-device memory minus `first`'s for the same step
+    (variant, length, dropout, batch) measured on both GPUs (device names starting with `first`, `second`)."""
+    by_gpu: dict[str, dict[tuple, int]] = {first: {}, second: {}}
+    for m in measured:
+        for gpu in by_gpu:
+            if m["device"].startswith(gpu) and m["compiled_bytes"]:
+                by_gpu[gpu][(m["variant"], m["length"], m["dropout"], m["batch"])] = m["compiled_bytes"]
+    both = [by_gpu[second][k] - by_gpu[first][k] for k in by_gpu[first] if k in by_gpu[second]]
+    return (min(both), max(both), len(both)) if both else None
+
+
+def code_change(deviceless: list[dict[str, Any]]) -> list[tuple[str, str, str, float]]:
+    """(variant, older commit, newer commit, older / newer bytes) where two deviceless JSONs of the same
+    target compiled the same step at different commits and differ by more than 10%."""
+    by_step: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for d in deviceless:
+        by_step.setdefault((d["variant"], d["target"], d["length"], d["dropout"], d["batch"]), {})[d["commit"]] = d
+    changes = []
+    for (variant, *_), commits in by_step.items():
+        cells = sorted(commits.values(), key=lambda d: d["date"])
+        for old, new in zip(cells, cells[1:]):
+            if old["bytes"] and new["bytes"] and abs(old["bytes"] / new["bytes"] - 1) > 0.1:
+                changes.append((variant, old["commit"], new["commit"], old["bytes"] / new["bytes"]))
+    return changes
+
+
+def format_page(pairs: list[dict[str, Any]], deviceless: list[dict[str, Any]], measured: list[dict[str, Any]],
+                command: str) -> str:
     """docs/gpu-memory.md: the provenance, the table, the spread of the ratios and what the gap is."""
-    sources = sorted({p["deviceless"]["path"] for p in pairs} | {p["measured"]["path"] for p in pairs})
     made = sorted({f"`{os.path.relpath(p['deviceless']['path'])}` at commit {p['deviceless']['commit']}" for p in pairs}
                   | {f"`{os.path.relpath(p['measured']['path'])}` on {p['measured']['device']} (jax "
                      f"{p['measured']['jax']}, commit {p['measured']['commit']})" for p in pairs})
     summary = []
-    for key, what in (("over_compiled", "the step's memory analysis compiled on the GPU"),
-                      ("over_peak", "the GPU's peak bytes in use")):
-        for same, where in ((True, "on the same GPU"), (False, "on the other GPU")):
-            found = spread(pairs, key, same)
+    for commit in sorted({p["deviceless"]["commit"] for p in pairs}):
+        for same, where in ((True, "the same GPU"), (False, "the other GPU")):
+            found = spread(pairs, "over_compiled", same, commit)
             if found:
-                summary.append(f"- against {what}, {where}: {found[0]:.2f}-{found[1]:.2f}x ({found[2]} steps)")
+                summary.append(f"- deviceless at commit {commit} against the step compiled on {where}: "
+                               f"{found[0]:.2f}-{found[1]:.2f}x ({found[2]} steps)")
+    offset = gpu_difference(measured, "NVIDIA H100", "NVIDIA H200")
+    offset_text = (f"The same step measured on both GPUs took {offset[0] / GIB:.2f}-{offset[1] / GIB:.2f} GiB more "
+                   f"on the H200 than on the H100 ({offset[2]} steps)" if offset else "No step was measured on both GPUs")
+    changes = code_change(deviceless)
+    change_text = ("; ".join(f"{v}: {ratio:.2f}x at {old} what it is at {new}" for v, old, new, ratio in changes)
+                   if changes else "no step changed by more than 10% between the commits compiled")
     return f"""# GPU memory: compiled without a GPU against measured on one
 
 <!-- Generated by `{command}`; do not edit by hand. -->
 
-Generated by `{command}` from {len(sources)} committed JSONs: {'; '.join(made)}.
+Generated by `{command}` from the committed JSONs {'; '.join(made)}.
 
 The Table 2 train step (4 layers, width 256, batch 32 per GPU, float32, layers unrolled, XLA attention, dropout
-as recorded) compiled without a GPU (`python -m lra_jax.tools.compile --targets=h100 --lengths=4096 --impl=xla`)
-and measured on one (`python -m lra_jax.tools.bench --impl=xla --batch_size=32 --lengths=4096`). "Compiled on
-the GPU" is the memory analysis of the step as the bench compiled it on the device; "peak in use" is the
-device's peak bytes in use over the bench process, which also holds the batch, the RNG state and the
-allocator's slack, and is the higher of the two dropout rates the bench measured in one process.
+0.1) compiled without a GPU (`python -m lra_jax.tools.compile --targets=h100 --lengths=4096 --impl=xla
+--per_device_batch=32 --steps=train --plan=false`) and measured on one (`python -m lra_jax.tools.bench
+--impl=xla --batch_size=32 --lengths=4096 --dropout_rates=0,0.1`). "Compiled on the GPU" is XLA's memory analysis
+of the step as the bench compiled it on the device; "peak in use" is the device's peak bytes in use over the
+bench process, which also holds the batch and the allocator's slack and covers both dropout rates it measured.
 
 {format_table(pairs)}
 
-Deviceless over measured:
+Deviceless over compiled on the GPU:
 
 {chr(10).join(summary) or '- no pairs'}
 
 ## Why they differ
 
-- **No autotuning.** Without a device XLA:GPU cannot time candidate kernels. The deviceless compiles here turn
-  Triton GEMM fusions off (`compile_step.GPU_COMPILER_OPTIONS`: deviceless, XLA takes one tiling per fusion,
-  which can fail), so every matmul is a cuBLAS call whose operands must be materialised; on the device the
-  autotuner may fuse a producer (a dropout mask, a softmax normalisation) into a Triton GEMM and never write it.
-  This is why the n x n family (softmax, luong, synthesizer, additive) differs most.
-- **A different GPU.** XLA's rematerialisation pass aims at the memory of the GPU it compiles for (its target
-  config when deviceless); an H100 target against an H200 measurement compares two limits.
-- **The code and stack compiled.** A pair is only as close as the commits and jax versions named above; the
-  bench's measurements may predate the current code.
-- **Not in the compile.** The device's peak in use adds what the step does not own (input batch, allocator
-  fragmentation), so it can exceed the compiled-on-device figure.
+- **The code compiled.** Deviceless compiles of the same step at two commits: {change_text}. Each ratio
+  above is the commit's own deviceless figure against the GPU's: a deviceless figure is only as current as the
+  code it compiled.
+- **The GPU.** {offset_text}: XLA:GPU's choices depend on the device (its memory size sets the
+  rematerialisation target; the autotuner picks kernels and their workspaces), so an H100 figure is not an
+  H200 one.
+- **No autotuning.** Without a device XLA:GPU cannot time candidate kernels: the deviceless compiles turn
+  Triton GEMM fusions off (`compile_step.GPU_COMPILER_OPTIONS`; deviceless XLA takes one tiling per fusion,
+  which can fail) and call cuBLAS, where the device may fuse a producer into a Triton GEMM and never write it,
+  or pick an algorithm with a larger workspace. The two ways can go either way, as the table shows.
+- **Not in the compile.** The peak in use adds what the step does not own (the batch, allocator slack).
 
-So a deviceless GPU figure is an estimate of the step's memory on that GPU, not a measurement, and the tools
-label it so; the table above says how far it was from the devices that ran the same step.
+So a deviceless GPU figure is an estimate of the step's memory on that GPU, not a measurement and not a
+bound in either direction: the tools (`compile`, `table2`, `fits`) print it labelled so.
 """

@@ -19,7 +19,7 @@ from lra_jax.errors import LraError
 from lra_jax.experiments import gpu_memory_report
 
 FLAGS = flags.FLAGS
-DEVICELESS = "experiments/results/table2-h100.json,experiments/results/table2-h200.json"
+DEVICELESS = "experiments/results/table2-h*.json"
 MEASURED = "experiments/results/bench-h100-*.json,experiments/results/bench-h200-*.json"
 
 
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     if FLAGS.doc:
         os.makedirs(os.path.dirname(FLAGS.doc) or ".", exist_ok=True)
         with open(FLAGS.doc, "w", encoding="utf-8") as f:
-            f.write(gpu_memory_report.format_page(pairs, command_line()))
+            f.write(gpu_memory_report.format_page(pairs, deviceless, measured, command_line()))
     else:
         print(gpu_memory_report.format_table(pairs))
     return 0
