@@ -225,7 +225,7 @@ def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[s
             "peak_memory_bytes": (r.get("memory") or {}).get("total") if r["result"] == "ok" else None,
             "modeled_seconds": seconds, "raw_modeled_seconds": checked["raw_modeled_seconds"],
             "roofline_seconds": bound, "roofline_examples_per_second": r["global_batch"] / bound if bound else None,
-            "global_batch": r["global_batch"], "per_device_batch": r["per_device_batch"], "modeled_label": label}
+            "global_batch": r["global_batch"], "per_device_batch": r.get("per_device_batch"), "modeled_label": label}
     return length, targets[0], modeled
 
 
