@@ -43,9 +43,10 @@ def run_probe() -> None:
     target = accelerators.get(FLAGS.target)
     if target.platform != "tpu":
         raise LraError(f"--target={FLAGS.target}: only TPU targets have a modeled step time")
+    commit = source_commit()  # the code the probe compiles with, as it starts
     results = cost_probe.probe(target, size=FLAGS.size, log=lambda line: print(line, file=sys.stderr, flush=True))
     provenance = {"command": "python -m lra_jax.tools.cost_probe " + " ".join(sys.argv[1:]),
-                  "commit": source_commit(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                  "commit": commit, "date": datetime.datetime.now().isoformat(timespec="seconds"),
                   "versions": compile_matrix.versions()}
     document = cost_probe.document(target.name, results, FLAGS.size, provenance)
     os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
