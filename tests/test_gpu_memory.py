@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from lra_jax.config import paths
 from lra_jax.errors import LraError
 from lra_jax.experiments import gpu_memory_report as report
 from lra_jax.tools import gpu_memory
@@ -65,3 +66,14 @@ def test_dropout_comes_from_the_compile_command():
 def test_a_pattern_that_matches_nothing_is_named(tmp_path):
     with pytest.raises(LraError, match=f"--deviceless={tmp_path}/none-.*names no file"):
         gpu_memory.expand(f"{tmp_path}/none-*.json", "deviceless")
+
+
+def test_the_committed_page_is_what_the_committed_json_gives(monkeypatch):
+    """docs/gpu-memory.md is generated: redrawn from the committed JSONs it is the same text."""
+    monkeypatch.chdir(paths.REPO_ROOT)
+    deviceless = [c for p in gpu_memory.expand(gpu_memory.DEVICELESS, "deviceless") for c in report.deviceless_cells(p)]
+    measured = [c for p in gpu_memory.expand(gpu_memory.MEASURED, "measured") for c in report.measured_cells(p)]
+    command = "python -m lra_jax.tools.gpu_memory --doc=docs/gpu-memory.md"
+    page = report.format_page(report.pair(deviceless, measured), deviceless, measured, command)
+    with open("docs/gpu-memory.md", encoding="utf-8") as f:
+        assert f.read() == page, f"docs/gpu-memory.md is stale: run `{command}`"
