@@ -376,7 +376,8 @@ def test_a_modeled_panel_from_a_table2_compile_json(runs, tmp_path):
     write_bench(bench, [("softmax", 1024, "ok", 20.0, 2**30), ("linear", 1024, "ok", 400.0, 2**30)])
     modeled = tmp_path / "table2.json"
     rows = [{"variant": v, "task": "table2:4096", "target": "tpu-v3:4x4", "mode": "train", "result": "ok",
-             "global_batch": 1024, "modeled_seconds": seconds, "memory": {"total": 3 * 2**30}}
+             "global_batch": 1024, "modeled_seconds": seconds, "roofline_seconds": seconds / 1.2,
+             "memory": {"total": 3 * 2**30}}
             for v, seconds in (("softmax", 0.5), ("linear", 0.1))]
     modeled.write_text(json.dumps({"rows": rows}))
     paths = chart(runs, tmp_path / "out", bench=bench, scale="full", modeled=modeled)

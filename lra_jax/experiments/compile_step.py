@@ -31,6 +31,9 @@ KERNEL_ESTIMATE = re.compile(r'"cost_estimate":\s*\{')  # in a Mosaic call's bac
 # f32[64032,512] dot(...)"), so GEMMs are compiled as cuBLAS calls, which a device may also choose.
 GPU_COMPILER_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
 MODES = ("train", "eval")
+# How GPU memory compiled here is labelled wherever it is printed: measured on GPUs it came out both above
+# and below (docs/gpu-memory.md, `python -m lra_jax.tools.gpu_memory`), so it bounds nothing.
+DEVICELESS_GPU_MEMORY = "GPU memory compiled without a GPU: an estimate, not a measurement (docs/gpu-memory.md)"
 
 @dataclasses.dataclass
 class Row:

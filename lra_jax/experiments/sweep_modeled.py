@@ -4,13 +4,14 @@ TPU compiler (each distinct run shape's train step compiled once for the target)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
 import jax
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import compile_step, sweep_plan
+from lra_jax.experiments import compile_step, roofline, sweep_plan
 from lra_jax.experiments.compile_step import Row
 from lra_jax.measure import accelerators
 
@@ -34,9 +35,10 @@ def modeling_config(config):
 def estimate_sweep(runs, target_name: str, log=print) -> int:
     """`sweep --estimate --target=NAME`: each unfinished run's chip-hours on a TPU target, modeled:
     num_train_steps x the TPU compiler's modeled train step time x the slice's chips, the step compiled
-    once per distinct run shape (`sweep_plan.shape_key`) as `modeling_config` lays it out. Where loops remain in
-    the step (a variant's own, e.g. additive's query chunks) the time is a lower bound, marked >=.
-    Evaluation, data and compilation are not counted.
+    once per distinct run shape (`sweep_plan.shape_key`) as `modeling_config` lays it out. A modeled time is
+    used only where it passes its roofline check (`roofline.check`: no loop left in the step, e.g. a
+    variant's own such as additive's query chunks, and within 1-2x the roofline of XLA's counts); a run
+    whose time does not is not counted and its reason is printed. Evaluation, data and compilation are not counted.
     Returns the exit status: 2 on a bad target, 1 if a step did not compile, else 0."""
     if "JAX_PLATFORMS" not in os.environ:
         jax.config.update("jax_platforms", "cpu")
@@ -49,7 +51,7 @@ def estimate_sweep(runs, target_name: str, log=print) -> int:
         return 2
     chips = len({tuple(d.coords) for d in target.devices})
     measured: dict[str, tuple[Row, int]] = {}
-    total, failed, unmodeled, unfit, bounds = 0.0, 0, 0, 0, 0
+    total, failed, unmodeled, unfit = 0.0, 0, 0, 0
     log(f"{'run':<48} {'modeled ms':>10} {'steps':>7} {'chip-hours':>11}   (modeled for {target.name}, "
         f"{chips} chips; not measured)")
     for r in runs:
@@ -62,7 +64,8 @@ def estimate_sweep(runs, target_name: str, log=print) -> int:
             measured[key] = row, accum
         row, accum = measured[key]
         steps = sweep_plan.train_config(r.command).num_train_steps
-        if row.modeled_seconds is None:
+        checked = roofline.check(dataclasses.asdict(row))["modeled_seconds"]
+        if checked is None:
             if row.failed:
                 failed += 1
                 why = f"error: {row.error}"
@@ -71,18 +74,17 @@ def estimate_sweep(runs, target_name: str, log=print) -> int:
                 why = "does not fit as configured (`compile` prints the accumulation that fits)"
             else:
                 unmodeled += 1
-                why = row.modeled_note or "not modeled"
+                why = roofline.check(dataclasses.asdict(row))["reason"]
             log(f"{r.name:<48} {why}")
             continue
-        seconds = accum * row.modeled_seconds
+        seconds = accum * checked
         hours = steps * seconds * chips / 3600
         total += hours
-        bounds += bool(row.loops)
-        log(f"{r.name:<48} {'>=' if row.loops else '':>2}{seconds * 1e3:>8.2f} {steps:>7} {hours:>11.3f}")
-    log(f"total: {'at least ' if bounds else ''}{total:.2f} chip-hours modeled by the XLA TPU compiler for "
-        f"{target.name} (training steps only)"
-        + (f"; {bounds} runs are lower bounds (>=: loops in the step, modeled once)" if bounds else "")
-        + (f"; not counted: {unmodeled} runs not modeled (Mosaic kernels in the step)" if unmodeled else "")
+        log(f"{r.name:<48} {seconds * 1e3:>10.2f} {steps:>7} {hours:>11.3f}")
+    log(f"total: {total:.2f} chip-hours modeled by the XLA TPU compiler for {target.name} (training steps only; "
+        "modeled times within 1-2x of their roofline, docs/tpu-modeled-time.md)"
+        + (f"; not counted: {unmodeled} runs without a modeled time that passed its roofline check "
+           "(Mosaic kernels, loops, a negative or out-of-band time)" if unmodeled else "")
         + (f"; not counted: {unfit} runs that do not fit as configured" if unfit else "")
         + (f"; {failed} runs failed to compile" if failed else ""))
     return 1 if failed else 0

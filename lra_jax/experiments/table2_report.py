@@ -2,26 +2,32 @@
 
 Table 2 trains the Text model (4 layers, width 256, 4 heads, MLP 1024) at 1K to 4K tokens, batch 32,
 on a 4x4 TPU v3 slice and reports steps/s and peak memory per device, each relative to the Transformer.
-The paper does not say whether 32 is per core or for the slice. Compiled here at 4K, 32 per core does
-not fit softmax into a v3 core's 16 GiB (it asks for 43.8 GiB), while 8 per core gives softmax
-11.6 GiB against the paper's 9.48 GB: the committed table uses 8 per core.
+The paper does not say whether 32 is per core or for the slice. Its memory column says more than one
+example per core: 32 for the slice is one example on each of the 32 cores, while the paper's
+Transformer takes 9.48 GB at 4K. Compiled here at 4K, 32 per core does not fit softmax into a v3
+core's 16 GiB (it asks for 43.8 GiB), while 8 per core gives softmax 11.6 GiB, the nearest to the
+paper's 9.48 GB of the batches that fit: the committed table uses 8 per core (256 for the slice).
 `python -m lra_jax.tools.compile --lengths=...` compiles that protocol for a target (`config`); this
 module turns its train rows into the table (`relative`), prints it beside the paper's figures at 4K
 (`paper_figures`, experiments/reference/lra_paper.json) and gives the chart its modeled speeds
-(`load_modeled`). Speeds here are the TPU compiler's modeled step times, never measurements.
+(`load_modeled`). Speeds here are the TPU compiler's modeled step times, never measurements, and only
+those that pass their roofline check (`lra_jax.experiments.roofline`; docs/tpu-modeled-time.md): every
+other variant carries the reason instead. GPU memory compiled without a device is an estimate, not a
+measurement: on GPUs it came out both above and below it (docs/gpu-memory.md).
 The command is `python -m lra_jax.tools.table2`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
 
 from lra_jax.config import paths as config_paths
 from lra_jax.errors import LraError
-from lra_jax.experiments import bench_cells
-from lra_jax.experiments.compile_step import Row
+from lra_jax.experiments import bench_cells, roofline
+from lra_jax.experiments.compile_step import DEVICELESS_GPU_MEMORY, Row
 from lra_jax.measure.units import gib
 
 LABEL = "table2"  # compile rows of this protocol are labelled "table2:<length>"
@@ -47,25 +53,29 @@ def length_of(label: str) -> int | None:
 
 def relative(rows) -> list[dict[str, Any]]:
     """Per (target, variant, length) train row: modeled steps/s and memory per device, each relative to
-    softmax's on the same target at the same length (None where either is missing)."""
+    softmax's on the same target at the same length (None where either is missing). A modeled time is
+    used only where it passes its roofline check (`roofline.check`); "note" says why one is not."""
     train = [r for r in rows if r.mode == "train" and length_of(r.task) is not None]
+    checked = {id(r): roofline.check(dataclasses.asdict(r)) for r in train}
     baseline = {(r.target, r.task): r for r in train if r.variant == BASELINE}
     entries = []
     for r in train:
         base = baseline.get((r.target, r.task))
-        speed = 1 / r.modeled_seconds if r.modeled_seconds else None
-        base_speed = 1 / base.modeled_seconds if base and base.modeled_seconds else None
+        seconds = checked[id(r)]["modeled_seconds"]
+        base_seconds = checked[id(base)]["modeled_seconds"] if base else None
+        speed = 1 / seconds if seconds else None
+        base_speed = 1 / base_seconds if base_seconds else None
         memory = (r.memory or {}).get("total") if r.result == "ok" else None
         base_memory = (base.memory or {}).get("total") if base and base.result == "ok" else None
         entries.append({
             "variant": r.variant, "target": r.target, "length": length_of(r.task), "result": r.result,
             "modeled_steps_per_second": speed,
             "relative_speed": speed / base_speed if speed and base_speed else None,
-            # loops in the step: its modeled time is a lower bound (`compile_step.loops_in`), so the speed an upper one
-            "speed_is_upper_bound": bool(speed and (r.loops or (base and base.loops))),
+            "roofline_seconds": checked[id(r)]["roofline_seconds"],
             "memory_bytes": memory, "relative_memory": memory / base_memory if memory and base_memory else None,
+            "memory_compiled_without_device": not r.target.startswith("tpu"),  # an estimate (docs/gpu-memory.md)
             "needed_bytes": None if r.result == "ok" else (r.memory or {}).get("total") or (r.memory or {}).get("temp"),
-            "note": r.modeled_note or r.error})
+            "note": (checked[id(r)]["reason"] if r.target.startswith("tpu") else None) or r.modeled_note or r.error})
     return entries
 
 
@@ -93,11 +103,12 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
         lengths = sorted({e["length"] for e in mine})
         cells = {(e["variant"], e["length"]): e for e in mine}
         modeled = target.startswith("tpu")  # XLA:GPU has no cost model: its table is memory only
-        speed = (f"train steps/s relative to {BASELINE} (modeled by the XLA TPU compiler, not measured) and "
+        speed = (f"train steps/s relative to {BASELINE} (modeled by the XLA TPU compiler, not measured; "
+                 f"-: no modeled time passed its roofline check, see the notes) and "
                  if modeled else "no speed (XLA:GPU models none; only a GPU measures it), ")
-        lines.append(f"Table 2 on {target}: {speed}memory per device (GiB, compiled; !N: does not fit, the compiler "
-                     "asked for N GiB); paper: Tay et al. 2021 at 4K"
-                     + ("; <=: an upper bound, the step has loops the TPU cost model counts once" if modeled else ""))
+        compiled = "compiled" if modeled else DEVICELESS_GPU_MEMORY
+        lines.append(f"Table 2 on {target}: {speed}memory per device (GiB, {compiled}; !N: does not fit, the "
+                     "compiler asked for N GiB); paper: Tay et al. 2021 at 4K")
         speed_lengths = lengths if modeled else []
         header = f"{'variant':<17}" + "".join(f"{'x' + str(n):>8}" for n in speed_lengths) \
             + "".join(f"{str(n) + ' GiB':>10}" for n in lengths) + f"{'paper x':>9}{'paper GB':>9}"
@@ -106,8 +117,7 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
             row = f"{variant:<17}"
             for n in speed_lengths:
                 e = cells.get((variant, n), {})
-                bound = "<=" if e.get("speed_is_upper_bound") else ""
-                row += f"{bound + _cell(e.get('relative_speed'), '.2f'):>8}"
+                row += f"{_cell(e.get('relative_speed'), '.2f'):>8}"
             for n in lengths:
                 e = cells.get((variant, n), {})
                 memory, needed = e.get("memory_bytes"), e.get("needed_bytes")
@@ -117,15 +127,20 @@ def format_table(entries: list[dict[str, Any]], paper: dict[str, dict[str, Any]]
             published = paper.get(variant, {})
             row += f"{_cell(published.get('relative_speed_4k'), '.1f'):>9}{_cell(published.get('memory_4k_gb'), '.2f'):>9}"
             lines.append(row)
+        if modeled:
+            longest = max(lengths)
+            notes = [(e["variant"], e["note"]) for e in mine if e["length"] == longest and e["note"]
+                     and e.get("relative_speed") is None]
+            lines.extend(f"  {variant} at {longest}: {note}" for variant, note in notes)
     return "\n".join(lines)
 
 
 def modeled_time(row) -> tuple[float | None, str]:
-    """(seconds, kind) of a compiled step: the TPU cost model's time ("modeled"), else the roofline
-    of XLA's complete counts ("roofline": libtpu's v5e model gives negative times even without
-    kernels), else (None, "")."""
-    if row.modeled_seconds:
-        return row.modeled_seconds, "modeled"
+    """(seconds, kind) of a compiled step: the TPU cost model's time where it passes its roofline check
+    ("modeled", `roofline.check`), else the roofline of XLA's complete counts ("roofline"), else (None, "")."""
+    checked = roofline.check(dataclasses.asdict(row))
+    if checked["modeled_seconds"]:
+        return checked["modeled_seconds"], "modeled"
     if row.roofline_seconds:
         return row.roofline_seconds, "roofline"
     return None, ""
@@ -167,10 +182,20 @@ def format_dropout_cost(entries: list[dict[str, Any]]) -> str:
 
 
 def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[str, dict[str, Any]]]:
-    """(length, target, variant -> {"examples_per_second", "peak_memory_bytes"}) from a compile JSON of
-    this protocol, for the chart: modeled examples/s = global batch / modeled step time, for rows that
-    fit and were modeled; a row whose step has loops gets examples/s None (its modeled time is a lower
-    bound, `compile_step.loops_in`). `length` None: the longest in the file."""
+    """(length, target, variant -> entry) from a compile JSON of this protocol, for the chart; one entry
+    per train row at `length` (None: the longest in the file), every variant in the file:
+
+        examples_per_second          global batch / libtpu's modeled step time where it passes its
+                                     roofline check (`roofline.check`), else None
+        reason                       why examples_per_second is None (does not fit, loops, negative or
+                                     out-of-band modeled time, not compiled); None where it is printed
+        peak_memory_bytes            memory per device as compiled, None where the step does not fit
+        modeled_seconds              the checked modeled time (None where not printed)
+        raw_modeled_seconds          libtpu's figure as it gave it (negative ones included), or None
+        roofline_seconds             max(XLA's FLOPs / peak, bytes / HBM bandwidth), complete counts only
+        roofline_examples_per_second global batch / roofline_seconds: the most the chip could reach
+        global_batch, per_device_batch
+        modeled_label                what the speed is, for a caption"""
     try:
         with open(path, encoding="utf-8") as f:
             rows = json.load(f)["rows"]
@@ -188,9 +213,19 @@ def load_modeled(path: str, length: int | None) -> tuple[int | None, str, dict[s
     targets = sorted({r["target"] for r in chosen})
     if len(targets) != 1:
         raise LraError(f"{path} has Table 2 rows for {', '.join(targets)}; the chart takes one target per file")
-    modeled = {r["variant"]: {"examples_per_second": None if r.get("loops") else r["global_batch"] / r["modeled_seconds"],
-                              "peak_memory_bytes": r["memory"]["total"]}
-               for r in chosen if r["result"] == "ok" and r.get("modeled_seconds") and r.get("memory")}
+    label = (f"modeled by libtpu for {targets[0]} (not measured), printed only within "
+             f"{roofline.BAND[0]:g}-{roofline.BAND[1]:g}x the roofline of XLA's counts")
+    modeled = {}
+    for r in chosen:
+        checked = roofline.check(r)
+        seconds, bound = checked["modeled_seconds"], checked["roofline_seconds"]
+        modeled[r["variant"]] = {
+            "examples_per_second": r["global_batch"] / seconds if seconds else None,
+            "reason": checked["reason"],
+            "peak_memory_bytes": (r.get("memory") or {}).get("total") if r["result"] == "ok" else None,
+            "modeled_seconds": seconds, "raw_modeled_seconds": checked["raw_modeled_seconds"],
+            "roofline_seconds": bound, "roofline_examples_per_second": r["global_batch"] / bound if bound else None,
+            "global_batch": r["global_batch"], "per_device_batch": r.get("per_device_batch"), "modeled_label": label}
     return length, targets[0], modeled
 
 

@@ -23,12 +23,13 @@ replicated, with the attention kernels chosen for the target's platform. Per row
 - kernels: the kernel each attention layer compiled to; a Pallas kernel must appear in the compiled
   module as its custom call, else the row is an error;
 - modeled (TPU only): the TPU compiler's modeled step time (`cost_analysis()["optimal_seconds"]`),
-  a model, not a measurement. It is left out for a step containing a Mosaic kernel, which the cost
-  model does not model (it comes out negative there): such rows say "not modeled". A step with loops
-  gets a lower bound, printed with ">=": the model counts a loop body once (`loops_in`). Where the counts
-  are complete (no loop, every kernel call with its cost estimate, as our Mosaic kernels give), such a
-  step gets a roofline instead (`roofline_seconds`, printed with an "r"): its FLOPs at the chip's peak
-  or its bytes at HBM bandwidth, whichever takes longer; also a model, never a measurement;
+  a model, not a measurement, printed only where it passes its roofline check (`lra_jax.experiments.
+  roofline`, docs/tpu-modeled-time.md): no loop in the step (the model counts a loop body once), no
+  Mosaic kernel it does not time, and within 1-2x the roofline of the step's counts (libtpu's figure can
+  be off by whole seconds). Otherwise, where the counts are complete, the roofline is printed instead
+  (`roofline_seconds`, with an "r": its FLOPs at the chip's peak or its bytes at HBM bandwidth, whichever
+  takes longer; also a model). GPU memory here is compiled without a GPU: an estimate, not a measurement
+  (docs/gpu-memory.md);
 - compile seconds on this machine.
 
 A train step that does not fit is planned (`lra_jax.measure.fit`, unless --plan=false): the largest per-device
@@ -70,7 +71,7 @@ from lra_jax import provenance
 from lra_jax.config import checks as config_errors
 from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
-from lra_jax.experiments import compile_matrix, lowering, table2_report
+from lra_jax.experiments import compile_matrix, compile_step, lowering, table2_report
 from lra_jax.experiments.choices import choose, config_files, parse_lengths
 from lra_jax.experiments.compile_matrix import (
     DEFAULT_TARGETS,
@@ -192,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         print(table2_report.format_table(table2_report.relative(rows), table2_report.paper_figures()))
     print(f"{len(rows)} steps compiled ({args.scale} scale) in {seconds:.0f} s; GiB and GFLOP per device, "
           "* = partial FLOPs (loops counted once, kernels without an estimate as 0); modeled = the TPU compiler's "
-          "model (>=: a lower bound, loops modeled once; r: the roofline of the step's FLOPs and bytes), not measured")
+          "model, printed only within 1-2x of its roofline (docs/tpu-modeled-time.md; r: that roofline of the step's "
+          "FLOPs and bytes instead), not measured"
+          + ("; " + compile_step.DEVICELESS_GPU_MEMORY if any(not r.target.startswith("tpu") for r in rows) else ""))
     if args.out:
         compile_matrix.write_json(args.out, argv, rows, seconds, complete=True, commit=commit)
         print(f"wrote {args.out}")

@@ -31,7 +31,7 @@ from typing import Any
 
 from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
-from lra_jax.experiments import lowering
+from lra_jax.experiments import compile_step, lowering
 from lra_jax.experiments.choices import config_files
 from lra_jax.experiments.compile_matrix import DEFAULT_TARGETS
 from lra_jax.experiments.compile_step import MODES
@@ -88,7 +88,8 @@ def cell(row: dict[str, Any] | None) -> str:
 
 def table(rows: dict[Key, dict[str, Any]], target: str, variants: list[str], columns: list[str]) -> str:
     lines = [f"{target}: train/eval, GiB per device (aN: fits with accumulation N; X: one example does not "
-             "fit; E: error; .: not compiled; ~: at the nearest batch the devices divide)", f"{'variant':<17}" + "".join(f"{c:>14}" for c in columns)]
+             "fit; E: error; .: not compiled; ~: at the nearest batch the devices divide)"
+             + ("" if target.startswith("tpu") else "; " + compile_step.DEVICELESS_GPU_MEMORY), f"{'variant':<17}" + "".join(f"{c:>14}" for c in columns)]
     for variant in variants:
         cells = ["/".join(cell(rows.get((variant, c, target, m))) for m in MODES) for c in columns]
         lines.append(f"{variant:<17}" + "".join(f"{c:>14}" for c in cells))
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         for target in targets:
             print(table(rows, target, variants, columns) + "\n")
     print(coverage(rows, variants, columns, matrix))
-    print(f"from {len(paths)} files; memory as compiled (deviceless), not measured")
+    print(f"from {len(paths)} files; memory as compiled (deviceless), not measured; "
+          + compile_step.DEVICELESS_GPU_MEMORY)
     return 0
 
 

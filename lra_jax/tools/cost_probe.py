@@ -1,0 +1,79 @@
+r"""Probes what the TPU compiler's modeled step time does with loops, and writes the page that explains it
+(the library: `lra_jax.experiments.cost_probe` and `lra_jax.experiments.modeled_time_doc`).
+
+    python -m lra_jax.tools.cost_probe --target=tpu-v5e:2x2 \
+        --out=experiments/results/cost-probe-tpu-v5e.json --doc=docs/tpu-modeled-time.md
+
+compiles L products of 4096 x 4096 float32 matrices unrolled and scanned for one compile-only device of
+--target (needs libtpu: the `[tpu]` extra; runs on a CPU, about a minute) and writes their modeled times,
+XLA's counts and rooflines to --out. With --doc it then writes the page from --out and the TPU compile JSONs
+under --results. `--noprobe` only rewrites the page from the committed JSONs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+
+import jax
+from absl import app, flags
+
+from lra_jax.errors import LraError
+from lra_jax.experiments import compile_matrix, cost_probe, modeled_time_doc
+from lra_jax.measure import accelerators
+from lra_jax.provenance import source_commit
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("target", "tpu-v5e:2x2", "TPU compile target (`lra_jax.measure.accelerators`).")
+    flags.DEFINE_string("out", "experiments/results/cost-probe-tpu-v5e.json", "The probe's JSON.")
+    flags.DEFINE_string("doc", None, "Write the explanation page here from --out and the compile JSONs.")
+    flags.DEFINE_string("results", "experiments/results", "Where the TPU compile JSONs the page counts are.")
+    flags.DEFINE_integer("size", cost_probe.SIZE, "The matrices' size n.")
+    flags.DEFINE_bool("probe", True, "Compile the probe (else only write --doc from the committed --out).")
+
+
+def run_probe() -> None:
+    if "JAX_PLATFORMS" not in os.environ:
+        jax.config.update("jax_platforms", "cpu")
+    target = accelerators.get(FLAGS.target)
+    if target.platform != "tpu":
+        raise LraError(f"--target={FLAGS.target}: only TPU targets have a modeled step time")
+    commit = source_commit()  # the code the probe compiles with, as it starts
+    results = cost_probe.probe(target, size=FLAGS.size, log=lambda line: print(line, file=sys.stderr, flush=True))
+    provenance = {"command": "python -m lra_jax.tools.cost_probe " + " ".join(sys.argv[1:]),
+                  "commit": commit, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                  "versions": compile_matrix.versions()}
+    document = cost_probe.document(target.name, results, FLAGS.size, provenance)
+    os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
+    with open(FLAGS.out, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=1)
+        f.write("\n")
+    print(cost_probe.format_pairs(document["pairs"]))
+
+
+def main(argv: list[str]) -> int:
+    del argv
+    try:
+        if FLAGS.probe:
+            run_probe()
+        if FLAGS.doc:
+            command = (f"python -m lra_jax.tools.cost_probe --noprobe --out={FLAGS.out} --doc={FLAGS.doc}"
+                       + (f" --results={FLAGS.results}" if FLAGS.results != "experiments/results" else ""))
+            page = modeled_time_doc.render(FLAGS.out, modeled_time_doc.compile_jsons(FLAGS.results), command)
+            os.makedirs(os.path.dirname(FLAGS.doc) or ".", exist_ok=True)
+            with open(FLAGS.doc, "w", encoding="utf-8") as f:
+                f.write(page)
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(lambda argv: sys.exit(main(argv)))
