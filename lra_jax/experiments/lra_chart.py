@@ -58,8 +58,7 @@ def _relative(speeds: DeviceSpeeds) -> dict[str, tuple[float, float | None]]:
 def relative_modeled(modeled: Modeled) -> tuple[dict[str, tuple[float, float | None]], dict[str, str]]:
     """(variant -> (modeled speed, memory) relative to softmax's, variant -> why it is not drawn)."""
     _, _, variants = modeled
-    reasons = {v: m.get("reason") or "loops in the step: its modeled time is only a lower bound"
-               for v, m in variants.items() if not m.get("examples_per_second")}
+    reasons = {v: m.get("reason") or "no modeled time" for v, m in variants.items() if not m.get("examples_per_second")}
     base = variants.get(BASELINE) or {}
     if not base.get("examples_per_second"):
         return {}, {**reasons, BASELINE: reasons.get(BASELINE, "not modeled") + " (every speed is relative to it)"}
@@ -135,19 +134,32 @@ def _cpu_panel(ax, scores, cpu: DeviceSpeeds, colors) -> Panel:
 
 
 def _modeled_panel(ax, scores, modeled: Modeled, colors) -> Panel:
-    length, target, _ = modeled
+    length, target, variants = modeled
     speeds, reasons = relative_modeled(modeled)
-    title = (f"{target}, modeled by the XLA TPU compiler, not measured:\nspeed at length {length} relative to "
-             f"softmax; {_ours_line(scores)}")
+    batches = sorted({m["per_device_batch"] for m in variants.values() if m.get("per_device_batch")})
+    batch = f", {'/'.join(map(str, batches))} examples per core" if batches else ""
+    title = (f"{target}, modeled by the XLA TPU compiler, not measured{batch}:\nspeed at length {length} relative "
+             f"to softmax; {_ours_line(scores)}")
     panel = _draw_panel(ax, scores, speeds, colors, title,
                         f"training speed at length {length}, × softmax's (modeled on {target}; no TPU ran)",
                         "bubble area: memory per device\n(compiled), relative to softmax's", gid="modeled-score-bar")
     scored = {v for s in scores.values() for v in s}
     missing = {v: reasons.get(v, "not in the compile JSON") for v in sorted(scored - set(speeds))}
-    _note(ax, "Speed: the step compiled on a CPU for the TPU target (`python -m lra_jax.tools.compile --lengths`); "
-          "score: as in the main panel." + ("\nNot drawn: " + "; ".join(f"{v} ({why})" for v, why in missing.items())
-                                            + "." if missing else ""), width=110)
+    label = next((m["modeled_label"] for m in variants.values() if m.get("modeled_label")), "")
+    _note(ax, f"Speed: the step compiled on a CPU for the TPU target (`python -m lra_jax.tools.compile --lengths`), "
+          f"{label or 'modeled by libtpu'}; score: as in the main panel."
+          + ("\nNot drawn: " + "; ".join(f"{', '.join(vs)} ({why})" for why, vs in _by_reason(missing).items())
+             + "." if missing else ""),
+          width=110)
     return panel
+
+
+def _by_reason(reasons: dict[str, str]) -> dict[str, list[str]]:
+    """reason -> the variants it holds for, in the order first met: one mention of a reason many share."""
+    grouped: dict[str, list[str]] = {}
+    for variant, why in reasons.items():
+        grouped.setdefault(why, []).append(variant)
+    return grouped
 
 
 def save(fig, out_dir: str) -> dict[str, str]:
