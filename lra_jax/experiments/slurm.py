@@ -55,7 +55,7 @@ class Options:
         output = os.path.join(os.path.abspath(root), "slurm", "%x-%A_%a.out")
         flags = [f"--array=1-{count}" + (f"%{self.max_running}" if self.max_running > 0 else ""),
                  f"--output={output}", f"--time={self.time}", f"--cpus-per-task={self.cpus_per_run}"]
-        flags += [f"--gres=gpu:{self.gpus_per_run}"] if self.gpus_per_run > 0 else []
+        flags.append(f"--gres=gpu:{self.gpus_per_run}" if self.gpus_per_run > 0 else "--gres=none")  # over the script's
         flags += [f"--partition={self.partition}"] if self.partition else []
         flags += [f"--account={self.account}"] if self.account else []
         return flags + ([f"--mem={self.mem}"] if self.mem else [])
