@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 from helpers import child_xla_flags
-from test_distributed import SMALL, last_state, metric_lines, run_train, small_flags
+from test_distributed import last_state, metric_lines, run_train, small_flags
 
 from lra_jax.experiments import slurm, sweep_plan
 
@@ -244,7 +244,8 @@ def test_the_tpu_vm_launcher_dry_run_prints_the_commands_it_would_run(tmp_path):
               "--project", "my-project", "--worker=all", "--command"]
     assert len(ssh) == 3 and all(s[:-1] == prefix for s in ssh), done.stdout
     remote = [s[-1] for s in ssh]
-    assert remote[0] == "cd /opt/lra_jax && . .venv/bin/activate && git pull --ff-only && pip install -q -e '.[tpu]'"
+    activate = "cd /opt/lra_jax && . .venv/bin/activate && "
+    assert remote[0] == activate + "git pull --ff-only && pip install -q -e '.[tpu]'"
     for r, line in zip(plan(tmp_path)[::2], remote[1:]):  # seed 0 of each variant
-        assert line == "cd /opt/lra_jax && . .venv/bin/activate && " + shlex.join(["python", *r.command[1:], "--distributed"])
+        assert line == activate + shlex.join(["python", *r.command[1:], "--distributed"])
     assert not os.path.exists(tmp_path / "listops-mini")  # nothing ran

@@ -124,8 +124,8 @@ def states(runs: list[Run], root: str, run: Call = call) -> dict[str, tuple[str,
             found[r.name] = (name, where + (f", requeued {restarts}x" if restarts else ""))
         else:
             log = os.path.join(root, "slurm", f"lra-sweep-{job['job_id']}_{task}.out")
-            found[r.name] = ("failed", f"{where} ended{f' ({state})' if state else ''} without results.json; "
-                             f"its log: {log}")
+            ended = f"{where} ended" + (f" ({state})" if state else "")
+            found[r.name] = ("failed", f"{ended} without results.json; its log: {log}")
     return found
 
 
