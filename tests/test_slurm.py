@@ -36,11 +36,13 @@ def cluster_skip_reason() -> str | None:
         return "no Slurm here (sinfo, sbatch not on PATH); as root, .ci/slurm-cluster start runs a one-node cluster"
     done = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, check=False, timeout=30)
     if done.returncode != 0 or not {"idle", "mix", "alloc"} & set(done.stdout.split()):
-        return f"no Slurm node answers here (sinfo: {(done.stderr or done.stdout).strip()[:200]})"
+        return (f"no Slurm node answers here (sinfo: {(done.stderr or done.stdout).strip()[:200]}); as root, "
+                ".ci/slurm-cluster start runs a one-node cluster")
     return None
 
 
-needs_cluster = pytest.mark.skipif(cluster_skip_reason() is not None, reason=str(cluster_skip_reason()))
+SKIP_REASON = cluster_skip_reason()
+needs_cluster = pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))
 
 
 def child_env(cache) -> dict:
