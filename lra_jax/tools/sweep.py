@@ -165,14 +165,14 @@ def main(argv: list[str]) -> None:
             print(f"({len(stand_ins)} second-stage runs counted at their cell's first grid point, "
                   "as the chosen one is not known yet)")
         sys.exit(1 if any(r["status"] != "ok" for r in rows) else 0)
-    if FLAGS.status or FLAGS.executor == "slurm":
-        sys.exit(slurm_main(now, pending))
     if FLAGS.dry_run:
         for r in now:
             print(f"{r.state():<8} {r.name:<48} {shlex.join(r.command[1:])}")
         if pending:
             print(f"waiting  {pending}")
         return
+    if FLAGS.status or FLAGS.executor == "slurm":
+        sys.exit(slurm_main(now, pending))
     with Stop() as stop:
         summary = run_sweep(lambda: protocol_runs(runs, FLAGS.protocol)[0],
                             subprocess_runner(stop, log_to_workdir=len(slots) > 1), stop, slots=slots)
