@@ -14,11 +14,14 @@
 #     (set SETUP=1 to run `git pull && pip install -e ".[tpu]"` there first: jax's TPU build, libtpu);
 #   - --root on storage every host sees (Filestore / NFS / gcsfuse mount): checkpoints and results.json
 #     are written there, and a rerun of this script resumes interrupted runs and skips finished ones.
-# Environment: REPO_DIR (default ~/lra_jax), PROJECT (default: gcloud's), SETUP=1, DRY_RUN=1 (print only).
+# Environment: REPO_DIR (default ~/lra_jax), PROJECT (default: gcloud's), SETUP=1, PYTHON (the local
+# interpreter that plans the sweep, default python), DRY_RUN=1: print the gcloud commands it would run,
+# one a line, and run none of them (the plan is still made locally). The test suite checks the dry run;
+# the commands themselves have not been run on a TPU VM by the test suite.
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
-  sed -n '2,20p' "$0"
+  sed -n '2,23p' "$0"
   exit 2
 fi
 TPU_NAME=$1
@@ -31,7 +34,9 @@ if [[ -n "${PROJECT:-}" ]]; then PROJECT_FLAG=(--project "$PROJECT"); fi
 ssh_all() {
   local remote="cd $REPO_DIR && . .venv/bin/activate && $1"
   if [[ -n "${DRY_RUN:-}" ]]; then
-    echo "gcloud compute tpus tpu-vm ssh $TPU_NAME --zone $ZONE --worker=all --command '$remote'"
+    printf '%q ' gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone "$ZONE" "${PROJECT_FLAG[@]}" --worker=all \
+      --command "$remote"
+    echo
   else
     gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone "$ZONE" "${PROJECT_FLAG[@]}" --worker=all \
       --command "$remote"
@@ -43,7 +48,7 @@ if [[ -n "${SETUP:-}" ]]; then
 fi
 
 # The plan is made locally (same repository, same --root as the workers see it).
-mapfile -t COMMANDS < <(python -m lra_jax.tools.sweep --emit --distributed "$@")
+mapfile -t COMMANDS < <("${PYTHON:-python}" -m lra_jax.tools.sweep --emit --distributed "$@")
 echo "${#COMMANDS[@]} runs to do"
 failed=0
 for i in "${!COMMANDS[@]}"; do

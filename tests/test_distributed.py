@@ -216,3 +216,21 @@ def test_a_mesh_whose_process_rows_are_not_one_block_is_named_with_the_fix(monke
 
     monkeypatch.setattr(pipeline, "data_sharding", lambda mesh: Contiguous())
     assert pipeline.process_rows(None, 8) == slice(2, 6)
+
+
+SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "SLURM_PROCID")
+
+
+def test_a_slurm_batch_script_is_one_process_on_one_node_and_named_with_the_fix_on_several(monkeypatch):
+    for name in SLURM_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert distributed.slurm_batch_settings() is None  # not under Slurm
+    monkeypatch.setenv("SLURM_JOB_ID", "4097")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    assert distributed.slurm_batch_settings() == {"coordinator_address": "127.0.0.1:61441", "num_processes": 1,
+                                                  "process_id": 0}
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    with pytest.raises(LraError, match="start one process per node with srun, e.g. srun --ntasks=2"):
+        distributed.slurm_batch_settings()
+    monkeypatch.setenv("SLURM_STEP_NODELIST", "node[01-02]")  # a task of srun: jax's Slurm detection
+    assert distributed.slurm_batch_settings() is None

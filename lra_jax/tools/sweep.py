@@ -9,6 +9,9 @@ or emitted for a cluster; with a grid, each (variant, task) is reported at the p
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --emit --distributed   # multi-host form
     python -m lra_jax.tools.sweep --variants=softmax --tasks=listops -- --config.num_train_steps=100
+    python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --executor=slurm --partition=gpu \
+        --time=12:00:00 --max_running=16       # submit to Slurm (again: only what is missing or failed)
+    python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --status   # each run's state
 
 Each run is
 
@@ -43,6 +46,12 @@ in one line and its run treated as unfinished: it is started again and ends agai
 SIGINT/SIGTERM: every running child gets SIGTERM, saves a checkpoint and exits; the sweep then stops
 (run the same command to continue).
 
+`--executor=slurm` submits the runs that are neither finished nor queued as one Slurm array job of
+scripts/slurm_sweep.sbatch (one task per run, resources from --partition, --account, --time,
+--gpus_per_run, --cpus_per_run, --mem, --max_running) and records its id in <root>/slurm/jobs.json;
+`--status` gives each run's state from its results.json and Slurm's view (lra_jax.experiments.slurm).
+A task that gets SIGTERM (its time limit, a preemption) checkpoints, requeues itself and resumes.
+
 `--estimate` runs `train --estimate` once for each distinct run shape (runs that differ only in seed
 or optimizer settings share one): the train step is compiled and timed on random tokens, and each
 run's training time is projected as compilation + num_train_steps x seconds per step (evaluation and
@@ -60,7 +69,7 @@ import sys
 from absl import app, flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import device_slots, sweep_modeled
+from lra_jax.experiments import device_slots, slurm, sweep_modeled
 from lra_jax.experiments.sweep_plan import (
     PROTOCOLS,
     parse_grid,
@@ -103,6 +112,19 @@ def define_flags() -> None:
     flags.DEFINE_bool("estimate", False, "Train nothing: time a few steps of each distinct unfinished run "
                       "shape on random tokens (`train --estimate`, no data needed) and print each run's "
                       "projected training time and the total.")
+    flags.DEFINE_enum("executor", "local", ["local", "slurm"], "local: train here (--parallel); slurm: submit "
+                      "the runs not finished and not queued as one Slurm array job (scripts/slurm_sweep.sbatch), "
+                      "job ids recorded in <root>/slurm/jobs.json.")
+    flags.DEFINE_bool("status", False, "Print each run's state (done, pending, running, requeued, failed, not "
+                      "submitted) from its results.json and Slurm's view of the recorded jobs, and exit.")
+    flags.DEFINE_string("partition", "", "--executor=slurm: the Slurm partition (default: the cluster's).")
+    flags.DEFINE_string("account", "", "--executor=slurm: the Slurm account to charge (default: yours).")
+    flags.DEFINE_string("time", "24:00:00", "--executor=slurm: time limit per run; 5 min before it the run "
+                        "checkpoints, and is requeued to resume.")
+    flags.DEFINE_integer("gpus_per_run", 1, "--executor=slurm: GPUs per run (--gres=gpu:N; 0 for none).")
+    flags.DEFINE_integer("cpus_per_run", 8, "--executor=slurm: CPU cores per run (--cpus-per-task).")
+    flags.DEFINE_string("mem", "", "--executor=slurm: memory per run, e.g. 64G (default: the cluster's).")
+    flags.DEFINE_integer("max_running", 0, "--executor=slurm: array tasks running at once (0: no limit).")
     flags.DEFINE_string("target", "", "With --estimate: no timing here; chip-hours modeled by the TPU compiler for "
                         "this compile target (e.g. tpu-v5e:2x2; lra_jax.experiments.sweep_modeled), labelled modeled.")
 
@@ -149,6 +171,8 @@ def main(argv: list[str]) -> None:
         if pending:
             print(f"waiting  {pending}")
         return
+    if FLAGS.status or FLAGS.executor == "slurm":
+        sys.exit(slurm_main(now, pending))
     with Stop() as stop:
         summary = run_sweep(lambda: protocol_runs(runs, FLAGS.protocol)[0],
                             subprocess_runner(stop, log_to_workdir=len(slots) > 1), stop, slots=slots)
@@ -162,6 +186,26 @@ def main(argv: list[str]) -> None:
         sys.exit(130)
     if any(s["status"] in ("failed", "crashed") for s in summary):
         sys.exit(1)
+
+
+def slurm_main(now: list, pending: str) -> int:
+    """--status, or --executor=slurm: submit what is neither finished nor queued; the exit status."""
+    try:
+        if FLAGS.status:
+            print(slurm.status_table(now, slurm.states(now, FLAGS.root)))
+        else:
+            options = slurm.Options(FLAGS.partition, FLAGS.account, FLAGS.time, FLAGS.gpus_per_run,
+                                    FLAGS.cpus_per_run, FLAGS.mem, FLAGS.max_running)
+            job_id, submitted = slurm.submit(now, FLAGS.root, options)
+            print(f"submitted {len(submitted)} runs as Slurm array job {job_id} (recorded in "
+                  f"{slurm.jobs_path(FLAGS.root)}); follow them with --status" if job_id else
+                  "nothing to submit: every run is finished, queued or running (see --status)")
+    except LraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if pending:
+        print(f"note: {pending}; submit again once those runs are finished", file=sys.stderr)
+    return 0
 
 
 def cli() -> None:

@@ -1,6 +1,7 @@
 """Joining a multi-process run (`train --distributed`): one process per host, or several on one machine.
 
-Either the cluster is detected (TPU VM, Slurm: `jax.distributed.initialize()` finds it), or all three
+Either the cluster is detected (TPU VM; Slurm under `srun`: `jax.distributed.initialize()` finds it;
+the batch script of a one-node Slurm job is a one-process run, `slurm_batch_settings`), or all three
 of coordinator address, process count and process id are given, as flags or as JAX's environment
 variables JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (flags win). CPU processes
 reduce over gloo, so two processes on one machine form a run over localhost.
@@ -46,10 +47,27 @@ def explicit_settings(coordinator_address: str | None, num_processes: int | None
     return {"coordinator_address": given["coordinator_address"], "num_processes": count, "process_id": index}
 
 
+def slurm_batch_settings() -> dict | None:
+    """In a Slurm job's batch script itself (SLURM_JOB_ID set, but not a task of `srun`: no
+    SLURM_STEP_NODELIST, which jax's Slurm detection needs): a one-process run on a one-node job;
+    None elsewhere (inside `srun` jax finds coordinator, count and id from SLURM_STEP_NODELIST,
+    SLURM_NTASKS, SLURM_PROCID). Raises LraError for a multi-node job's batch script."""
+    if "SLURM_JOB_ID" not in os.environ or "SLURM_STEP_NODELIST" in os.environ:
+        return None
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
+    if nodes != "1":
+        raise LraError(f"train --distributed runs in the batch script of a {nodes}-node Slurm job, as one "
+                       f"process: start one process per node with srun, e.g. srun --ntasks={nodes} "
+                       "--ntasks-per-node=1 python -m lra_jax.train ... --distributed "
+                       "(scripts/slurm_sweep.sbatch does that when the job has several nodes)")
+    port = int(os.environ["SLURM_JOB_ID"]) % 4096 + 61440  # a port of the job's own, as jax picks under srun
+    return {"coordinator_address": f"127.0.0.1:{port}", "num_processes": 1, "process_id": 0}
+
+
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, timeout_s: int = 300) -> None:
     """Joins the run (`jax.distributed.initialize`), before anything touches a device."""
-    settings = explicit_settings(coordinator_address, num_processes, process_id)
+    settings = explicit_settings(coordinator_address, num_processes, process_id) or slurm_batch_settings()
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes; GPU/TPU ignore it
     try:
         if settings is None:
