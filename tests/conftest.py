@@ -35,6 +35,21 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+# CI runs the suite on two stacks (.ci/run sets LRA_JAX_CI_STACK=oldest or newest). A test that drives
+# whole processes whose outcome does not depend on the jax version (a Slurm cluster, a shell stage) is
+# marked `one_stack("<stack>")` and runs on that stack only, so that CI pays for it once; without the
+# variable (anyone's own `pytest`) every test runs.
+CI_STACK = os.environ.get("LRA_JAX_CI_STACK")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marker = item.get_closest_marker("one_stack")
+        if marker and CI_STACK and CI_STACK != marker.args[0]:
+            item.add_marker(pytest.mark.skip(reason=f"runs on the {marker.args[0]} stack in CI "
+                                                    f"(LRA_JAX_CI_STACK={CI_STACK})"))
+
+
 @pytest.fixture(scope="session")
 def data_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("lra_cache")

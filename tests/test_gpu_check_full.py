@@ -44,6 +44,7 @@ def read(path) -> dict:
         return json.load(f)
 
 
+@pytest.mark.one_stack("newest")  # the device machine runs the newest jax; the stage is one process tree
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
                     reason="the stage is a bash script run under coreutils' timeout")
 def test_the_stage_at_mini_scale_checks_precision_trains_in_order_and_packs_what_the_chart_reads(tmp_path):

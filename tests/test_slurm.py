@@ -30,8 +30,6 @@ TINY = ["--config.max_len=32", "--config.data.generator.num_train=256", "--confi
 
 
 def cluster_skip_reason() -> str | None:
-    if os.environ.get("LRA_JAX_SLURM_TESTS") == "0":
-        return "LRA_JAX_SLURM_TESTS=0: the Slurm tests run on the other CI stack"
     if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
         return "no Slurm here (sinfo, sbatch not on PATH); as root, .ci/slurm-cluster start runs a one-node cluster"
     done = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, check=False, timeout=30)
@@ -42,7 +40,12 @@ def cluster_skip_reason() -> str | None:
 
 
 SKIP_REASON = cluster_skip_reason()
-needs_cluster = pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))
+
+
+def needs_cluster(test):
+    """A test against the real cluster: skipped without one, and run on one CI stack (they start training
+    processes whose outcome does not depend on the jax version)."""
+    return pytest.mark.one_stack("oldest")(pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))(test))
 
 
 def child_env(cache) -> dict:
