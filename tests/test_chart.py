@@ -488,3 +488,32 @@ def test_no_two_labels_of_the_drawn_chart_overlap(tmp_path):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scratch(tmp_path):
+    """Runs whose results.json records a pretraining objective form their own cells: never selected against
+    the runs from scratch, drawn at their own score with an arrow from scratch, their gain in the table."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        for variant, accuracy in (("softmax", 0.40), ("linear", 0.30)):
+            write_result(root, "listops", variant, seed, accuracy + 0.02 * seed, scale="mini")
+            spt = run_dir(root / "spt", "listops", variant, seed, "mini", "")
+            (spt / "results.json").write_text(json.dumps({
+                "task": "listops", "variant": variant, "test_accuracy": accuracy + 0.1 + 0.02 * seed,
+                "val_accuracy": 0.0, "scale": "mini", "pretrain_objective": "masked",
+                "config": {"seed": seed, "scale": "mini"}}))
+    bench = tmp_path / "bench.json"
+    write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30), ("linear", 4096, "ok", 500.0, 2**29)])
+    paths = chart(root, tmp_path / "out", bench=bench)
+    with open(paths["inputs"], encoding="utf-8") as f:
+        main = json.load(f)["panels"][0]
+    points = {(p["series"], p["variant"]): p for p in main["points"]}
+    assert points[("mini", "linear")]["y"] == pytest.approx(31.0)
+    assert points[("mini, SPT (masked)", "linear")]["y"] == pytest.approx(41.0)  # its val accuracy 0 chose nothing
+    assert "mini scale, SPT (masked): ListOps, 2 seeds" in main["title"]
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    assert "## Self-pretraining gain (mini, SPT (masked) against mini from scratch)" in table
+    assert "| linear | +10.00 ± 2.00 | +10.00 ± 2.00 |" in table  # std 1.41 each: sqrt(2 + 2)
+    with open(paths["svg"], encoding="utf-8") as f:
+        assert "self-pretrained" in f.read()  # the arrow's legend entry

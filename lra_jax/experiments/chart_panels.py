@@ -2,7 +2,8 @@
 proportional to memory relative to softmax, as the LRA paper's Figure 3 (Transformer = 1 on both).
 
 Our points: full-scale scores solid, mini-scale scores hollow; a variant scored on fewer tasks than the
-others of its scale is marked * (and dashed). The LRA paper's points (`draw_paper`) go on the same axes as
+others of its scale is marked * (and dashed). A self-pretrained run's point (`lra_results.series_name`) is
+reached by an arrow from the same variant's point trained from scratch. The LRA paper's points (`draw_paper`) go on the same axes as
 grey squares, each joined by a dotted line to our point of the same variant, at the paper's Table 1 accuracy
 averaged over the tasks that point of ours is scored on, so that both ends of a line mean the same thing.
 """
@@ -17,11 +18,19 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no window, whatever backend the machine has
 from matplotlib.colors import to_rgb
 from matplotlib.lines import Line2D
+from matplotlib.patches import FancyArrowPatch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from lra_jax.experiments.chart_labels import place_labels
 from lra_jax.experiments.chart_manifest import rounded
-from lra_jax.experiments.lra_results import LRA_TASKS, REFERENCE_VARIANTS, TASK_TITLES, seed_counts
+from lra_jax.experiments.lra_results import (
+    LRA_TASKS,
+    REFERENCE_VARIANTS,
+    TASK_TITLES,
+    base_scale,
+    is_pretrained,
+    seed_counts,
+)
 
 LARGEST_AREA = 2500.0  # pt^2 of the panel's largest bubble
 NO_MEMORY_AREA = 40.0  # pt^2 of a point whose memory was not measured
@@ -71,14 +80,20 @@ def scored_tasks(measured: dict[str, dict[str, Any]]) -> list[str]:
     return [t for t in LRA_TASKS if any(t in m["accuracy"] for m in measured.values())]
 
 
-def scale_line(scale: str, measured: dict[str, dict[str, Any]]) -> str:
-    """'mini scale: ListOps + Pathfinder, 3 seeds': what one scale's scores are."""
+def scale_line(series: str, measured: dict[str, dict[str, Any]]) -> str:
+    """'mini scale: ListOps + Pathfinder, 3 seeds' (or 'mini scale, SPT (masked): ...'): what one series'
+    scores are."""
     tasks = " + ".join(TASK_TITLES[t] for t in scored_tasks(measured)) or "no LRA task"
-    return f"{scale} scale: {tasks}, {seed_counts(measured)}"
+    scale = base_scale(series)
+    return f"{scale} scale{series[len(scale):]}: {tasks}, {seed_counts(measured)}"
 
 
 def ordered_scales(scores: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    return sorted(scores, key=lambda s: (SCALE_ORDER.index(s) if s in SCALE_ORDER else len(SCALE_ORDER), s))
+    """Full scale first, from scratch before self-pretrained."""
+    def order(series: str):
+        scale = base_scale(series)
+        return (SCALE_ORDER.index(scale) if scale in SCALE_ORDER else len(SCALE_ORDER), is_pretrained(series), series)
+    return sorted(scores, key=order)
 
 
 def bubble_area(relative_memory: float | None, largest: float) -> float:
@@ -102,28 +117,34 @@ def draw_ours(ax, scores: dict[str, dict[str, dict[str, Any]]], speeds: dict[str
     """Our scores (y) of every scale against `speeds` (variant -> (relative speed, relative memory));
     score bars with SVG ids `<gid>-<scale>-<variant>-<i>`. Returns the drawn points."""
     points = []
-    several = len(scores) > 1
-    for scale in ordered_scales(scores):
-        measured = scores[scale]
+    several = len({base_scale(s) for s in scores}) > 1
+    for series in ordered_scales(scores):
+        measured = scores[series]
         tasks = set(scored_tasks(measured))
+        solid = base_scale(series) == "full"
         for variant, m in measured.items():
             if m["score"] is None or variant not in speeds:
                 continue
             x, memory = speeds[variant]
-            size = bubble_area(memory, largest)
+            y, size = m["score"], bubble_area(memory, largest)
             color = "black" if variant in REFERENCE_VARIANTS else colors[variant]
             partial = not tasks.issubset(m["accuracy"])
-            solid = scale == "full"
-            y = m["score"]
-            _score_bar(ax, x, y, m["score_std"], color, f"{gid}-{scale}-{variant}")
+            _score_bar(ax, x, y, m["score_std"], color, f"{gid}-{series.replace(', ', '-')}-{variant}")
             style = dict(s=size, linewidth=2.0, alpha=0.7, zorder=3, linestyle="--" if partial else "-")
             if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
                 ax.scatter([x], [y], marker="D", facecolor="0.15" if solid else "none", edgecolor="black", **style)
             else:
                 ax.scatter([x], [y], facecolor=color if solid else "none", edgecolor=color, **style)
             ax.scatter([x], [y], s=8, color="black", zorder=4)
-            label = variant + (f" ({scale})" if several else "") + ("*" if partial else "")
-            points.append(Point(variant, scale, x, y, size, label, label, color))
+            label = variant + (f" ({base_scale(series)})" if several else "") + ("*" if partial else "")
+            scratch = next((p for p in points if p.variant == variant and p.series == base_scale(series)), None)
+            if is_pretrained(series) and scratch:  # reached by an arrow from scratch, the label stays there
+                ax.add_patch(FancyArrowPatch((scratch.x, scratch.y), (x, y), arrowstyle="-|>", color=color,
+                                             linewidth=1.4, shrinkA=4, shrinkB=4, mutation_scale=14, zorder=3.8))
+                points.append(Point(variant, series, x, y, size, "", f"{label} [{series}]", color))
+            else:
+                points.append(Point(variant, series, x, y, size, label, label if not is_pretrained(series)
+                                    else f"{label} [{series}]", color))
     return points
 
 
@@ -141,7 +162,7 @@ def draw_paper(ax, reference: dict[str, Any] | None, ours: list[Point],
     for model in reference["models"]:
         if not (model.get("relative_speed_4k") and model.get("memory_4k_gb")):
             continue
-        joined = next((p for p in ours if p.variant == model["variant"]), None)
+        joined = next((p for p in ours if p.variant == model["variant"] and not is_pretrained(p.series)), None)
         tasks = scored_tasks({model["variant"]: scores[joined.series][model["variant"]]}) if joined else first
         if not tasks:
             continue
@@ -190,6 +211,9 @@ def finish(ax, points: list[Point], largest: float, memory_title: str, paper: bo
     marks = [("full", "o", "0.3", "full scale (solid)"), ("mini", "o", "none", "mini scale (hollow)")]
     handles += [Line2D([], [], marker=m, linestyle="", markerfacecolor=face, markeredgecolor="0.3", markersize=10,
                        label=text) for s, m, face, text in marks if s in series]
+    if any(is_pretrained(p.series) for p in points):
+        handles.append(Line2D([], [], marker=r"$\rightarrow$", linestyle="", color="0.3", markersize=14,
+                              label="from scratch → self-pretrained\n(same fine-tuning budget)"))
     if any(p.label.endswith("*") for p in points):
         handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none", markeredgecolor="0.3",
                               markersize=10, label="* scored on fewer tasks (dashed)"))

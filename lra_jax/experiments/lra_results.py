@@ -36,11 +36,29 @@ def task_key(task: str) -> str:
     return "path_x" if task.lower() in PATH_X else task
 
 
+def series_name(scale: str | None, pretrain: str = "none") -> str:
+    """What a run's scores are reported under: its scale ('mini'), and for a self-pretrained run the
+    objective too ('mini, SPT (masked)'), so that the two protocols are selected and scored apart."""
+    scale = scale or "unknown"
+    return scale if pretrain == "none" else f"{scale}, SPT ({pretrain})"
+
+
+def base_scale(series: str) -> str:
+    """'mini, SPT (masked)' -> 'mini'."""
+    return series.split(",")[0]
+
+
+def is_pretrained(series: str) -> bool:
+    return series != base_scale(series)
+
+
 def read_runs(runs_dir: str, scale: str | None = None) -> list[selection.Result]:
-    """Every run under `runs_dir` of `scale` (`selection.load`), Path-X spellings made one."""
+    """Every run under `runs_dir` of `scale` (`selection.load`), Path-X spellings made one; each run's scale
+    is its `series_name`, so self-pretrained runs form cells of their own."""
     if not os.path.isdir(runs_dir):
         raise LraError(f"--runs={runs_dir} is not a directory")
-    return [dataclasses.replace(r, task=task_key(r.task)) for r in selection.load(runs_dir, scale)]
+    return [dataclasses.replace(r, task=task_key(r.task), scale=series_name(r.scale, r.pretrain))
+            for r in selection.load(runs_dir, scale)]
 
 
 def short_point(point: str) -> str:
@@ -254,6 +272,34 @@ def full_scale_against_paper(measured: dict[str, dict[str, Any]], reference: dic
     return lines
 
 
+def pretraining_gain(scores: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """Per self-pretrained series, each variant's gain over the same variant from scratch at the same scale:
+    per task and on the score, SPT mean - scratch mean (test accuracy, %), ± the std of a single-seed
+    difference of independent runs, sqrt(std_spt² + std_scratch²) (none where either has one seed)."""
+    lines = []
+    for series in sorted(s for s in scores if is_pretrained(s) and base_scale(s) in scores):
+        spt, scratch = scores[series], scores[base_scale(series)]
+        both = sorted(set(spt) & set(scratch))
+        tasks = [t for t in LRA_TASKS if any(t in spt[v]["accuracy"] and t in scratch[v]["accuracy"] for v in both)]
+        lines += ["", f"## Self-pretraining gain ({series} against {base_scale(series)} from scratch)", "",
+                  "Test accuracy (%) with self-pretraining minus from scratch, each at its own grid point chosen on "
+                  "validation, the same fine-tuning budget: mean ± sqrt(std_spt² + std_scratch²), the spread of "
+                  "one seed's difference.", "", *_header(["Variant", *(TASK_TITLES[t] for t in tasks), "Score"])]
+        for v in both:
+            cells = [_gain(spt[v]["accuracy"].get(t), scratch[v]["accuracy"].get(t), spt[v]["std"].get(t),
+                           scratch[v]["std"].get(t)) for t in tasks]
+            cells.append(_gain(spt[v]["score"], scratch[v]["score"], spt[v]["score_std"], scratch[v]["score_std"]))
+            lines.append(_row([v, *cells]))
+    return lines
+
+
+def _gain(after: float | None, before: float | None, std_after: float | None, std_before: float | None) -> str:
+    if after is None or before is None:
+        return "—"
+    spread = None if std_after is None or std_before is None else math.sqrt(std_after ** 2 + std_before ** 2)
+    return f"{after - before:+.2f}" + ("" if spread is None else f" ± {spread:.2f}")
+
+
 def speed_sources(devices: list) -> list[str]:
     """Per device, every variant's measured examples/s, memory and the bench JSON it was read from."""
     lines = []
@@ -284,6 +330,7 @@ def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, refe
         lines += scale_table(scale, scores[scale], devices)
     for part in note.splitlines():
         lines += ["", part]
+    lines += pretraining_gain(scores)
     if "full" in scores:
         lines += full_scale_against_paper(scores["full"], reference)
     lines += speed_sources(devices)
