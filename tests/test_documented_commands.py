@@ -63,15 +63,22 @@ def python_invocations(command: str) -> list[tuple[str, list[str]]]:
 
 @functools.cache
 def module_flags(module: str) -> frozenset[str]:
-    """The flags `python -m <module> --helpfull` lists (boolean ones also as --no<name>)."""
-    result = subprocess.run([sys.executable, "-m", module, "--helpfull"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert result.returncode == 0, f"python -m {module} --helpfull failed: {result.stderr[-1500:]}"
+    """The flags a module's help lists: absl's `--helpfull` (boolean ones also as --no<name>), or, for the
+    commands that parse with argparse or take config overrides after their flags, `--help`."""
+    for option in ("--helpfull", "--help"):
+        result = subprocess.run([sys.executable, "-m", module, option], cwd=REPO, capture_output=True, text=True,
+                                timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        # absl exits 0 or 1 after printing its help, depending on how the module runs its app
+        if result.returncode in (0, 1) and option in result.stdout:
+            break
+    else:
+        raise AssertionError(f"python -m {module} --help printed no help: {result.stderr[-1500:]}")
     names = set()
-    for negatable, name in re.findall(r"^\s{2}--(\[no\])?([\w.-]+)", result.stdout, re.M):
+    for negatable, name in re.findall(r"^\s+(?:-\w, )?--(\[no\])?([\w.-]+)", result.stdout, re.M):
         names.add(name)
         if negatable:
             names.add("no" + name)
+    assert names, f"python -m {module} {option} lists no flags: {result.stdout[-1500:]}"
     return frozenset(names)
 
 
@@ -151,3 +158,10 @@ def test_the_docs_build_strictly(tmp_path):
     result = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=REPO,
                             capture_output=True, text=True, timeout=120, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_flag_check_tells_real_flags_from_others():
+    """The flag lists the checks read hold a module's flags and not others (absl and argparse forms)."""
+    sweep, fits = module_flags("lra_jax.tools.sweep"), module_flags("lra_jax.tools.fits")
+    assert {"dry_run", "estimate", "root", "noemit"} <= sweep and "summary" not in sweep
+    assert "summary" in fits and "dry_run" not in fits
