@@ -39,7 +39,15 @@ def variants_page() -> str:
              "(`tests/test_attention_contract.py`): padding never changes the outputs at real positions, an "
              "all-padding row stays finite, and jit, grad, vmap and bfloat16 work. The cost exponent e is the "
              "growth the variant declares and `tests/test_cost.py` checks against XLA's compiled FLOPs and "
-             "memory at n = 1024 and 4096.", "",
+             "memory at n = 1024 and 4096: they grow at most 1.5 · 4^e for 4× the length and at least 4^(e − ½), "
+             "so a variant cheaper than it declares is told to say so.", "",
+             "Tests prove the exact limits: `local` with a window covering the sequence, `longformer` and "
+             "`bigbird` with every token global, `reformer` with one bucket, one round and no self-mask, "
+             "`routing` with one cluster, `nystromformer` with one landmark per token and `synthesizer` with "
+             "zero synthetic logits all equal `softmax`; `performer` and `taylor` approach it as features grow "
+             "or logits shrink. `config.attention.name` chooses the variant and `config.attention.impl` "
+             "(`auto`, `pallas`, `xla`) its kernel ([kernels](kernels.md)); the Pallas backends below are "
+             "`kernel_backends()` of each class (triton: GPU, mosaic: TPU).", "",
              "| name | cost exponent e | kernel op | Pallas backends |", "|---|---|---|---|"]
     for name in registry.names():
         cls = registry.get(name)
