@@ -126,7 +126,7 @@ def test_pretraining_never_reads_validation_or_test(data_cache, tmp_path, monkey
     workdir = str(tmp_path / "run")
     with pytest.raises(SplitRead):  # fine-tuning validates: the first read of those splits
         trainer.train_and_evaluate(config, workdir)
-    with open(os.path.join(workdir, "pretrain", "results.json")) as f:
+    with open(os.path.join(workdir, "pretrain", pretrain.STAGE_RECORD)) as f:
         record = json.load(f)
     assert record["status"] == "complete" and record["num_steps"] == 6 and record["split"] == "train"
 

@@ -29,7 +29,10 @@ from flax import nnx
 from lra_jax.config.settings import Settings
 from lra_jax.models.pretraining import build_token_predictor, mask_id
 
-STAGE_DIR = "pretrain"  # the stage's checkpoints, metrics and results.json, inside the run's workdir
+STAGE_DIR = "pretrain"  # the stage's checkpoints, metrics and record, inside the run's workdir
+# The stage's record: not results.json, which the commands that collect runs (selection, the chart)
+# read as a run's; the run's own results.json holds it too, under "pretrain".
+STAGE_RECORD = "stage.json"
 
 
 def mask_tokens(key: jax.Array, tokens: jax.Array, rate: float, vocab_size: int) -> tuple[jax.Array, jax.Array]:
@@ -92,7 +95,7 @@ def transfer_encoder(pretrained: dict[str, Any], state: dict[str, Any]) -> dict[
 
 def stage_record(settings: Settings, step: int, steps_per_second: float | None, last_loss: float | None,
                  num_parameters: int) -> dict[str, Any]:
-    """The pretraining stage's results.json (and its entry under "pretrain" in the run's results):
+    """The pretraining stage's record, `STAGE_RECORD` (and "pretrain" in the run's results.json):
     what it ran and its compute, reported apart from the fine-tuning budget."""
     p = settings.pretrain
     return {

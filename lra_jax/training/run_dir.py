@@ -4,7 +4,7 @@
     workdir/results.json   the record of a finished run ("complete") or a diverged one ("diverged")
     workdir/checkpoints/   `checkpointing.Checkpoints`; metrics.jsonl, tensorboard/: `metrics.MetricsWriter`
     workdir/pretrain/      the self-pretraining stage's own checkpoints/, metrics.jsonl, tensorboard/ and
-                           results.json (`training.pretrain`), when config.pretrain.objective is not "none"
+                           stage.json (`training.pretrain`), when config.pretrain.objective is not "none"
 
 Every problem with the directory itself (not a directory, not writable, another program's files)
 is a WorkdirError of one line naming the path and the fix, raised before anything is built.

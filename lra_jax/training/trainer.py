@@ -11,7 +11,12 @@ and the data order (seeded by epoch), so a resumed run continues exactly.
 
 Results (`results.json`): task, variant, test accuracy of the best-validation
 checkpoint, its validation accuracy, steps/s, examples/s, peak memory,
-parameter count, the attention settings as built, the config and library versions.
+parameter count, the attention settings as built, the config and library versions;
+"pretrain_objective" ("none" from scratch) and "pretrain" (the stage's record, or None).
+
+Self-pretraining (`config.pretrain`, `training.pretrain`): a first stage in workdir/pretrain/ on the
+training split alone, through the same loop (`_Loop`) with its own checkpoints, metrics and record,
+resumed like any run; fine-tuning then starts from its encoder with a new classifier head.
 """
 
 from __future__ import annotations
@@ -278,13 +283,13 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
 def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_dir: str, mesh: Mesh,
               versions: dict[str, str]) -> dict[str, Any] | None:
     """The self-pretraining stage (`training.pretrain`) in `stage_dir`, resumed from what is there:
-    {"state": its final state, "record": its results}, or None if stopped by SIGTERM. It is given
-    the training split alone; its checkpoints, metrics and results.json are its own."""
+    {"state": its final state, "record": its record}, or None if stopped by SIGTERM. It is given
+    the training split alone; its checkpoints, metrics and record (`pretrain.STAGE_RECORD`) are its own."""
     primary = jax.process_index() == 0
     graphdef, tx, state = create_train_state(config, task, mesh, pretraining=True)
     num_steps = config.pretrain.num_steps
     os.makedirs(stage_dir, exist_ok=True)
-    results_path = os.path.join(stage_dir, "results.json")
+    results_path = os.path.join(stage_dir, pretrain.STAGE_RECORD)
     checkpoints = checkpointing.Checkpoints(os.path.join(stage_dir, "checkpoints"), config.keep_checkpoints)
     state = checkpoints.restore_last(state) or state
     start = int(state["step"])
@@ -304,7 +309,7 @@ def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_
     memory.check_fits(memory.peak_memory(train_step), config)
     writer = metrics.MetricsWriter(stage_dir, start_step=start, enabled=primary)
     loop = _Loop(config, "pretrain", num_steps, stage_dir, checkpoints, writer,
-                 optimizer.make_schedule(config.pretrain_optimizer), versions)
+                 optimizer.make_schedule(config.pretrain_optimizer), versions, record=pretrain.STAGE_RECORD)
     state, step, timing = loop.run(state, train_step, first, batches, start)
     if step < num_steps:
         return None
@@ -331,14 +336,14 @@ class _Loop:
     "<name>/..."; every `eval_every` steps `validate(step, state)` (fine-tuning only; it returns the
     best validation accuracy so far, for the progress bar); every `checkpoint_every` steps the last
     checkpoint, with the window's unlogged metrics. A SIGTERM saves the step in flight and stops;
-    a non-finite step raises TrainingDiverged with the stage's results.json saying so."""
+    a non-finite step raises TrainingDiverged with the stage's record (`record`) saying so."""
 
     def __init__(self, config: Settings, name: str, num_steps: int, workdir: str,
                  checkpoints: checkpointing.Checkpoints, writer: metrics.MetricsWriter, schedule, versions,
-                 validate=None):
+                 validate=None, record: str = "results.json"):
         self.config, self.name, self.num_steps, self.workdir = config, name, num_steps, workdir
         self.checkpoints, self.writer, self.schedule, self.versions = checkpoints, writer, schedule, versions
-        self.validate = validate
+        self.validate, self.record = validate, record
 
     def run(self, state, train_step, first, batches, start: int):
         """-> (state, the step it ended at, {"steps_per_second", "last_loss"}); the stage's files are
@@ -397,7 +402,7 @@ class _Loop:
                     checkpoints.save_last(step, state, unlogged(window))
         except TrainingDiverged as diverged:
             if primary:
-                run_dir.write_json(os.path.join(self.workdir, "results.json"),
+                run_dir.write_json(os.path.join(self.workdir, self.record),
                                    run_dir.diverged_record(config, diverged, self.versions))
             writer.close()
             checkpoints.close()
