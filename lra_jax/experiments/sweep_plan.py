@@ -245,7 +245,7 @@ def plan(variants: str, tasks: str, scales: list[str], seeds: list[str], root: s
     return runs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _steps_of(config_arg: str, overrides: tuple[str, ...]) -> int:
     return int(train_config(["--config=" + config_arg, *overrides]).num_train_steps)
 

@@ -45,7 +45,15 @@ from lra_jax.config.settings import Settings
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import DiskFull, TrainingDiverged
 from lra_jax.models.classifier import build_model
-from lra_jax.training import checkpointing, memory, metrics, optimizer, pretrain, run_dir, steps
+from lra_jax.training import (
+    checkpointing,
+    memory,
+    metrics,
+    optimizer,
+    pretrain,
+    run_dir,
+    steps,
+)
 
 Config = Settings | ml_collections.ConfigDict
 
