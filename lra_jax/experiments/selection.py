@@ -37,6 +37,7 @@ class Result:
     test_accuracy: float | None
     diverged_at_step: int | None
     path: str
+    pretrain: str = "none"  # results.json's "pretrain_objective": "none" from scratch, "masked" self-pretrained
 
     @property
     def diverged(self) -> bool:
@@ -61,7 +62,8 @@ def read_result(path: str) -> Result:
                   point=grid_point(path), seed=int(config.get("seed", 0)),
                   val_accuracy=None if diverged else float(r["val_accuracy"]),
                   test_accuracy=None if diverged else float(r["test_accuracy"]),
-                  diverged_at_step=r.get("diverged_at_step"), path=path)
+                  diverged_at_step=r.get("diverged_at_step"), path=path,
+                  pretrain=r.get("pretrain_objective") or config.get("pretrain", {}).get("objective", "none"))
 
 
 def load(runs_dir: str, scale: str | None = None) -> list[Result]:
