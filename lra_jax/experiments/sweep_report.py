@@ -53,7 +53,7 @@ def capture_output(command: list[str], cwd: str) -> tuple[int, str]:
 
 def estimate_table(rows: list[dict], parallel: int = 1) -> str:
     """Per run: seconds per step, steps and projected minutes; then the total per task and overall."""
-    width = max([len(r["run"]) for r in rows] + [3])
+    width = max([len(r["run"]) + (len(" (pretraining)") if r.get("pretrain_steps") else 0) for r in rows] + [3])
     lines = [f"{'run':<{width}}  {'s/step':>8} {'steps':>6} {'minutes':>8}"]
     per_task: dict[str, float] = {}
     pretraining = 0.0
