@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from helpers import F32_EPS, tiny_config
 
 from lra_jax.config import settings as config_settings
@@ -185,3 +186,19 @@ def test_a_run_stopped_mid_pretraining_resumes_to_the_uninterrupted_result(data_
     again = str(tmp_path / "again")
     shutil.copytree(straight, again)
     assert trainer.train_and_evaluate(config, again) == json.loads(json.dumps(first))
+
+
+def test_the_causal_objective_predicts_each_next_real_token():
+    config = tiny_config("", "s4d", bidirectional=False, state_size=8)
+    config.pretrain.update(objective="causal", num_steps=3)
+    settings = config_settings.from_config(config)
+    model = pretrain.build_model(settings, tasks.get_task("listops"))(jax.random.key(0))
+    tokens = jnp.asarray([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]], jnp.int32)
+    tokens = jnp.pad(tokens, ((0, 0), (0, config.max_len - tokens.shape[1])))
+    loss, accuracy = pretrain.make_objective(settings, VOCAB)(model, {"inputs": tokens}, jax.random.key(1))
+    logits = model(tokens, deterministic=False, rngs=nnx.Rngs(jax.random.key(1)))
+    targets = tokens[:, 1:]
+    expected = -jnp.take_along_axis(jax.nn.log_softmax(logits[:, :-1]), targets[..., None], -1)[..., 0]
+    weight = np.asarray(targets != 0)
+    assert weight.sum() == 3 + 5  # the next real tokens only: never padding
+    assert float(loss) == pytest.approx(float(np.asarray(expected)[weight].mean()), rel=1e-5)
