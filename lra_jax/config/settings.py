@@ -25,7 +25,7 @@ from lra_jax.models.encoder import POSITIONS
 from lra_jax.models.heads import POOLINGS
 
 SCHEDULES = ("rsqrt", "cosine")
-
+OBJECTIVES = ("none", "masked", "causal")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,18 @@ class OptimizerSettings:
     skip_nonfinite_updates: int
     total_steps: int
     ssm_max_learning_rate: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainSettings:
+    """`config.pretrain`, typed: the self-pretraining stage (`lra_jax.training.pretrain`). objective
+    "none" trains from scratch; learning_rate 0 means the fine-tuning optimizer's peak rate."""
+
+    objective: str
+    num_steps: int
+    mask_rate: float
+    learning_rate: float
+    warmup_steps: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +78,7 @@ class Settings:
     optimizer: OptimizerSettings
     data: DataSettings
     attention: dict[str, Any]
+    pretrain: PretrainSettings
     record: dict[str, Any]
 
     @property
@@ -76,6 +89,14 @@ class Settings:
     def eval_batch_size(self) -> int:
         """Examples per evaluation step: the train step's micro-batch, batch_size / grad_accum_steps."""
         return self.batch_size // self.grad_accum_steps
+
+    @property
+    def pretrain_optimizer(self) -> OptimizerSettings:
+        """The pretraining stage's optimizer: the fine-tuning one over pretrain.num_steps, with the
+        stage's own peak rate (when set) and warm-up."""
+        p = self.pretrain
+        return dataclasses.replace(self.optimizer, learning_rate=p.learning_rate or self.optimizer.learning_rate,
+                                   warmup_steps=p.warmup_steps, total_steps=max(p.num_steps, 1))
 
 
 def _require(key: str, value: Any, ok: bool, valid: str) -> None:
@@ -114,6 +135,11 @@ def _section(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:
     return config[name].to_dict() if name in config else {}
 
 
+def _defaults(name: str) -> dict[str, Any]:
+    """Section `name`'s OPTIONAL values, by key (a config recorded before the section existed reads as these)."""
+    return {key.partition(".")[2]: value for key, value in OPTIONAL.items() if key.startswith(f"{name}.")}
+
+
 def _typed(kind: type, name: str, values: dict[str, Any]):
     """`kind(**values)`; a key it does not know, or one it needs and lacks, is one line."""
     fields = {f.name for f in dataclasses.fields(kind)}
@@ -141,6 +167,7 @@ def from_config(config: ml_collections.ConfigDict) -> Settings:
         data=_typed(DataSettings, "data", _section(config, "data")),
         attention=_section(config, "attention"),
         record=_record(config),
+        pretrain=_typed(PretrainSettings, "pretrain", {**_defaults("pretrain"), **_section(config, "pretrain")}),
     )
     check(settings)
     return settings
@@ -190,6 +217,23 @@ def check(s: Settings) -> None:
     _at_least("data.downsample", s.data.downsample, 1)
     _require("attention.name", s.attention.get("name"), isinstance(s.attention.get("name"), str),
              "a variant's name")
+    check_pretrain(s)
+
+
+def check_pretrain(s: Settings) -> None:
+    """ConfigError (one line) for the first pretraining value out of its range."""
+    p = s.pretrain
+    _one_of("pretrain.objective", p.objective, OBJECTIVES)
+    _at_least("pretrain.num_steps", p.num_steps, 0 if p.objective == "none" else 1)
+    _require("pretrain.mask_rate", p.mask_rate, _number(p.mask_rate) and 0 < p.mask_rate < 1, "in (0, 1)")
+    _require("pretrain.learning_rate", p.learning_rate, _number(p.learning_rate) and p.learning_rate >= 0,
+             ">= 0 (0: the fine-tuning rate)")
+    _at_least("pretrain.warmup_steps", p.warmup_steps, 0)
+    # Next-token prediction needs every layer causal: only S4D with its backward kernel off is.
+    _require("pretrain.objective", p.objective, p.objective != "causal" or (
+        s.variant == "s4d" and s.attention.get("bidirectional") is False),
+        "masked for this variant: causal needs a causal layer, i.e. attention.name='s4d' with "
+        "--config.attention.bidirectional=False")
 
 
 def check_optimizer(opt: OptimizerSettings) -> None:

@@ -19,7 +19,8 @@ from lra_jax.data.tasks import TASKS
 # file of one's own) reads as having this value, which behaves as those runs did. `_common` sets them
 # from here: the one place these defaults live (`lra_jax.config.settings` reads a config with them).
 OPTIONAL = {"optimizer.skip_nonfinite_updates": 0, "grad_accum_steps": 1, "keep_checkpoints": 2,
-            "val_examples": 0}
+            "val_examples": 0, "pretrain.objective": "none", "pretrain.num_steps": 0, "pretrain.mask_rate": 0.15,
+            "pretrain.learning_rate": 0.0, "pretrain.warmup_steps": 0}
 SCALES = ("full", "mini")
 
 
@@ -70,6 +71,11 @@ def _common(task: str, scale: str) -> ml_collections.ConfigDict:
     c.val_examples = OPTIONAL["val_examples"]  # validate on this many examples drawn once from the val split (0: all of it)
     c.checkpoint_every = 500
     c.log_every = 50
+    # Self-pretraining on the task's own training split before fine-tuning (docs/self-pretraining.md):
+    # objective "none" | "masked" (BERT-style masked tokens) | "causal" (next token; causal variants only).
+    # num_steps pretraining steps of batch_size examples on the optimizer's schedule, with its own peak
+    # learning_rate (0: the fine-tuning one) and warmup_steps; mask_rate: the share of real tokens predicted.
+    c.pretrain = {key.partition(".")[2]: value for key, value in OPTIONAL.items() if key.startswith("pretrain.")}
     return c
 
 

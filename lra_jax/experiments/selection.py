@@ -37,7 +37,7 @@ class Result:
     test_accuracy: float | None
     diverged_at_step: int | None
     path: str
-    pretrain: str = "none"  # the self-pretraining objective the run fine-tuned after ("none": from scratch)
+    pretrain: str = "none"  # results.json's "pretrain_objective": "none" from scratch, "masked" self-pretrained
 
     @property
     def diverged(self) -> bool:
@@ -63,7 +63,7 @@ def read_result(path: str) -> Result:
                   val_accuracy=None if diverged else float(r["val_accuracy"]),
                   test_accuracy=None if diverged else float(r["test_accuracy"]),
                   diverged_at_step=r.get("diverged_at_step"), path=path,
-                  pretrain=r.get("pretrain_objective") or "none")
+                  pretrain=r.get("pretrain_objective") or config.get("pretrain", {}).get("objective", "none"))
 
 
 def load(runs_dir: str, scale: str | None = None) -> list[Result]:

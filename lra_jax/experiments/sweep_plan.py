@@ -30,6 +30,9 @@ from lra_jax.training import metrics, run_dir
 REPO = config_paths.REPO_ROOT  # where the runs' relative config paths start
 FINAL = ("done", "diverged", "stale")  # states in which a run is not trained again
 PROTOCOLS = ("grid", "two_stage")
+# The `--pretrain` axis: "none" trains from scratch, "spt" self-pretrains (masked tokens on the task's
+# training split, `lra_jax.training.pretrain`) before the same fine-tuning; its runs live under spt/.
+PRETRAINING = ("none", "spt")
 
 @dataclasses.dataclass
 class Run:
@@ -41,6 +44,7 @@ class Run:
     command: list[str]
     point: str = ""  # the grid point, "KEY=V[,KEY=V]"; "" without a grid
     first_stage: bool = True  # trained whatever the protocol (two_stage: the first seed)
+    pretrain: str = "none"  # "none" (from scratch) or "spt" (`PRETRAINING`)
 
     @property
     def name(self) -> str:
@@ -48,8 +52,9 @@ class Run:
 
     @property
     def cell(self) -> str:
-        """The (task, scale, variant) whose grid points compete: 'listops-mini/softmax'."""
-        return f"{self.task}-{self.scale}/{self.variant}"
+        """The (task, scale, variant[, pretraining]) whose grid points compete: 'listops-mini/softmax',
+        'listops-mini/softmax/spt'."""
+        return f"{self.task}-{self.scale}/{self.variant}" + ("/spt" if self.pretrain == "spt" else "")
 
     def state(self) -> str:
         """'done', 'diverged' (stopped on a non-finite loss: final, like done), 'stale' (finished
@@ -186,8 +191,13 @@ def parse_grid(specs: list[str], overrides: list[str] = ()) -> list[tuple[str, l
 def plan(variants: str, tasks: str, scales: list[str], seeds: list[str], root: str,
          overrides: list[str] = (), files: dict[str, str] | None = None,
          task_names: list[str] | None = None, python: str = sys.executable,
-         grid: list[tuple[str, list[str]]] = ()) -> list[Run]:
-    """Every run of the grid, in order task, scale, variant, grid point, seed."""
+         grid: list[tuple[str, list[str]]] = (), pretraining: list[str] = ("none",),
+         pretrain_steps: int = 0) -> list[Run]:
+    """Every run of the grid, in order task, scale, variant, pretraining, grid point, seed.
+
+    `pretraining`: the axis of `PRETRAINING`; an "spt" run adds --config.pretrain.objective=masked and
+    --config.pretrain.num_steps=`pretrain_steps` (0: as many as its fine-tuning steps), and fine-tunes
+    with the same budget as the run from scratch."""
     files = config_files() if files is None else files
     chosen = choose(variants, registry.names(), "variant")
     missing = [v for v in chosen if v not in files]
@@ -208,21 +218,47 @@ def plan(variants: str, tasks: str, scales: list[str], seeds: list[str], root: s
     for o in overrides:
         if not o.startswith("--config."):
             raise ConfigError(f"extra argument {o!r}: only --config.* overrides may follow '--'")
+    unknown = [p for p in pretraining if p not in PRETRAINING]
+    if unknown or not pretraining:
+        raise ConfigError(f"--pretrain={','.join(pretraining)}: expected a comma list of {', '.join(PRETRAINING)}")
+    if pretrain_steps < 0:
+        raise ConfigError(f"--pretrain_steps={pretrain_steps} must be >= 0 (0: as many as the fine-tuning steps)")
     points = [list(zip([k for k, _ in grid], values)) for values in itertools.product(*(v for _, v in grid))]
     runs = []
-    for task, scale, variant, point, seed in itertools.product(task_list, scales, chosen, points, seed_list):
+    for task, scale, variant, spt, point, seed in itertools.product(task_list, scales, chosen, pretraining, points,
+                                                                    seed_list):
         label = ",".join(f"{k}={v}" for k, v in point)
-        workdir = os.path.join(root, f"{task}-{scale}", variant, *([label] if label else []), f"seed{seed}")
+        workdir = os.path.join(root, f"{task}-{scale}", variant, *(["spt"] if spt == "spt" else []),
+                               *([label] if label else []), f"seed{seed}")
         command = [python, "-m", "lra_jax.train", f"--config={files[variant]}:{task},{scale}",
                    f"--workdir={workdir}", f"--config.seed={seed}", *(f"--config.{k}={v}" for k, v in point),
                    *overrides]
-        runs.append(Run(task, scale, variant, seed, workdir, command, label, seed == seed_list[0]))
+        if spt == "spt":
+            steps = pretrain_steps or _fine_tuning_steps(command)
+            command += ["--config.pretrain.objective=masked", f"--config.pretrain.num_steps={steps}"]
+        runs.append(Run(task, scale, variant, seed, workdir, command, label, seed == seed_list[0], spt))
     if grid and runs and runs[0].config is None:
         try:
             train_config(runs[0].command)
         except Exception as error:  # noqa: BLE001 - name the bad key or value in one line
             raise ConfigError(f"--grid: {runs[0].name} cannot be configured: {error}") from error
     return runs
+
+
+@functools.cache
+def _steps_of(config_arg: str, overrides: tuple[str, ...]) -> int:
+    return int(train_config(["--config=" + config_arg, *overrides]).num_train_steps)
+
+
+def _fine_tuning_steps(command: list[str]) -> int:
+    """num_train_steps of the config a train command trains (its --config file and overrides, seed aside)."""
+    spec = next(a.split("=", 1)[1] for a in command if a.startswith("--config="))
+    overrides = tuple(a for a in command if a.startswith("--config.") and not a.startswith("--config.seed="))
+    try:
+        return _steps_of(spec, overrides)
+    except Exception as error:  # noqa: BLE001 - any error in a user's config file, in one line
+        raise ConfigError(f"--pretrain=spt: the fine-tuning steps of {spec} cannot be read ({error}); "
+                          "pass --pretrain_steps") from error
 
 
 def protocol_runs(runs: list[Run], protocol: str) -> tuple[list[Run], list[str]]:
@@ -259,8 +295,9 @@ def second_stage_stand_ins(runs: list[Run], waiting: list[str]) -> list[Run]:
     return [r for r in runs if r.cell in waiting and not r.first_stage and r.point == first_point[r.cell]]
 
 def shape_key(r: Run) -> str:
-    """What decides a run's step time: its config without seed and optimizer (and its command if the
-    config cannot be built)."""
+    """What decides a run's step time: its config without seed, optimizer and pretraining (its
+    fine-tuning step is the same), or its command if the config cannot be built."""
     if r.config is None:
         return shlex.join(r.command)
-    return json.dumps({k: v for k, v in r.config.items() if k not in ("seed", "optimizer")}, sort_keys=True)
+    return json.dumps({k: v for k, v in r.config.items() if k not in ("seed", "optimizer", "pretrain")},
+                      sort_keys=True)

@@ -1,6 +1,7 @@
 """What a sweep prints (the library of `python -m lra_jax.tools.sweep`): the projected training time of
 its runs from `train --estimate` (`estimate_runs`, `estimate_table`), the summary of a sweep that ran
-(`summary_table`) and the grid point chosen per cell on validation accuracy (`selection_table`).
+(`summary_table`), the grid point chosen per cell on validation accuracy (`selection_table`) and, with
+`--pretrain=none,spt`, each (variant, task) from scratch beside self-pretrained (`pretraining_table`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def estimate_runs(runs: list[Run], capture: Callable[[list[str], str], tuple[int
                 measured[key] = {"status": "failed", "error": f"exit status {code}: "
                                  + (lines[-1] if lines else "no output")}
         row = {"run": r.name, **measured[key]}
+        pretrain_steps = ((r.config or {}).get("pretrain") or {}).get("num_steps", 0) if r.pretrain == "spt" else 0
+        if pretrain_steps and row["status"] == "ok":
+            # modeled: a pretraining step is timed as the fine-tuning step (its head is a token head)
+            row = {**row, "pretrain_steps": pretrain_steps,
+                   "projected_pretrain_seconds": row["seconds_per_step"] * pretrain_steps}
         rows.append(row)
         log(f"[{i}/{len(runs)}] {r.name}: " + (f"{row['projected_train_seconds'] / 60:.1f} min projected"
                                                if row["status"] == "ok" else row["error"]))
@@ -47,18 +53,26 @@ def capture_output(command: list[str], cwd: str) -> tuple[int, str]:
 
 def estimate_table(rows: list[dict], parallel: int = 1) -> str:
     """Per run: seconds per step, steps and projected minutes; then the total per task and overall."""
-    width = max([len(r["run"]) for r in rows] + [3])
+    width = max([len(r["run"]) + (len(" (pretraining)") if r.get("pretrain_steps") else 0) for r in rows] + [3])
     lines = [f"{'run':<{width}}  {'s/step':>8} {'steps':>6} {'minutes':>8}"]
     per_task: dict[str, float] = {}
+    pretraining = 0.0
     for r in rows:
         if r["status"] != "ok":
             lines.append(f"{r['run']:<{width}}  failed: {r['error']}")
             continue
+        if r.get("pretrain_steps"):
+            pretraining += r["projected_pretrain_seconds"] / 60
+            lines.append(f"{r['run'] + ' (pretraining)':<{width}}  {r['seconds_per_step']:>8.3f} "
+                         f"{r['pretrain_steps']:>6} {r['projected_pretrain_seconds'] / 60:>8.1f}")
         minutes = r["projected_train_seconds"] / 60
         per_task[r["run"].split("/")[0]] = per_task.get(r["run"].split("/")[0], 0.0) + minutes
         lines.append(f"{r['run']:<{width}}  {r['seconds_per_step']:>8.3f} {r['num_train_steps']:>6} {minutes:>8.1f}")
     lines += [f"{task}: {minutes:.0f} min" for task, minutes in per_task.items()]
-    total = sum(per_task.values())
+    if pretraining:
+        lines.append(f"pretraining: {pretraining:.0f} min, modeled (each pretraining step timed as its run's "
+                     "fine-tuning step)")
+    total = sum(per_task.values()) + pretraining
     failed = sum(r["status"] != "ok" for r in rows)
     lines.append(f"total: {total:.0f} min of training ({total / 60:.1f} h) in one process at a time"
                  + (f", about {total / parallel / 60:.1f} h of wall time with --parallel={parallel}"
@@ -99,3 +113,36 @@ def selection_table(runs: list[Run]) -> str:
                      f"val on seeds {','.join(map(str, chosen.compared_on)) or 'own'}: {val}"
                      + (f"; diverged: {', '.join(chosen.diverged)}" if chosen.diverged else ""))
     return "\n".join(["selected on validation accuracy, never test:", *lines]) if lines else ""
+
+
+def pretraining_table(runs: list[Run]) -> str:
+    """Per (task, variant) with both: test accuracy from scratch and self-pretrained, each at the grid
+    point chosen on validation (mean ± std over seeds, %), the gain, and the pretraining compute (steps
+    and the mean measured seconds of the stage, reported apart from the equal fine-tuning budget)."""
+    chosen: dict[tuple[str, str], dict[str, selection.Selection]] = {}
+    seconds: dict[tuple[str, str], list[float]] = {}
+    steps: dict[tuple[str, str], int] = {}
+    for r in runs:
+        key = (f"{r.task}-{r.scale}", r.variant)
+        if r.pretrain == "spt" and (record := (r.results() or {}).get("pretrain")):
+            seconds.setdefault(key, []).append(record.get("seconds") or float("nan"))
+            steps[key] = record.get("num_steps", 0)
+    for cell, group in itertools.groupby(runs, key=lambda r: r.cell):
+        group = list(group)
+        picked = selection.select([res for r in group if (res := r.result()) is not None])
+        if picked is not None:
+            chosen.setdefault((f"{group[0].task}-{group[0].scale}", group[0].variant), {})[group[0].pretrain] = picked
+
+    def fmt(s: selection.Selection) -> str:
+        return f"{100 * s.test_mean:.2f}" + (f" ± {100 * s.test_std:.2f}" if s.test_std is not None else "")
+
+    lines = []
+    for key, both in chosen.items():
+        if {"none", "spt"} <= both.keys():
+            scratch, spt = both["none"], both["spt"]
+            cost = (f"{steps.get(key, 0)} steps, {sum(seconds[key]) / len(seconds[key]):.0f} s a run"
+                    if seconds.get(key) else "n/a")
+            lines.append(f"{key[0]} {key[1]}: scratch {fmt(scratch)} (n={scratch.n}), SPT {fmt(spt)} (n={spt.n}), "
+                         f"gain {100 * (spt.test_mean - scratch.test_mean):+.2f}; pretraining {cost}")
+    return "\n".join(["from scratch vs self-pretrained (test %, chosen on validation; same fine-tuning budget):",
+                      *lines]) if lines else ""

@@ -84,21 +84,33 @@ class DualEncoderClassifier(nnx.Module):
         return self.head(pair_features(pooled[:, 0], pooled[:, 1])).astype(jnp.float32)
 
 
-def build_model(config: ModelSource, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs,
-                dual: bool = False) -> SequenceClassifier | DualEncoderClassifier:
-    """The model that `config.model` and `config.attention` describe; `dual`: pairs of sequences."""
+def model_settings(config: ModelSource) -> ModelSettings:
+    """`config.model` as ModelSettings, its dtype checked."""
     m = config.model if isinstance(config.model, ModelSettings) else ModelSettings(**config.model)
-    attention = config.attention.to_dict() if hasattr(config.attention, "to_dict") else dict(config.attention)
     if m.dtype not in DTYPES:
         raise ConfigError(f"unknown model dtype {m.dtype!r}; choose one of {', '.join(DTYPES)}")
-    dtype = DTYPES[m.dtype]
-    encoder = Encoder(
+    return m
+
+
+def build_encoder(config: ModelSource, *, vocab_size: int, rngs: nnx.Rngs) -> Encoder:
+    """The shared encoder that `config.model` and `config.attention` describe (without a head)."""
+    m = model_settings(config)
+    attention = config.attention.to_dict() if hasattr(config.attention, "to_dict") else dict(config.attention)
+    return Encoder(
         vocab_size=vocab_size, max_len=config.max_len, dim=m.emb_dim, num_heads=m.num_heads,
         mlp_dim=m.mlp_dim, num_layers=m.num_layers, attention=attention,
         positions=m.positions, cls_token=m.cls_token, dropout_rate=m.dropout_rate,
         attention_dropout_rate=m.attention_dropout_rate, scan_layers=m.scan_layers, remat=m.remat,
-        dtype=dtype, rngs=rngs,
+        dtype=DTYPES[m.dtype], rngs=rngs,
     )
+
+
+def build_model(config: ModelSource, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs,
+                dual: bool = False) -> SequenceClassifier | DualEncoderClassifier:
+    """The model that `config.model` and `config.attention` describe; `dual`: pairs of sequences."""
+    m = model_settings(config)
+    dtype = DTYPES[m.dtype]
+    encoder = build_encoder(config, vocab_size=vocab_size, rngs=rngs)
     if dual:
         head = ClassifierHead(4 * m.emb_dim, m.mlp_dim, num_classes, dtype=dtype, rngs=rngs)
         return DualEncoderClassifier(encoder, head, m.pooling)

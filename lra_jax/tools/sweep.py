@@ -81,6 +81,7 @@ from lra_jax.experiments.sweep_report import (
     capture_output,
     estimate_runs,
     estimate_table,
+    pretraining_table,
     selection_table,
     summary_table,
 )
@@ -100,6 +101,9 @@ def define_flags() -> None:
                               "optimizer.learning_rate=1e-3,5e-3); repeat the flag for a product of axes.")
     flags.DEFINE_enum("protocol", "grid", PROTOCOLS, "grid: every grid point at every seed; two_stage: every "
                       "point at the first seed, the other seeds at the point chosen on its validation accuracy.")
+    flags.DEFINE_list("pretrain", ["none"], "Comma list of none (from scratch), spt (self-pretraining: masked "
+                      "tokens on the task's training split, then the same fine-tuning; runs under spt/).")
+    flags.DEFINE_integer("pretrain_steps", 0, "Pretraining steps of each spt run (0: as many as its fine-tuning steps).")
     flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices (CPU cores, GPUs or TPU chips).")
     flags.DEFINE_enum("devices", "auto", device_slots.KINDS, "What --parallel shares out (auto: GPUs if any, "
                       "else TPU chips if any, else CPU cores).")
@@ -134,7 +138,8 @@ def main(argv: list[str]) -> None:
     overrides = argv[1:]
     try:
         runs = plan(FLAGS.variants, FLAGS.tasks, FLAGS.scales, FLAGS.seeds, FLAGS.root, overrides,
-                    grid=parse_grid(FLAGS.grid, overrides))
+                    grid=parse_grid(FLAGS.grid, overrides), pretraining=FLAGS.pretrain,
+                    pretrain_steps=FLAGS.pretrain_steps)
         now, waiting = protocol_runs(runs, FLAGS.protocol)
         slots = (device_slots.slots(FLAGS.devices, FLAGS.parallel, FLAGS.devices_per_run)
                  if FLAGS.parallel > 1 or FLAGS.devices_per_run > 1 else [None])
@@ -180,6 +185,9 @@ def main(argv: list[str]) -> None:
     chosen = selection_table(protocol_runs(runs, FLAGS.protocol)[0])
     if chosen:
         print("\n" + chosen)
+    compared = pretraining_table(protocol_runs(runs, FLAGS.protocol)[0])
+    if compared:
+        print("\n" + compared)
     if stop.requested:
         print("sweep stopped; run the same command to continue (finished runs are skipped, "
               "interrupted ones resume)")

@@ -3,6 +3,8 @@
     workdir/config.json    the config the run was made with (a resume with another is refused)
     workdir/results.json   the record of a finished run ("complete") or a diverged one ("diverged")
     workdir/checkpoints/   `checkpointing.Checkpoints`; metrics.jsonl, tensorboard/: `metrics.MetricsWriter`
+    workdir/pretrain/      the self-pretraining stage's own checkpoints/, metrics.jsonl, tensorboard/ and
+                           stage.json (`training.pretrain`), when config.pretrain.objective is not "none"
 
 Every problem with the directory itself (not a directory, not writable, another program's files)
 is a WorkdirError of one line naming the path and the fix, raised before anything is built.
@@ -36,7 +38,7 @@ RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_e
 # What a run writes in its directory; train.log is the sweep's log of the run. Anything else (not
 # hidden) is another program's, and the run refuses the directory rather than write among it.
 RUN_FILES = {"config.json", "results.json", "metrics.jsonl", "metrics.jsonl.damaged", "checkpoints", "tensorboard",
-             "train.log"}
+             "train.log", "pretrain"}
 PROBE = ".lra_jax-write-test"
 PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 

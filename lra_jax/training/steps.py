@@ -34,9 +34,18 @@ def micro_batches(batch: dict[str, jax.Array], accum_steps: int) -> dict[str, ja
                         batch)
 
 
+def classification(model, batch: dict[str, jax.Array], key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The classifier's objective: mean cross-entropy of the labels, and accuracy; `key` drives dropout."""
+    logits = model(batch["inputs"], deterministic=False, rngs=nnx.Rngs(key))
+    return cross_entropy(logits, batch["label"]).mean(), jnp.mean(jnp.argmax(logits, -1) == batch["label"])
+
+
 def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, key: jax.Array,
-                    skipped_updates: int = 0, accum_steps: int = 1):
-    """(state, batch) -> (state, metrics); the dropout key of step s is fold_in(key, s).
+                    skipped_updates: int = 0, accum_steps: int = 1, objective=classification):
+    """(state, batch) -> (state, metrics); the key of step s is fold_in(key, s).
+
+    `objective(model, batch, key) -> (loss, accuracy)` is minimised: `classification`, or a
+    pretraining objective (`training.pretrain.make_objective`).
 
     With `accum_steps` = k > 1 the batch is split into k micro-batches (`micro_batches`) whose
     gradients are averaged in a `lax.scan` before one optimizer update: the update of the whole
@@ -57,12 +66,11 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, ke
         def loss_fn(params):
             # copy=True: a fresh model whose non-Param state (e.g. Routing's centroids) may be updated here
             model = nnx.merge(graphdef, params, rest, copy=True)
-            logits = model(batch["inputs"], deterministic=False, rngs=nnx.Rngs(dropout_key))
+            loss, accuracy = objective(model, batch, dropout_key)
             _, _, new_rest = nnx.split(model, nnx.Param, ...)
-            return cross_entropy(logits, batch["label"]).mean(), (logits, new_rest)
+            return loss, (accuracy, new_rest)
 
-        (loss, (logits, new_rest)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
+        (loss, (accuracy, new_rest)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         return grads, new_rest, loss, accuracy
 
     def accumulated(params, rest, batch, step_key):

@@ -11,7 +11,12 @@ and the data order (seeded by epoch), so a resumed run continues exactly.
 
 Results (`results.json`): task, variant, test accuracy of the best-validation
 checkpoint, its validation accuracy, steps/s, examples/s, peak memory,
-parameter count, the attention settings as built, the config and library versions.
+parameter count, the attention settings as built, the config and library versions;
+"pretrain_objective" ("none" from scratch) and "pretrain" (the stage's record, or None).
+
+Self-pretraining (`config.pretrain`, `training.pretrain`): a first stage in workdir/pretrain/ on the
+training split alone, through the same loop (`_Loop`) with its own checkpoints, metrics and record,
+resumed like any run; fine-tuning then starts from its encoder with a new classifier head.
 """
 
 from __future__ import annotations
@@ -40,7 +45,15 @@ from lra_jax.config.settings import Settings
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import DiskFull, TrainingDiverged
 from lra_jax.models.classifier import build_model
-from lra_jax.training import checkpointing, memory, metrics, optimizer, run_dir, steps
+from lra_jax.training import (
+    checkpointing,
+    memory,
+    metrics,
+    optimizer,
+    pretrain,
+    run_dir,
+    steps,
+)
 
 Config = Settings | ml_collections.ConfigDict
 
@@ -110,23 +123,31 @@ def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
     return Mesh(np.array(devices or jax.devices()), ("data",))
 
 
-def create_train_state(config: Config, task: tasks.TaskSpec, mesh: Mesh):
+def create_train_state(config: Config, task: tasks.TaskSpec, mesh: Mesh, *, pretraining: bool = False):
     """Builds the model and optimizer; returns (graphdef, optimizer, state replicated on `mesh`).
 
     state = {"step", "params" (nnx.Param), "rest" (other model state), "opt_state"}.
+    `pretraining`: the pretraining stage's model (`models.pretraining.TokenPredictor`) and optimizer
+    (`Settings.pretrain_optimizer`) instead of the classifier's. A run that pretrains gives its
+    classifier the [MASK] id too, so that the pretrained encoder fits it.
     Initialisation is jitted: one compilation instead of many small eager ones.
     """
     config = config_settings.of(config)
     config_settings.check_devices(config, mesh.size)
-    init_key = jax.random.fold_in(jax.random.key(config.seed), 0)
-    build = lambda key: build_model(config, vocab_size=task.vocab_size,  # noqa: E731
-                                    num_classes=task.num_classes, rngs=nnx.Rngs(key), dual=task.dual)
+    stream = 2 if pretraining else 0
+    init_key = jax.random.fold_in(jax.random.key(config.seed), stream)
+    if pretraining:
+        build = pretrain.build_model(config, task)
+    else:
+        vocab_size = task.vocab_size + int(config.pretrain.objective != "none")
+        build = lambda key: build_model(config, vocab_size=vocab_size,  # noqa: E731
+                                        num_classes=task.num_classes, rngs=nnx.Rngs(key), dual=task.dual)
     # configuration errors surface here, before any compilation
     graphdef = nnx.split(nnx.eval_shape(build, init_key), nnx.Param, ...)[0]
-    tx = optimizer.make_optimizer(config.optimizer)
+    tx = optimizer.make_optimizer(config.pretrain_optimizer if pretraining else config.optimizer)
 
     def init():  # the key is made inside: a process-local array cannot enter a multi-process program
-        _, params, rest = nnx.split(build(jax.random.fold_in(jax.random.key(config.seed), 0)), nnx.Param, ...)
+        _, params, rest = nnx.split(build(jax.random.fold_in(jax.random.key(config.seed), stream)), nnx.Param, ...)
         return dict(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
 
     return graphdef, tx, jax.jit(init, out_shardings=NamedSharding(mesh, PartitionSpec()))()
@@ -193,20 +214,31 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
     for line in registry.describe_kernels(attention["kernels"]):
         print(line)
     results_path = os.path.join(workdir, "results.json")
+    stage_dir = os.path.join(workdir, pretrain.STAGE_DIR)
 
     checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"), config.keep_checkpoints)
-    run_dir.check_config(config, workdir, resuming=checkpoints.last_step() is not None)
-    state = checkpoints.restore_last(state) or state
+    run_dir.check_config(config, workdir, resuming=checkpoints.last_step() is not None
+                         or os.path.isdir(os.path.join(stage_dir, "checkpoints")))
+    restored = checkpoints.restore_last(state)
+    state = restored or state
     start = int(state["step"])
     finished = run_dir.finished_results(results_path) if start >= config.num_train_steps else None
     if finished is not None and metrics.whole(workdir):
         if primary:
             print(f"{workdir}: finished at step {start}; results in {results_path}")
         return finished
-    if start and primary:
-        print(f"{workdir}: resuming from step {start}")
 
     splits = task.load(config.data, config.max_len)
+    pretrained = None
+    if config.pretrain.objective != "none":  # on the training split alone, before validation is drawn
+        pretrained = _pretrain(config, task, splits["train"], stage_dir, mesh, versions)
+        if pretrained is None:
+            checkpoints.close()
+            return None
+        if restored is None:  # fine-tuning starts from the pretrained encoder and a new head
+            state = pretrain.transfer_encoder(pretrained["state"], state)
+    if start and primary:
+        print(f"{workdir}: resuming from step {start}")
     splits["val"] = validation_subset(splits["val"], config.val_examples, config.seed)
     eval_step = steps.make_eval_step(graphdef)
     batches = pipeline.prefetch_to_mesh(
@@ -220,77 +252,21 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
     memory.check_fits(step_memory, config)
 
     writer = metrics.MetricsWriter(workdir, start_step=start, enabled=primary)
-    schedule = optimizer.make_schedule(config.optimizer)
     best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
-    # a run resumed mid-window logs what it would have: the saved metrics as the step gave them (float32)
-    window = [{key: np.float32(value) for key, value in m.items()} for m in checkpoints.unlogged_metrics()]
-    train_seconds, timed_steps, steps_since_tick = 0.0, 0, 0
-    progress = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
-                    desc=f"{config.variant} {config.task}", mininterval=1.0, disable=not primary)
-    step = start
-    try:
-        with _StopSignal() as stop:
-            tick = time.perf_counter()
-            for batch in itertools.chain([first], batches):
-                if step >= config.num_train_steps or stop.agreed():
-                    break
-                state, step_metrics = train_step(state, batch)
-                if window:  # at most two steps in flight: a stop or a save never waits for a long queue
-                    check_finite(window[-1], step, workdir, checkpoints)
-                step += 1
-                steps_since_tick += 1
-                window.append(step_metrics)
-                progress.update(1)
-                last = step == config.num_train_steps
-                log, validate, save = (last or step % every == 0 for every in
-                                       (config.log_every, config.eval_every, config.checkpoint_every))
-                if not (log or validate or save):
-                    continue
-                jax.block_until_ready(state)  # time training only, not validation or saving
-                train_seconds += time.perf_counter() - tick
-                timed_steps, steps_since_tick = timed_steps + steps_since_tick, 0
-                check_finite(step_metrics, step, workdir, checkpoints)  # before anything is written
-                if log:
-                    summary = window_summary(window)
-                    window = []
-                    writer.write(step, {"train/loss": summary["loss"], "train/accuracy": summary["accuracy"],
-                                        "train/grad_norm": summary["grad_norm"],
-                                        "train/skipped_updates": summary["skipped"],
-                                        "train/learning_rate": float(schedule(step))})
-                    progress.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
-                                         best_val=f"{max(best['accuracy'], 0):.3f}")
-                if validate:
-                    val = evaluate(eval_step, state, splits["val"], config.eval_batch_size, mesh)
-                    writer.write(step, {"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
-                    if val["accuracy"] > best["accuracy"]:
-                        best = {"accuracy": val["accuracy"], "loss": val["loss"], "step": step}
-                        checkpoints.save_best(step, state, best)
-                if save:
-                    checkpoints.save_last(step, state, unlogged(window))
-                tick = time.perf_counter()
-            if stop.requested and step < config.num_train_steps:
-                if window:
-                    check_finite(window[-1], step, workdir, checkpoints)
-                checkpoints.save_last(step, state, unlogged(window))
-    except TrainingDiverged as diverged:
-        if primary:
-            run_dir.write_json(results_path, run_dir.diverged_record(config, diverged, versions))
-        writer.close()
-        checkpoints.close()
-        raise
-    except (DiskFull, OSError):  # files closed, so that the disk can be unmounted or its space freed
-        with contextlib.suppress(OSError):
-            writer.close()
-        checkpoints.close()
-        raise
-    finally:
-        batches.close()
-        progress.close()
+
+    def validate(step, state):
+        nonlocal best
+        val = evaluate(eval_step, state, splits["val"], config.eval_batch_size, mesh)
+        writer.write(step, {"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
+        if val["accuracy"] > best["accuracy"]:
+            best = {"accuracy": val["accuracy"], "loss": val["loss"], "step": step}
+            checkpoints.save_best(step, state, best)
+        return best["accuracy"]
+
+    loop = _Loop(config, "train", config.num_train_steps, workdir, checkpoints, writer,
+                 optimizer.make_schedule(config.optimizer), versions, validate)
+    state, step, timing = loop.run(state, train_step, first, batches, start)
     if step < config.num_train_steps:
-        if primary:
-            print(f"stopped at step {step}; checkpoint saved in {workdir}. Run the same command to resume.")
-        writer.close()
-        checkpoints.close()
         return None
 
     best_state = checkpoints.restore_best(state)
@@ -298,16 +274,162 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
     writer.write(step, {"test/accuracy": test["accuracy"], "test/loss": test["loss"]})
     writer.close()
     checkpoints.close()
-    steps_per_second = timed_steps / train_seconds if timed_steps else None  # None: no step ran here
+    steps_per_second = timing["steps_per_second"]  # None: no step ran here
     if steps_per_second is None and finished is not None:  # ending again: the speed measured when it trained
         steps_per_second = finished.get("steps_per_second")
     results = run_dir.results_record(config, test, best, splits["test"][1], steps_per_second, step_memory, num_parameters,
                         attention, versions)
+    results.update(pretrain_objective=config.pretrain.objective,
+                   pretrain=pretrained and pretrained["record"])
     if primary:
         run_dir.write_json(results_path, results)
         print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
               f"{best['step']}); results in {results_path}")
     return results
+
+
+def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_dir: str, mesh: Mesh,
+              versions: dict[str, str]) -> dict[str, Any] | None:
+    """The self-pretraining stage (`training.pretrain`) in `stage_dir`, resumed from what is there:
+    {"state": its final state, "record": its record}, or None if stopped by SIGTERM. It is given
+    the training split alone; its checkpoints, metrics and record (`pretrain.STAGE_RECORD`) are its own."""
+    primary = jax.process_index() == 0
+    graphdef, tx, state = create_train_state(config, task, mesh, pretraining=True)
+    num_steps = config.pretrain.num_steps
+    os.makedirs(stage_dir, exist_ok=True)
+    results_path = os.path.join(stage_dir, pretrain.STAGE_RECORD)
+    checkpoints = checkpointing.Checkpoints(os.path.join(stage_dir, "checkpoints"), config.keep_checkpoints)
+    state = checkpoints.restore_last(state) or state
+    start = int(state["step"])
+    finished = run_dir.finished_results(results_path) if start >= num_steps else None
+    if finished is not None and metrics.whole(stage_dir):
+        checkpoints.close()
+        return {"state": state, "record": finished}
+    if start and primary:
+        print(f"{stage_dir}: resuming pretraining from step {start}")
+    batches = pipeline.prefetch_to_mesh(
+        pipeline.train_batches(*train, batch_size=config.batch_size, seed=config.seed, start_step=start,
+                               rows=pipeline.process_rows(mesh, config.batch_size)), mesh)
+    first = next(batches)
+    train_step = steps.make_train_step(graphdef, tx, pretrain_key(config), config.optimizer.skip_nonfinite_updates,
+                                       config.grad_accum_steps, objective=pretrain.make_objective(config, task.vocab_size))
+    train_step = train_step.lower(state, first).compile()
+    memory.check_fits(memory.peak_memory(train_step), config)
+    writer = metrics.MetricsWriter(stage_dir, start_step=start, enabled=primary)
+    loop = _Loop(config, "pretrain", num_steps, stage_dir, checkpoints, writer,
+                 optimizer.make_schedule(config.pretrain_optimizer), versions, record=pretrain.STAGE_RECORD)
+    state, step, timing = loop.run(state, train_step, first, batches, start)
+    if step < num_steps:
+        return None
+    writer.close()
+    checkpoints.close()
+    steps_per_second = timing["steps_per_second"] or (finished or {}).get("steps_per_second")
+    record = pretrain.stage_record(config, step, steps_per_second, timing["last_loss"],
+                                   sum(x.size for x in jax.tree.leaves(state["params"])))
+    if primary:
+        run_dir.write_json(results_path, record)
+        print(f"pretraining ({config.pretrain.objective}) done at step {step}; fine-tuning from its encoder")
+    return {"state": state, "record": record}
+
+
+def pretrain_key(config: Config) -> jax.Array:
+    """The pretraining stage's key (masks and dropout), apart from fine-tuning's `dropout_key`."""
+    return jax.random.fold_in(jax.random.key(config_settings.of(config).seed), 3)
+
+
+class _Loop:
+    """The train loop of one stage (fine-tuning "train", or "pretrain"), shared by both.
+
+    At most two steps in flight; every `log_every` steps the window's mean metrics under
+    "<name>/..."; every `eval_every` steps `validate(step, state)` (fine-tuning only; it returns the
+    best validation accuracy so far, for the progress bar); every `checkpoint_every` steps the last
+    checkpoint, with the window's unlogged metrics. A SIGTERM saves the step in flight and stops;
+    a non-finite step raises TrainingDiverged with the stage's record (`record`) saying so."""
+
+    def __init__(self, config: Settings, name: str, num_steps: int, workdir: str,
+                 checkpoints: checkpointing.Checkpoints, writer: metrics.MetricsWriter, schedule, versions,
+                 validate=None, record: str = "results.json"):
+        self.config, self.name, self.num_steps, self.workdir = config, name, num_steps, workdir
+        self.checkpoints, self.writer, self.schedule, self.versions = checkpoints, writer, schedule, versions
+        self.validate, self.record = validate, record
+
+    def run(self, state, train_step, first, batches, start: int):
+        """-> (state, the step it ended at, {"steps_per_second", "last_loss"}); the stage's files are
+        closed when it stops before num_steps (then it prints how to resume)."""
+        config, checkpoints, writer, primary = self.config, self.checkpoints, self.writer, jax.process_index() == 0
+        best_val, last_loss = -1.0, None
+        # a run resumed mid-window logs what it would have: the saved metrics as the step gave them (float32)
+        window = [{key: np.float32(value) for key, value in m.items()} for m in checkpoints.unlogged_metrics()]
+        train_seconds, timed_steps, steps_since_tick = 0.0, 0, 0
+        desc = f"{config.variant} {config.task}" + (f" {self.name}" if self.name != "train" else "")
+        progress = tqdm(total=self.num_steps, initial=start, unit="step", dynamic_ncols=True,
+                        desc=desc, mininterval=1.0, disable=not primary)
+        step = start
+        try:
+            with _StopSignal() as stop:
+                tick = time.perf_counter()
+                for batch in itertools.chain([first], batches):
+                    if step >= self.num_steps or stop.agreed():
+                        break
+                    state, step_metrics = train_step(state, batch)
+                    if window:  # at most two steps in flight: a stop or a save never waits for a long queue
+                        check_finite(window[-1], step, self.workdir, checkpoints)
+                    step += 1
+                    steps_since_tick += 1
+                    window.append(step_metrics)
+                    progress.update(1)
+                    last = step == self.num_steps
+                    log, validate, save = (last or step % every == 0 for every in
+                                           (config.log_every, config.eval_every, config.checkpoint_every))
+                    validate = validate and self.validate is not None
+                    if not (log or validate or save):
+                        continue
+                    jax.block_until_ready(state)  # time training only, not validation or saving
+                    train_seconds += time.perf_counter() - tick
+                    timed_steps, steps_since_tick = timed_steps + steps_since_tick, 0
+                    check_finite(step_metrics, step, self.workdir, checkpoints)  # before anything is written
+                    if log:
+                        summary = window_summary(window)
+                        window, last_loss = [], summary["loss"]
+                        writer.write(step, {f"{self.name}/loss": summary["loss"],
+                                            f"{self.name}/accuracy": summary["accuracy"],
+                                            f"{self.name}/grad_norm": summary["grad_norm"],
+                                            f"{self.name}/skipped_updates": summary["skipped"],
+                                            f"{self.name}/learning_rate": float(self.schedule(step))})
+                        progress.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
+                                             **({} if self.validate is None else
+                                                {"best_val": f"{max(best_val, 0):.3f}"}))
+                    if validate:
+                        best_val = self.validate(step, state)
+                    if save:
+                        checkpoints.save_last(step, state, unlogged(window))
+                    tick = time.perf_counter()
+                if stop.requested and step < self.num_steps:
+                    if window:
+                        check_finite(window[-1], step, self.workdir, checkpoints)
+                    checkpoints.save_last(step, state, unlogged(window))
+        except TrainingDiverged as diverged:
+            if primary:
+                run_dir.write_json(os.path.join(self.workdir, self.record),
+                                   run_dir.diverged_record(config, diverged, self.versions))
+            writer.close()
+            checkpoints.close()
+            raise
+        except (DiskFull, OSError):  # files closed, so that the disk can be unmounted or its space freed
+            with contextlib.suppress(OSError):
+                writer.close()
+            checkpoints.close()
+            raise
+        finally:
+            batches.close()
+            progress.close()
+        if step < self.num_steps:
+            if primary:
+                print(f"stopped at step {step}; checkpoint saved in {self.workdir}. Run the same command to resume.")
+            writer.close()
+            checkpoints.close()
+        steps_per_second = timed_steps / train_seconds if timed_steps else None
+        return state, step, {"steps_per_second": steps_per_second, "last_loss": last_loss}
 
 
 def check_finite(step_metrics: dict[str, jax.Array], step: int, workdir: str,
