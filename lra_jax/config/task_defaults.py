@@ -218,7 +218,7 @@ def pathfinder(scale: str) -> ml_collections.ConfigDict:
         # 16x16 images (at 32x32 full attention takes ~6 s a step on 2 CPU cores), grey end markers, one
         # layer. With white markers, as in the official images, the model stayed at chance for 800 steps
         # (as did every 2-layer, learned-position or max-pooling trial); with markers of their own grey it
-        # starts to learn after ~500 steps. Measured 2026-11-22, see the README.
+        # starts to learn after ~500 steps (docs/tasks-and-data.md).
         c.max_len = 16 * 16
         c.data.generator.update(image_size=16, contour_length=6, marker_value=128, num_examples=12_000)
         _mini_model(c, num_layers=1, emb_dim=32, mlp_dim=64, num_heads=2, positions="sinusoidal",

@@ -10,7 +10,7 @@ An optional learned CLS token is prepended (and counted as a real token).
 Memory: `scan_layers` stacks the blocks' parameters and runs them with one
 `lax.scan`; `remat` recomputes each block's activations in the backward pass
 instead of storing them. Together they cut the train step's temporary memory
-several-fold at long lengths (see the README) for about a third more compute.
+several-fold at long lengths (docs/will-it-fit.md) for about a third more compute.
 Both change how the layers are run, not what they compute.
 """
 

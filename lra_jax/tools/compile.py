@@ -95,7 +95,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="plan a train step that does not fit (compiles a few more times)")
     parser.add_argument("--per_device_batch", type=int, default=0,
                         help="examples per device instead of the config's global batch split over the target "
-                             "(the Table 2 run on tpu-v3:4x4 uses 8: see the README); 0: the config's")
+                             "(the Table 2 run on tpu-v3:4x4 uses 8: docs/tpu-modeled-time.md); 0: the config's")
     parser.add_argument("--lengths", default="",
                         help="the LRA paper's Table 2 protocol at these lengths (e.g. 1024,2048,3072,4096) "
                              "instead of --tasks: the bench's Text model")
