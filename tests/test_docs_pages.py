@@ -22,6 +22,7 @@ def _copy(tmp_path):
     shutil.copytree(os.path.join(REPO, "experiments", "results"), root / "experiments" / "results",
                     ignore=shutil.ignore_patterns("compile-*", "*.txt"))
     shutil.copytree(os.path.join(REPO, "docs"), root / "docs")
+    shutil.copytree(os.path.join(REPO, "experiments", "charts"), root / "experiments" / "charts")
     return root
 
 
