@@ -19,6 +19,9 @@ import tomllib
 
 import pytest
 
+# What the documents say does not depend on the jax version: CI checks it once (tests/conftest.py).
+pytestmark = pytest.mark.one_stack("oldest")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = ["README.md", *sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "**", "*.md"),
                                                                               recursive=True))]
