@@ -3,8 +3,9 @@ proportional to memory relative to softmax, as the LRA paper's Figure 3 (Transfo
 
 Our points: full-scale scores solid, mini-scale scores hollow; a variant scored on fewer tasks than the
 others of its scale is marked * (and dashed). A self-pretrained run's point (`lra_results.series_name`) is
-reached by an arrow from the same variant's point trained from scratch. The LRA paper's points (`draw_paper`) go on the same axes as
-grey squares, each joined by a dotted line to our point of the same variant, at the paper's Table 1 accuracy
+reached by an arrow from the same variant's point trained from scratch, and is drawn only where both are
+scored on the same tasks (`spt_report.same_tasks`). The LRA paper's points (`draw_paper`) go on the same axes
+as grey squares, each joined by a dotted line to our point of the same variant, at the paper's Table 1 accuracy
 averaged over the tasks that point of ours is scored on, so that both ends of a line mean the same thing.
 """
 
@@ -23,6 +24,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 
 from lra_jax.experiments.chart_labels import place_labels
 from lra_jax.experiments.chart_manifest import rounded
+from lra_jax.experiments.spt_report import same_tasks
 from lra_jax.experiments.lra_results import (
     LRA_TASKS,
     REFERENCE_VARIANTS,
@@ -122,9 +124,12 @@ def draw_ours(ax, scores: dict[str, dict[str, dict[str, Any]]], speeds: dict[str
         measured = scores[series]
         tasks = set(scored_tasks(measured))
         solid = base_scale(series) == "full"
+        scratch_scores = scores.get(base_scale(series), {}) if is_pretrained(series) else {}
         for variant, m in measured.items():
             if m["score"] is None or variant not in speeds:
                 continue
+            if variant in scratch_scores and not same_tasks(m, scratch_scores[variant]):
+                continue  # an arrow between means over different tasks would compare nothing (named in the note)
             x, memory = speeds[variant]
             y, size = m["score"], bubble_area(memory, largest)
             color = "black" if variant in REFERENCE_VARIANTS else colors[variant]

@@ -272,34 +272,6 @@ def full_scale_against_paper(measured: dict[str, dict[str, Any]], reference: dic
     return lines
 
 
-def pretraining_gain(scores: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    """Per self-pretrained series, each variant's gain over the same variant from scratch at the same scale:
-    per task and on the score, SPT mean - scratch mean (test accuracy, %), ± the std of a single-seed
-    difference of independent runs, sqrt(std_spt² + std_scratch²) (none where either has one seed)."""
-    lines = []
-    for series in sorted(s for s in scores if is_pretrained(s) and base_scale(s) in scores):
-        spt, scratch = scores[series], scores[base_scale(series)]
-        both = sorted(set(spt) & set(scratch))
-        tasks = [t for t in LRA_TASKS if any(t in spt[v]["accuracy"] and t in scratch[v]["accuracy"] for v in both)]
-        lines += ["", f"## Self-pretraining gain ({series} against {base_scale(series)} from scratch)", "",
-                  "Test accuracy (%) with self-pretraining minus from scratch, each at its own grid point chosen on "
-                  "validation, the same fine-tuning budget: mean ± sqrt(std_spt² + std_scratch²), the spread of "
-                  "one seed's difference.", "", *_header(["Variant", *(TASK_TITLES[t] for t in tasks), "Score"])]
-        for v in both:
-            cells = [_gain(spt[v]["accuracy"].get(t), scratch[v]["accuracy"].get(t), spt[v]["std"].get(t),
-                           scratch[v]["std"].get(t)) for t in tasks]
-            cells.append(_gain(spt[v]["score"], scratch[v]["score"], spt[v]["score_std"], scratch[v]["score_std"]))
-            lines.append(_row([v, *cells]))
-    return lines
-
-
-def _gain(after: float | None, before: float | None, std_after: float | None, std_before: float | None) -> str:
-    if after is None or before is None:
-        return "—"
-    spread = None if std_after is None or std_before is None else math.sqrt(std_after ** 2 + std_before ** 2)
-    return f"{after - before:+.2f}" + ("" if spread is None else f" ± {spread:.2f}")
-
-
 def speed_sources(devices: list) -> list[str]:
     """Per device, every variant's measured examples/s, memory and the bench JSON it was read from."""
     lines = []
@@ -317,11 +289,13 @@ def speed_sources(devices: list) -> list[str]:
 
 
 def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, reference: dict[str, Any] | None,
-                   note: str = "", ssm_reference: dict[str, Any] | None = None, header: str = "") -> str:
+                   note: str = "", ssm_reference: dict[str, Any] | None = None, header: str = "",
+                   pretraining: list[str] = ()) -> str:
     """Per scale: every variant's per-task accuracy, score, Path-X, seeds and speed and memory on each device
     (`chart_speeds.DeviceSpeeds`: the main panel's, the CPU's), best score first; full-scale scores beside the
     paper's; where each speed comes from; the grid points chosen; the published figures. `header`: a
-    paragraph under the title (how the file was made)."""
+    paragraph under the title (how the file was made); `pretraining`: the self-pretraining sections
+    (`spt_report.gain_table`)."""
     lines = ["# LRA results", ""]
     lines += [header, ""] if header else []
     lines += [_table_caption({v: m for s in scores.values() for v, m in s.items()})]
@@ -330,7 +304,7 @@ def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, refe
         lines += scale_table(scale, scores[scale], devices)
     for part in note.splitlines():
         lines += ["", part]
-    lines += pretraining_gain(scores)
+    lines += pretraining
     if "full" in scores:
         lines += full_scale_against_paper(scores["full"], reference)
     lines += speed_sources(devices)

@@ -1,0 +1,184 @@
+"""Self-pretrained against from scratch, from the chart's scores: the gain table and what it says.
+
+Both arms run at the same scale, each (variant, task) at its own grid point chosen on validation, with the
+same fine-tuning budget (docs/self-pretraining.md). A variant is compared task by task on the tasks both
+arms scored. Its score gain, and its arrow on the chart, exist only where both arms scored the same tasks
+(`same_tasks`): a mean over other tasks is never set against it.
+
+What the table says (`findings`) is computed here, never typed: per task, how many variants gain or lose
+by more than twice the standard error of the difference of the two means, se = sqrt(s_spt²/n_spt +
+s_scratch²/n_scratch); how far softmax is from S4D in each arm; how much the order of the attention
+variants agrees between the arms (Kendall's tau-b); and which variants are Pareto-optimal in speed and
+accuracy in each arm.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lra_jax.experiments.lra_results import (
+    LRA_TASKS,
+    REFERENCE_VARIANTS,
+    TASK_TITLES,
+    _header,
+    _row,
+    base_scale,
+    is_pretrained,
+)
+
+Scores = dict[str, dict[str, dict[str, Any]]]  # series -> variant -> `lra_results.aggregate` entry
+BASELINE, SSM = "softmax", "s4d"
+
+
+def lra_tasks(m: dict[str, Any]) -> list[str]:
+    """The LRA tasks a variant's entry has, in the paper's order."""
+    return [t for t in LRA_TASKS if t in m["accuracy"]]
+
+
+def same_tasks(spt: dict[str, Any], scratch: dict[str, Any]) -> bool:
+    """Whether both arms of a variant are scored on the same tasks, so their scores can be compared."""
+    return lra_tasks(spt) == lra_tasks(scratch)
+
+
+def arms(scores: Scores) -> list[tuple[str, dict[str, dict[str, Any]], dict[str, dict[str, Any]]]]:
+    """(series, its variants self-pretrained, the same scale's variants from scratch), per pretrained series
+    whose scale also has runs from scratch."""
+    return [(s, scores[s], scores[base_scale(s)]) for s in sorted(scores)
+            if is_pretrained(s) and base_scale(s) in scores]
+
+
+def _titles(tasks: list[str]) -> str:
+    return " + ".join(TASK_TITLES[t] for t in tasks) or "no LRA task"
+
+
+def unmatched_note(scores: Scores) -> str:
+    """One line naming the variants whose self-pretrained score is not drawn: scored on other tasks than
+    from scratch ("" if none)."""
+    named = [f"{v} (SPT: {_titles(lra_tasks(spt[v]))}; from scratch: {_titles(lra_tasks(scratch[v]))})"
+             for _, spt, scratch in arms(scores) for v in sorted(set(spt) & set(scratch))
+             if not same_tasks(spt[v], scratch[v])]
+    return ("Self-pretrained scores not drawn, their tasks differ from scratch (per-task gains in the table): "
+            + ", ".join(named) + ".") if named else ""
+
+
+def _gain(after: float | None, before: float | None, std_after: float | None, std_before: float | None) -> str:
+    if after is None or before is None:
+        return "—"
+    spread = None if std_after is None or std_before is None else math.sqrt(std_after ** 2 + std_before ** 2)
+    return f"{after - before:+.2f}" + ("" if spread is None else f" ± {spread:.2f}")
+
+
+def gain_table(scores: Scores, main=None) -> list[str]:
+    """Per self-pretrained series, each variant's gain over the same variant from scratch at the same scale:
+    per task and on the score, SPT mean - scratch mean (test accuracy, %), ± the std of a single-seed
+    difference of independent runs, sqrt(std_spt² + std_scratch²) (none where either has one seed); then
+    its `findings`, with the speeds of `main` (`chart_speeds.DeviceSpeeds`, or None)."""
+    speed = {v: s.relative_speed for v, s in main.speeds.items()} if main else None
+    lines = []
+    for series, spt, scratch in arms(scores):
+        both = sorted(set(spt) & set(scratch))
+        tasks = [t for t in LRA_TASKS if any(t in spt[v]["accuracy"] and t in scratch[v]["accuracy"] for v in both)]
+        lines += ["", f"## Self-pretraining gain ({series} against {base_scale(series)} from scratch)", "",
+                  "Test accuracy (%) with self-pretraining minus from scratch, each at its own grid point chosen on "
+                  "validation, the same fine-tuning budget: mean ± sqrt(std_spt² + std_scratch²), the spread of "
+                  "one seed's difference. Score: only where both arms are scored on the same tasks.", "",
+                  *_header(["Variant", *(TASK_TITLES[t] for t in tasks), "Score"])]
+        for v in both:
+            cells = [_gain(spt[v]["accuracy"].get(t), scratch[v]["accuracy"].get(t), spt[v]["std"].get(t),
+                           scratch[v]["std"].get(t)) for t in tasks]
+            cells.append(_gain(spt[v]["score"], scratch[v]["score"], spt[v]["score_std"], scratch[v]["score_std"])
+                         if same_tasks(spt[v], scratch[v]) else "—")
+            lines.append(_row([v, *cells]))
+        lines += findings(spt, scratch, speed, main.device if main else "")
+    return lines
+
+
+def standard_error(m: dict[str, Any], task: str) -> float | None:
+    """Standard error of a cell's mean, std/sqrt(n) (None with one seed)."""
+    std, n = m["std"].get(task), m["seeds"].get(task, 0)
+    return None if std is None or n < 2 else std / math.sqrt(n)
+
+
+def verdict(spt: dict[str, Any], scratch: dict[str, Any], task: str) -> str:
+    """'gain', 'loss' or 'noise': whether SPT - scratch lies beyond twice the standard error of the difference
+    of the means ('noise' too where either arm has one seed)."""
+    se = [standard_error(m, task) for m in (spt, scratch)]
+    if None in se:
+        return "noise"
+    difference, bound = spt["accuracy"][task] - scratch["accuracy"][task], 2.0 * math.hypot(*se)
+    return "gain" if difference > bound else "loss" if difference < -bound else "noise"
+
+
+def kendall_tau(xs: list[float], ys: list[float]) -> float | None:
+    """Kendall's tau-b of two rankings of the same items (ties in either counted as in neither pair);
+    None for fewer than two items or a ranking that is all ties."""
+    concordant = discordant = ties_x = ties_y = 0
+    for i in range(len(xs)):
+        for j in range(i + 1, len(xs)):
+            dx, dy = xs[i] - xs[j], ys[i] - ys[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                ties_x += 1
+            elif dy == 0:
+                ties_y += 1
+            elif (dx > 0) == (dy > 0):
+                concordant += 1
+            else:
+                discordant += 1
+    pairs = concordant + discordant
+    denominator = math.sqrt((pairs + ties_x) * (pairs + ties_y))
+    return None if denominator == 0 else (concordant - discordant) / denominator
+
+
+def pareto(speed: dict[str, float], accuracy: dict[str, float]) -> list[str]:
+    """The variants no other variant beats in both speed and accuracy (at least as good in both, better in
+    one), fastest first."""
+    front = [v for v in accuracy
+             if not any(speed[u] >= speed[v] and accuracy[u] >= accuracy[v]
+                        and (speed[u] > speed[v] or accuracy[u] > accuracy[v]) for u in accuracy if u != v)]
+    return sorted(front, key=lambda v: -speed[v])
+
+
+def _top(accuracy: dict[str, float], k: int = 3) -> str:
+    return ", ".join(sorted(accuracy, key=lambda v: -accuracy[v])[:k])
+
+
+def findings(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any]],
+             speed: dict[str, float] | None = None, device: str = "") -> list[str]:
+    """What the gain table says, per task both arms scored: the count of clear gains and losses, the mean
+    gain, softmax's distance from S4D in each arm, the agreement of the attention variants' order, and
+    (given `speed`, variant -> speed relative to softmax on `device`) the Pareto-optimal variants."""
+    lines = ["", "What it says, per task (computed from the cells above): a gain or loss is clear when it exceeds "
+                 "twice the standard error of the difference of the means, sqrt(s²/n + s²/n); rank agreement is "
+                 "Kendall's tau-b over the attention variants (S4D out) between the two arms.", ""]
+    for task in LRA_TASKS:
+        both = sorted(v for v in set(spt) & set(scratch) if task in spt[v]["accuracy"] and task in scratch[v]["accuracy"])
+        if not both:
+            continue
+        verdicts = {v: verdict(spt[v], scratch[v], task) for v in both}
+        gains = {v: spt[v]["accuracy"][task] - scratch[v]["accuracy"][task] for v in both}
+        low, high = min(gains, key=gains.get), max(gains, key=gains.get)
+        counts = {k: sum(1 for x in verdicts.values() if x == k) for k in ("gain", "loss", "noise")}
+        parts = [f"{len(both)} variants compared: {counts['gain']} clear gains, {counts['loss']} clear losses, "
+                 f"{counts['noise']} within noise; mean gain {sum(gains.values()) / len(gains):+.2f} "
+                 f"({low} {gains[low]:+.2f} to {high} {gains[high]:+.2f})"]
+        if BASELINE in both and SSM in both:
+            gap = [arm[SSM]["accuracy"][task] - arm[BASELINE]["accuracy"][task] for arm in (scratch, spt)]
+            parts.append(f"S4D minus softmax {gap[0]:+.2f} from scratch, {gap[1]:+.2f} with SPT")
+        attention = [v for v in both if v not in REFERENCE_VARIANTS]
+        before = {v: scratch[v]["accuracy"][task] for v in attention}
+        after = {v: spt[v]["accuracy"][task] for v in attention}
+        tau = kendall_tau([before[v] for v in attention], [after[v] for v in attention])
+        if tau is not None:
+            parts.append(f"rank agreement {tau:.2f} over {len(attention)} attention variants; best three from "
+                         f"scratch: {_top(before)}; with SPT: {_top(after)}")
+        if speed:
+            timed = [v for v in attention if v in speed]
+            if timed:
+                parts.append(f"fastest for their accuracy on {device or 'the main device'} (Pareto) from scratch: "
+                             f"{', '.join(pareto(speed, {v: before[v] for v in timed}))}; with SPT: "
+                             f"{', '.join(pareto(speed, {v: after[v] for v in timed}))}")
+        lines.append(f"- {TASK_TITLES[task]}: " + "; ".join(parts) + ".")
+    return lines

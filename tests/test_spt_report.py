@@ -1,0 +1,91 @@
+"""lra_jax.experiments.spt_report: self-pretrained against from scratch, compared only on the same tasks, and
+what the gain table says computed from its cells."""
+
+import json
+
+import pytest
+
+from lra_jax.experiments import spt_report
+from test_chart import chart, run_dir, table_rows, write_bench, write_result
+
+
+def cell(accuracy: dict, std: dict | None = None, seeds: int = 3) -> dict:
+    """An `lra_results.aggregate` entry with these per-task means (%) and stds."""
+    std = std or {t: 1.0 for t in accuracy}
+    return {"accuracy": accuracy, "std": std, "seeds": {t: seeds for t in accuracy}}
+
+
+def write_spt(root, task, variant, seed, accuracy):
+    """A self-pretrained run's results.json (its own folder, as the sweep's spt/ arm)."""
+    workdir = run_dir(root / "spt", task, variant, seed, "mini", "")
+    (workdir / "results.json").write_text(json.dumps({
+        "task": task, "variant": variant, "test_accuracy": accuracy, "val_accuracy": accuracy, "scale": "mini",
+        "pretrain_objective": "masked", "config": {"seed": seed, "scale": "mini"}}))
+
+
+def test_kendall_tau_b_of_agreeing_reversed_and_tied_orders():
+    assert spt_report.kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spt_report.kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # one discordant pair of six: (5 - 1) / 6
+    assert spt_report.kendall_tau([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(4 / 6)
+    # a tie in x: C = 5, D = 0, Tx = 1, Ty = 0; tau-b = (C - D) / sqrt((C + D + Tx)(C + D + Ty))
+    assert spt_report.kendall_tau([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(5 / (6 * 5) ** 0.5)
+    assert spt_report.kendall_tau([1], [1]) is None and spt_report.kendall_tau([2, 2], [1, 1]) is None
+
+
+def test_pareto_front_keeps_only_variants_nobody_beats_in_both_speed_and_accuracy():
+    speed = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 2.0}
+    accuracy = {"a": 60.0, "b": 50.0, "c": 40.0, "d": 45.0}  # d is slower-or-equal and worse than b
+    assert spt_report.pareto(speed, accuracy) == ["c", "b", "a"]
+
+
+def test_a_clear_gain_exceeds_twice_the_standard_error_of_the_difference_of_means():
+    # se of each mean 1/sqrt(3); of the difference sqrt(2/3) = 0.816; twice that 1.63
+    scratch = cell({"listops": 40.0})
+    assert spt_report.verdict(cell({"listops": 41.7}), scratch, "listops") == "gain"
+    assert spt_report.verdict(cell({"listops": 41.5}), scratch, "listops") == "noise"
+    assert spt_report.verdict(cell({"listops": 38.3}), scratch, "listops") == "loss"
+    one_seed = cell({"listops": 90.0}, {"listops": None}, seeds=1)
+    assert spt_report.verdict(one_seed, scratch, "listops") == "noise"  # no spread, no claim
+
+
+def test_findings_count_gains_compare_softmax_with_s4d_and_rank_agreement():
+    scratch = {"softmax": cell({"pathfinder": 60.0}), "linear": cell({"pathfinder": 55.0}),
+               "local": cell({"pathfinder": 50.0}), "s4d": cell({"pathfinder": 80.0})}
+    spt = {"softmax": cell({"pathfinder": 75.0}), "linear": cell({"pathfinder": 55.5}),
+           "local": cell({"pathfinder": 65.0}), "s4d": cell({"pathfinder": 81.0})}
+    speed = {"softmax": 1.0, "linear": 3.0, "local": 2.0}
+    [line] = [x for x in spt_report.findings(spt, scratch, speed, "GPU") if x.startswith("- ")]
+    assert line.startswith("- Pathfinder: 4 variants compared: 2 clear gains, 0 clear losses, 2 within noise; "
+                           "mean gain +7.88 (linear +0.50 to local +15.00)")
+    assert "S4D minus softmax +20.00 from scratch, +6.00 with SPT" in line
+    # scratch order softmax > linear > local, SPT order softmax > local > linear: C=2, D=1
+    assert "rank agreement 0.33 over 3 attention variants" in line
+    assert "from scratch: softmax, linear, local; with SPT: softmax, local, linear" in line
+    assert "(Pareto) from scratch: linear, softmax; with SPT: linear, local, softmax" in line
+
+
+def test_spt_scored_on_other_tasks_than_from_scratch_is_named_not_drawn_and_has_no_score_gain(tmp_path):
+    """Self-pretrained runs on Pathfinder only against runs from scratch on ListOps and Pathfinder: the
+    arrow would join means over different tasks, so the point is left out and named; the table still
+    gives the Pathfinder gain."""
+    root = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        for variant, accuracy in (("softmax", 0.40), ("linear", 0.30)):
+            for task in ("listops", "pathfinder"):
+                write_result(root, task, variant, seed, accuracy + 0.01 * seed, scale="mini")
+            write_spt(root, "pathfinder", variant, seed, accuracy + 0.1 + 0.01 * seed)
+    bench = tmp_path / "bench.json"
+    write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30), ("linear", 4096, "ok", 500.0, 2**29)])
+    paths = chart(root, tmp_path / "out", bench=bench)
+    with open(paths["inputs"], encoding="utf-8") as f:
+        main = json.load(f)["panels"][0]
+    drawn = {(p.get("series"), p["variant"]) for p in main["points"]}
+    assert ("mini", "linear") in drawn and not any("SPT" in (series or "") for series, _ in drawn)
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    assert ("Self-pretrained scores not drawn, their tasks differ from scratch (per-task gains in the table): "
+            "linear (SPT: Pathfinder; from scratch: ListOps + Pathfinder)") in table
+    gains = table.split("## Self-pretraining gain")[1]
+    assert table_rows(gains)["linear"] == ["linear", "+10.00 ± 1.41", "—"]
+    assert "- Pathfinder: 2 variants compared: 2 clear gains" in gains
