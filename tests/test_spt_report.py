@@ -20,7 +20,8 @@ def write_spt(root, task, variant, seed, accuracy):
     workdir = run_dir(root / "spt", task, variant, seed, "mini", "")
     (workdir / "results.json").write_text(json.dumps({
         "task": task, "variant": variant, "test_accuracy": accuracy, "val_accuracy": accuracy, "scale": "mini",
-        "pretrain_objective": "masked", "config": {"seed": seed, "scale": "mini"}}))
+        "pretrain_objective": "masked", "pretrain": {"num_steps": 100, "seconds": 12.0 + seed},
+        "config": {"seed": seed, "scale": "mini"}}))
 
 
 def test_kendall_tau_b_of_agreeing_reversed_and_tied_orders():
@@ -89,3 +90,5 @@ def test_spt_scored_on_other_tasks_than_from_scratch_is_named_not_drawn_and_has_
     gains = table.split("## Self-pretraining gain")[1]
     assert table_rows(gains)["linear"] == ["linear", "+10.00 ± 1.41", "—"]
     assert "- Pathfinder: 2 variants compared: 2 clear gains" in gains
+    compute = gains.split("Pretraining compute at the chosen grid point")[1]
+    assert table_rows(compute)["linear"] == ["linear", "100 steps, 13 s"]  # mean of 12, 13, 14 s

@@ -38,6 +38,8 @@ class Result:
     diverged_at_step: int | None
     path: str
     pretrain: str = "none"  # results.json's "pretrain_objective": "none" from scratch, "masked" self-pretrained
+    pretrain_steps: int | None = None  # the pretraining stage's steps and seconds (results.json "pretrain"),
+    pretrain_seconds: float | None = None  # its compute, reported apart from fine-tuning; None from scratch
 
     @property
     def diverged(self) -> bool:
@@ -63,7 +65,9 @@ def read_result(path: str) -> Result:
                   val_accuracy=None if diverged else float(r["val_accuracy"]),
                   test_accuracy=None if diverged else float(r["test_accuracy"]),
                   diverged_at_step=r.get("diverged_at_step"), path=path,
-                  pretrain=r.get("pretrain_objective") or config.get("pretrain", {}).get("objective", "none"))
+                  pretrain=r.get("pretrain_objective") or config.get("pretrain", {}).get("objective", "none"),
+                  pretrain_steps=(r.get("pretrain") or {}).get("num_steps"),
+                  pretrain_seconds=(r.get("pretrain") or {}).get("seconds"))
 
 
 def load(runs_dir: str, scale: str | None = None) -> list[Result]:
@@ -97,6 +101,8 @@ class Selection:
     compared_on: list[int]  # the seeds the points were compared on
     candidates: dict[str, float]  # point -> its mean val accuracy over `compared_on`
     diverged: list[str]  # points left out because a seed diverged
+    pretrain_steps: int | None = None  # of the chosen point's runs (self-pretrained cells; None otherwise)
+    pretrain_seconds: float | None = None  # mean over `seeds`; None where a run does not record it
 
     @property
     def n(self) -> int:
@@ -134,9 +140,12 @@ def select(results: list[Result]) -> Selection | None:
     runs = eligible[best]
     seeds = sorted(runs)
     test_mean, test_std = mean_std([runs[s].test_accuracy for s in seeds])
+    seconds = [runs[s].pretrain_seconds for s in seeds]
     return Selection(point=best, seeds=seeds, test_mean=test_mean, test_std=test_std,
                      val_mean=sum(runs[s].val_accuracy for s in seeds) / len(seeds),
-                     compared_on=sorted(shared), candidates=candidates, diverged=diverged)
+                     compared_on=sorted(shared), candidates=candidates, diverged=diverged,
+                     pretrain_steps=max((runs[s].pretrain_steps or 0 for s in seeds), default=0) or None,
+                     pretrain_seconds=None if None in seconds else sum(seconds) / len(seconds))
 
 
 def cells(results: list[Result]) -> dict[tuple[str, str | None, str], list[Result]]:

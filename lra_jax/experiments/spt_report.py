@@ -91,7 +91,22 @@ def gain_table(scores: Scores, main=None) -> list[str]:
                          if same_tasks(spt[v], scratch[v]) else "—")
             lines.append(_row([v, *cells]))
         lines += findings(spt, scratch, speed, main.device if main else "")
+        lines += pretraining_compute(spt, tasks)
     return lines
+
+
+def pretraining_compute(spt: dict[str, dict[str, Any]], tasks: list[str]) -> list[str]:
+    """The pretraining stage's compute per variant and task, apart from fine-tuning: its steps and the mean
+    seconds per run at the chosen grid point (`selection.Selection`)."""
+    def cell(s) -> str:
+        if s is None or not s.pretrain_steps:
+            return "—"
+        return f"{s.pretrain_steps} steps" + ("" if s.pretrain_seconds is None else f", {s.pretrain_seconds:.0f} s")
+
+    return ["", "Pretraining compute at the chosen grid point, apart from fine-tuning (whose budget is the same "
+                "as from scratch): steps, and wall seconds per run as each run recorded them (its device is in its "
+                "results.json).", "", *_header(["Variant", *(TASK_TITLES[t] for t in tasks)]),
+            *(_row([v, *(cell(spt[v]["chosen"].get(t)) for t in tasks)]) for v in sorted(spt))]
 
 
 def standard_error(m: dict[str, Any], task: str) -> float | None:
