@@ -53,13 +53,16 @@ def _titles(tasks: list[str]) -> str:
 
 
 def unmatched_note(scores: Scores) -> str:
-    """One line naming the variants whose self-pretrained score is not drawn: scored on other tasks than
-    from scratch ("" if none)."""
-    named = [f"{v} (SPT: {_titles(lra_tasks(spt[v]))}; from scratch: {_titles(lra_tasks(scratch[v]))})"
-             for _, spt, scratch in arms(scores) for v in sorted(set(spt) & set(scratch))
-             if not same_tasks(spt[v], scratch[v])]
-    return ("Self-pretrained scores not drawn, their tasks differ from scratch (per-task gains in the table): "
-            + ", ".join(named) + ".") if named else ""
+    """One line naming the variants whose self-pretrained score is not drawn, scored on other tasks than
+    from scratch, grouped by the two task sets ("" if none)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for _, spt, scratch in arms(scores):
+        for v in sorted(set(spt) & set(scratch)):
+            if not same_tasks(spt[v], scratch[v]):
+                groups.setdefault((_titles(lra_tasks(spt[v])), _titles(lra_tasks(scratch[v]))), []).append(v)
+    return "".join(f"Self-pretrained scores not drawn until both arms are scored on the same tasks (SPT: {a}; "
+                   f"from scratch: {b}; per-task gains in the table): {', '.join(vs)}. "
+                   for (a, b), vs in groups.items()).strip()
 
 
 def _gain(after: float | None, before: float | None, std_after: float | None, std_before: float | None) -> str:
