@@ -71,12 +71,6 @@ def test_bad_pretraining_values_are_one_clear_line(change, message):
         config_settings.from_config(config)
 
 
-def test_next_token_prediction_is_accepted_for_causal_s4d_only():
-    config = tiny_config("", "s4d", bidirectional=False)
-    config.pretrain.update(objective="causal", num_steps=3)
-    assert config_settings.from_config(config).pretrain.objective == "causal"
-
-
 def test_fine_tuning_starts_from_the_pretrained_encoder_with_a_new_head(data_cache):
     config = pretraining_config(data_cache)
     task, mesh = tasks.get_task(config.task), trainer.make_mesh()
@@ -130,6 +124,16 @@ def test_pretraining_never_reads_validation_or_test(data_cache, tmp_path, monkey
     with open(os.path.join(workdir, "pretrain", pretrain.STAGE_RECORD)) as f:
         record = json.load(f)
     assert record["status"] == "complete" and record["num_steps"] == 6 and record["split"] == "train"
+
+
+def test_a_causal_softmax_run_pretrains_on_next_tokens_then_fine_tunes(data_cache, tmp_path):
+    config = pretraining_config(data_cache)
+    config.attention.causal = True
+    config.model.update(pooling="mean", cls_token=False)
+    config.pretrain.objective = "causal"
+    results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    assert results["pretrain"]["objective"] == "causal" and results["pretrain"]["status"] == "complete"
+    assert results["attention"]["causal"] is True and 0 <= results["test_accuracy"] <= 1
 
 
 def stage_params(config, workdir, pretraining):
@@ -189,7 +193,8 @@ def test_a_run_stopped_mid_pretraining_resumes_to_the_uninterrupted_result(data_
 
 
 def test_the_causal_objective_predicts_each_next_real_token():
-    config = tiny_config("", "s4d", bidirectional=False, state_size=8)
+    config = tiny_config("", "softmax", causal=True)
+    config.model.update(pooling="mean", cls_token=False)
     config.pretrain.update(objective="causal", num_steps=3)
     settings = config_settings.from_config(config)
     model = pretrain.build_model(settings, tasks.get_task("listops"))(jax.random.key(0))

@@ -1,7 +1,7 @@
 """The masked-token objective under the attention contract, for every registered variant: the
 pretraining model's outputs at real tokens, and so its loss, do not depend on the padding, and both
-are finite even with a row of padding alone (the layers' gradients there: test_attention_contract). Next-token prediction: the causal S4D
-model's output at position i does not depend on the tokens after i."""
+are finite even with a row of padding alone (the layers' gradients there: test_attention_contract).
+Next-token prediction: a causal model's output at position i does not depend on the tokens after i."""
 
 import types
 
@@ -13,6 +13,7 @@ from flax import nnx
 from helpers import SMALL, assert_close, reassociation_tol
 
 from lra_jax.attention import registry
+from lra_jax.attention.core import causal_variants
 from lra_jax.config import task_defaults as base
 from lra_jax.models.pretraining import build_token_predictor
 from lra_jax.training import pretrain
@@ -62,9 +63,10 @@ def test_masked_objective_respects_padding(name):
     assert float(long_loss) == pytest.approx(float(loss), rel=tol, abs=tol)
 
 
-def test_causal_s4d_sees_no_later_token():
-    model = build_token_predictor(small_settings("s4d", bidirectional=False), vocab_size=VOCAB,
-                                  rngs=nnx.Rngs(0))
+@pytest.mark.parametrize("name, causal", [("s4d", dict(bidirectional=False))]
+                         + [(name, dict(causal=True)) for name in causal_variants()])
+def test_a_causal_model_sees_no_later_token(name, causal):
+    model = build_token_predictor(small_settings(name, **causal), vocab_size=VOCAB, rngs=nnx.Rngs(0))
     tokens = tokens_with_padding([N, N])
     changed = tokens.at[:, 12:].set((tokens[:, 12:] % (VOCAB - 1)) + 1)  # every later token changed
     forward = nnx.jit(lambda model, t: model(t, deterministic=True))

@@ -98,6 +98,8 @@ class AdditiveAttention(Attention):
       ConfigError: if query_chunk < 1.
     """
 
+    supports_causal = True  # causal=True masks keys j > i in the softmax
+
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
         """Projections, the score vector's dot product with tanh(q_i + k_j) for every pair (2 n n d; the add and the

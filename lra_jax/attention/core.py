@@ -43,6 +43,7 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from lra_jax import kernels
+from lra_jax.attention import registry
 from lra_jax.attention.dropout import Dropout
 from lra_jax.attention.weighted_values import NO_SEED, softmax_values
 from lra_jax.errors import ConfigError
@@ -102,6 +103,22 @@ def masked_softmax(logits: Float[Array, "... k"], key_mask: Bool[Array, "... k"]
     return jax.nn.softmax(logits, axis=-1)
 
 
+def causal_pairs(queries: int, keys: int) -> Bool[Array, "q k"]:
+    """True where key j <= query i: the pairs a causal layer may mix."""
+    return jnp.arange(keys)[None, :] <= jnp.arange(queries)[:, None]
+
+
+def causal_variants() -> list[str]:
+    """The registered variants that take causal=True."""
+    return [name for name in registry.names() if getattr(registry.get(name), "supports_causal", False)]
+
+
+def causal_forms() -> dict[str, str]:
+    """Each registered variant that can be causal -> the setting that makes it so."""
+    forms = {name: getattr(registry.get(name), "causal_form", lambda: None)() for name in registry.names()}
+    return {name: form for name, form in forms.items() if form}
+
+
 def stream_key(rngs: nnx.Rngs, stream: str, fallback: str, purpose: str) -> PRNGKeyArray:
     """A key from `rngs`' `stream`, else its "default" stream, else its `fallback` stream.
 
@@ -158,6 +175,8 @@ class TokenMixer(nnx.Module):
       dropout_rate: dropout on attention weights, where a variant has them.
       dtype: computation dtype (parameters stay float32).
       impl: kernel choice, "xla" | "pallas" | "auto" (see lra_jax/kernels).
+      causal: position i mixes positions <= i only (next-token pretraining); only a variant with
+        `supports_causal` takes it, the others refuse it.
 
     Class attributes:
       length_invariant: False for a variant whose real outputs change when padding
@@ -179,6 +198,8 @@ class TokenMixer(nnx.Module):
       data_dependent_pattern: True where the keys a query sees are chosen from the
         activations (hash buckets, clusters), so a rounding difference such as
         bfloat16's can move a token to another bucket and change its output entirely.
+      supports_causal: True where the variant forms a weight for every (query, key) pair, so that
+        masking the pairs j > i makes it causal without changing what it computes otherwise.
 
     The layer is built for the kernel target current at build time
     (`lra_jax.kernels.current_target()`: the platform jax runs on, or the one set by
@@ -191,6 +212,12 @@ class TokenMixer(nnx.Module):
     uses_attention_dropout = True  # False where no attention weights are formed (nothing to drop)
     cost_exponent = 2.0
     data_dependent_pattern = False
+    supports_causal = False
+
+    @classmethod
+    def causal_form(cls) -> str | None:
+        """The setting that makes the layer causal ("causal=True" where `supports_causal`), or None."""
+        return "causal=True" if cls.supports_causal else None
 
     @classmethod
     def settings_at_length(cls, n: int) -> dict:
@@ -214,7 +241,12 @@ class TokenMixer(nnx.Module):
         dropout_rate: float = 0.0,
         dtype: jnp.dtype = jnp.float32,
         impl: str = "xla",
+        causal: bool = False,
     ):
+        if causal and not self.supports_causal:
+            forms = ", ".join(f"{name} ({form})" for name, form in causal_forms().items())
+            raise ConfigError(f"attention variant {getattr(self, 'variant_name', type(self).__name__)} has no causal "
+                              f"form; causal layers are {forms}")
         if dim % num_heads:
             raise ConfigError(f"model width {dim} is not divisible by num_heads={num_heads}")
         if impl not in IMPLS:
@@ -231,6 +263,7 @@ class TokenMixer(nnx.Module):
         self.dtype = dtype
         self.dropout_rate = dropout_rate
         self.impl = impl
+        self.causal = causal
         self.target = kernels.current_target()
 
     def kernel_limits(self, platform: str) -> str | None:
@@ -248,9 +281,11 @@ class TokenMixer(nnx.Module):
         op = op or self.kernel_op
         if op is None:
             return kernels.KernelPlan(kernels.NO_KERNEL.xla, self.target.platform)
+        unsupported = "causal=True: the kernels take a key mask only" if self.causal else None
         return kernels.plan(self.impl, self.target, op,
                             dropout_active=self.uses_attention_dropout and self.dropout_rate > 0 and not deterministic,
-                            dtype=jnp.dtype(self.dtype).name, unsupported=self.kernel_limits(self.target.platform))
+                            dtype=jnp.dtype(self.dtype).name,
+                            unsupported=unsupported or self.kernel_limits(self.target.platform))
 
     def kernel_dropout(self, plan: kernels.KernelPlan, rngs: nnx.Rngs | None) -> dict:
         """Keyword arguments that give a kernel call its attention dropout ({} where the plan has none);
@@ -322,8 +357,12 @@ class Attention(TokenMixer):
     ) -> Float[Array, "b q h d"]:
         """drop(masked_softmax(logits)) v, with the mask of `drop` (the kernels'), through
         `weighted_values.softmax_values`: the softmax, dropout and product of full attention in
-        two [q, k] arrays forward and backward instead of autodiff's six."""
-        logits = jnp.where(key_mask[:, None, None, :], logits.astype(jnp.float32), MASK_VALUE)
+        two [q, k] arrays forward and backward instead of autodiff's six. A causal layer also masks
+        the pairs of query i and key j > i."""
+        allowed = key_mask[:, None, None, :]
+        if self.causal:
+            allowed = allowed & causal_pairs(logits.shape[-2], logits.shape[-1])
+        logits = jnp.where(allowed, logits.astype(jnp.float32), MASK_VALUE)
         out, _ = softmax_values(logits, jnp.swapaxes(v, 1, 2), *self.dropout_seed(deterministic, rngs))
         return jnp.swapaxes(out, 1, 2)
 

@@ -45,6 +45,7 @@ class SoftmaxAttention(Attention):
     """Full scaled dot-product attention over all real tokens; impl="pallas" runs the flash kernel."""
 
     kernel_op = FLASH  # Triton on GPU; on TPU splash, or our Mosaic kernel where dropout is on
+    supports_causal = True  # causal=True masks keys j > i (XLA path; the kernels take a key mask only)
     # cost_exponent 2 (the default): q k^T and p v are [n, d] x [d, n] and [n, n] x [n, d] per example.
 
     @classmethod

@@ -141,6 +141,11 @@ class S4D(TokenMixer):
         projection = matmul_flops(batch * n, dim, 2 * dim if settings["glu"] else dim)
         return projection + vandermonde + convolution
 
+    @classmethod
+    def causal_form(cls) -> str:
+        """Causal without the backward kernel (its causal=True is refused: one setting, one meaning)."""
+        return "bidirectional=False"
+
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 64, dt_min: float = 1e-3,
                  dt_max: float = 1e-1, bidirectional: bool = True, glu: bool = True, rngs: nnx.Rngs,
                  **common):
@@ -151,6 +156,7 @@ class S4D(TokenMixer):
             raise ConfigError(f"s4d needs 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
         self.state_size, self.dt_min, self.dt_max = state_size, dt_min, dt_max
         self.bidirectional, self.glu = bidirectional, glu
+        self.causal = not bidirectional  # the forward kernel alone sums over s <= t
         modes, kernels = state_size // 2, 2 if bidirectional else 1
         self.log_dt = SSMParam(jax.random.uniform(rngs.params(), (dim,), minval=math.log(dt_min),
                                                   maxval=math.log(dt_max)))

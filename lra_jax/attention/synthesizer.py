@@ -92,6 +92,7 @@ class SynthesizerAttention(Attention):
     """
 
     kernel_op = FLASH  # Triton on GPU; on TPU splash, or our Mosaic kernel where dropout is on
+    supports_causal = True  # causal=True masks keys j > i, as the paper does for language modelling
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):

@@ -217,6 +217,10 @@ def check(s: Settings) -> None:
     _at_least("data.downsample", s.data.downsample, 1)
     _require("attention.name", s.attention.get("name"), isinstance(s.attention.get("name"), str),
              "a variant's name")
+    # The CLS token goes in front, where a causal layer lets it see only itself.
+    _require("model.pooling", m.pooling, m.pooling != "cls" or not causal_layers(s),
+             "mean or max with causal layers, whose CLS token in front sees only itself "
+             "(set --config.model.pooling=mean --config.model.cls_token=False)")
     check_pretrain(s)
 
 
@@ -229,11 +233,17 @@ def check_pretrain(s: Settings) -> None:
     _require("pretrain.learning_rate", p.learning_rate, _number(p.learning_rate) and p.learning_rate >= 0,
              ">= 0 (0: the fine-tuning rate)")
     _at_least("pretrain.warmup_steps", p.warmup_steps, 0)
-    # Next-token prediction needs every layer causal: only S4D with its backward kernel off is.
-    _require("pretrain.objective", p.objective, p.objective != "causal" or (
-        s.variant == "s4d" and s.attention.get("bidirectional") is False),
-        "masked for this variant: causal needs a causal layer, i.e. attention.name='s4d' with "
-        "--config.attention.bidirectional=False")
+    # Next-token prediction needs every layer causal (docs/self-pretraining.md).
+    _require("pretrain.objective", p.objective, p.objective != "causal" or causal_layers(s),
+             "masked for this layer: causal needs a causal layer, --config.attention.causal=True (softmax, "
+             "luong, additive, synthesizer) or attention.name='s4d' with --config.attention.bidirectional=False")
+
+
+def causal_layers(s: Settings) -> bool:
+    """Whether the configured layers mix only earlier positions: attention.causal=True (the variant
+    checks that it can), or S4D without its backward kernel."""
+    a = s.attention
+    return a.get("causal") is True or (s.variant == "s4d" and a.get("bidirectional") is False)
 
 
 def check_optimizer(opt: OptimizerSettings) -> None:

@@ -20,7 +20,7 @@ from lra_jax.data.tasks import TASKS
 # from here: the one place these defaults live (`lra_jax.config.settings` reads a config with them).
 OPTIONAL = {"optimizer.skip_nonfinite_updates": 0, "grad_accum_steps": 1, "keep_checkpoints": 2,
             "val_examples": 0, "pretrain.objective": "none", "pretrain.num_steps": 0, "pretrain.mask_rate": 0.15,
-            "pretrain.learning_rate": 0.0, "pretrain.warmup_steps": 0}
+            "pretrain.learning_rate": 0.0, "pretrain.warmup_steps": 0, "attention.causal": False}
 SCALES = ("full", "mini")
 
 
@@ -265,7 +265,8 @@ def get_config(arg: str | None = None, attention: dict | None = None) -> ml_coll
     task, scale = parse(arg)
     config = _TASK_CONFIGS[task](scale)
     # impl "auto": the variant's Pallas kernel on GPU (Triton) and TPU (splash), XLA on CPU.
-    config.attention = dict(name="softmax", impl="auto")
+    # causal: position i mixes positions <= i only, for next-token pretraining (variants that can).
+    config.attention = dict(name="softmax", impl="auto", causal=OPTIONAL["attention.causal"])
     config.attention.update(attention or {})
     config.lock()
     return config

@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from lra_jax.attention import registry
+from lra_jax.attention.core import causal_forms
 from lra_jax.errors import LraError
 from lra_jax.experiments import bench_report
 
@@ -50,16 +51,22 @@ def variants_page() -> str:
              "or logits shrink. `config.attention.name` chooses the variant and `config.attention.impl` "
              "(`auto`, `pallas`, `xla`) its kernel ([kernels](kernels.md)); the Pallas backends below are "
              "`kernel_backends()` of each class (triton: GPU, mosaic: TPU).", "",
-             "| name | cost exponent e | kernel op | Pallas backends |", "|---|---|---|---|"]
+             "The causal column gives the setting that makes a variant causal, for next-token pretraining "
+             "([self-pretraining](self-pretraining.md)); the others refuse `causal=True`.", "",
+             "| name | cost exponent e | kernel op | Pallas backends | causal |", "|---|---|---|---|---|"]
+    forms = causal_forms()
     for name in registry.names():
         cls = registry.get(name)
         op = getattr(cls, "kernel_op", None)
         backends = ", ".join(sorted(cls.kernel_backends())) if hasattr(cls, "kernel_backends") else ""
+        causal = f"`{forms[name]}`" if name in forms else "—"
         lines.append(f"| `{name}` | {getattr(cls, 'cost_exponent', 2.0):g} | {op.name if op else '—'} | "
-                     f"{backends or '— (XLA)'} |")
+                     f"{backends or '— (XLA)'} | {causal} |")
     for name in registry.names():
         cls = registry.get(name)
         settings = registry.settings_of(name)
+        if forms.get(name) != "causal=True":
+            settings.pop("causal", None)  # accepted only to be refused with the list of causal layers
         lines += ["", f"## `{name}`", "", _first_paragraph(cls.__doc__) or "(no docstring)", "",
                   f"Class `{cls.__module__}.{cls.__qualname__}`."]
         if settings:

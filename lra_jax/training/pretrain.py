@@ -10,8 +10,9 @@ corrupted nor predicted:
             stays (10%); loss = mean over chosen positions of -log p(x_i | corrupted x).
             Pixels are the tokens of Image and Pathfinder, as they are the classifier's.
     causal  next-token prediction: loss = mean over real targets of -log p(x_{i+1} | x_{<=i});
-            only for a model whose every layer is causal (S4D with bidirectional=False;
-            `config.settings.check_pretrain` refuses the others).
+            only for a model whose every layer is causal (attention.causal=True on the variants
+            that take it, or S4D with bidirectional=False; `config.settings.check_pretrain`
+            refuses the others).
 
 Randomness: the step's key (fold_in(dropout key, step), then the micro-batch index) is split into
 the masking key and the dropout key, so a resumed stage draws the same masks.

@@ -1,0 +1,118 @@
+"""Causal layers (`causal=True`), the condition of next-token pretraining: position i mixes positions
+<= i only. Checked for every variant that takes the setting, against a reference for softmax, under
+the attention contract's padding rules, and at the config boundary."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from helpers import assert_close, build_small, reassociation_tol, tiny_config
+from lra_jax import kernels
+from lra_jax.attention import registry
+from lra_jax.attention.core import causal_variants
+from lra_jax.config import settings as config_settings
+from lra_jax.errors import ConfigError
+
+DIM, HEADS, N, CUT = 16, 2, 20, 9
+TOL = reassociation_tol(N, depth=8)
+CAUSAL = causal_variants()
+
+
+def build(name, **settings):
+    return build_small(name, dim=DIM, num_heads=HEADS, seed=0, max_len=N, causal=True, **settings)
+
+
+def tokens(seed, n=N):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal((2, n, DIM)), jnp.float32)
+
+
+@nnx.jit
+def forward(model, x, mask):
+    return model(x, mask, deterministic=True)
+
+
+def test_the_causal_variants_are_those_with_a_weight_per_pair():
+    assert CAUSAL == ["additive", "luong", "softmax", "synthesizer"]
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_a_causal_layer_sees_no_later_position(name):
+    model = build(name)
+    x, mask = tokens(0), jnp.ones((2, N), bool)
+    changed = x.at[:, CUT:].set(tokens(1)[:, CUT:])
+    before, after = forward(model, x, mask), forward(model, changed, mask)
+    assert_close(after[:, :CUT], before[:, :CUT], TOL)
+    assert np.abs(np.asarray(after[:, CUT:] - before[:, CUT:])).max() > 1e-3  # the later ones do change
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_a_causal_layer_keeps_the_padding_contract(name):
+    model = build(name)
+    x = tokens(2)
+    mask = jnp.arange(N)[None, :] < jnp.array([[13], [0]])  # ragged, and a row of padding alone
+    out = forward(model, x, mask)
+    assert np.isfinite(np.asarray(out)).all()
+    np.testing.assert_array_equal(np.asarray(out)[~np.asarray(mask)], 0.0)
+    x_other = jnp.where(mask[..., None], x, 100.0 * tokens(3))
+    assert_close(forward(model, x_other, mask)[0, :13], out[0, :13], TOL)
+    grad = jax.grad(lambda x: jnp.sum(model(x, mask, deterministic=True) ** 2))(x)
+    assert np.isfinite(np.asarray(grad)).all()
+
+
+def test_causal_softmax_is_softmax_over_the_earlier_real_keys():
+    model = build("softmax")
+    x, lengths = tokens(4), np.array([N, 11])
+    mask = jnp.arange(N)[None, :] < lengths[:, None]
+    q = np.asarray(model.query(x), np.float64).reshape(2, N, HEADS, -1)
+    k = np.asarray(model.key(x), np.float64).reshape(2, N, HEADS, -1)
+    v = np.asarray(model.value(x), np.float64).reshape(2, N, HEADS, -1)
+    mixed = np.zeros_like(q)
+    for b in range(2):
+        for i in range(lengths[b]):
+            logits = np.einsum("hd,jhd->hj", q[b, i], k[b, : i + 1]) / np.sqrt(q.shape[-1])
+            weights = np.exp(logits - logits.max(-1, keepdims=True))
+            mixed[b, i] = np.einsum("hj,jhd->hd", weights / weights.sum(-1, keepdims=True), v[b, : i + 1])
+    expected = np.array(model.out(jnp.asarray(mixed.reshape(2, N, DIM), jnp.float32)))
+    expected[~np.asarray(mask)] = 0
+    assert_close(forward(model, x, mask), expected, TOL)
+
+
+def test_a_causal_layer_runs_xla_and_says_why():
+    with kernels.target_platform("gpu", interpret=False):
+        model = build("softmax", impl="pallas")
+    plan = model.kernel_plan(deterministic=True)
+    assert not plan.uses_pallas and "causal" in plan.reason
+
+
+@pytest.mark.parametrize("name", [n for n in registry.names() if n not in CAUSAL])
+def test_other_variants_refuse_causal_and_name_those_that_take_it(name):
+    with pytest.raises(ConfigError, match=r"no causal form; causal layers are additive \(causal=True\), luong \(causal=True\), s4d \(bidirectional=False\), softmax"):
+        build(name)
+
+
+def causal_config(name="softmax", **attention):
+    config = tiny_config("", name, **({"causal": True} if name != "s4d" else {}), **attention)
+    config.model.update(pooling="mean", cls_token=False)
+    config.pretrain.update(objective="causal", num_steps=3)
+    return config
+
+
+@pytest.mark.parametrize("name, attention", [("softmax", {}), ("additive", {}), ("s4d", {"bidirectional": False})])
+def test_next_token_pretraining_is_accepted_for_causal_layers(name, attention):
+    assert config_settings.from_config(causal_config(name, **attention)).pretrain.objective == "causal"
+
+
+def test_next_token_pretraining_is_refused_without_a_causal_layer():
+    config = causal_config()
+    config.attention.causal = False
+    with pytest.raises(ConfigError, match="causal needs a causal layer, --config.attention.causal=True"):
+        config_settings.from_config(config)
+
+
+def test_cls_pooling_is_refused_with_a_causal_layer():
+    config = causal_config()
+    config.model.update(pooling="cls", cls_token=True)
+    with pytest.raises(ConfigError, match="CLS token in front sees only itself"):
+        config_settings.from_config(config)
