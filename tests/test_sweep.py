@@ -138,6 +138,19 @@ def test_exit_zero_without_results_is_a_failure(tmp_path):
     assert summary[0]["status"] == "failed" and "without results.json" in summary[0]["error"]
 
 
+def test_a_run_trained_by_newer_code_is_stale_not_failed(tmp_path):
+    """The code changed under a running sweep: the run's config.json has a key the sweep's plan lacks."""
+    runs = make_plan(tmp_path, "softmax")
+
+    def newer_train(command, cwd, slot=None):
+        finish(runs[0], **{"optimizer.learning_rate": 0.123})
+        return 0
+
+    summary = sweep_run.run_sweep(runs, newer_train, log=lambda line: None)
+    assert summary[0]["status"] == "stale"
+    assert "optimizer.learning_rate differ" in summary[0]["error"] and "code changed" in summary[0]["error"]
+
+
 def test_unknown_and_configless_variants_are_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match="unknown variant nonesuch; known: .*softmax"):
         make_plan(tmp_path, "softmax,nonesuch")

@@ -157,6 +157,11 @@ def _train(r: Run, before: str, runner: Runner, slot, stop: Stop | None, cwd: st
         row["status"] = "finished"
     elif after == "diverged":
         row["status"], row["error"] = "diverged", r.divergence()
+    elif after == "stale":  # trained by code newer than this sweep's: its results stand
+        row["status"] = "stale"
+        row["error"] = (f"finished, with a config that differs from the one this sweep planned "
+                        f"({', '.join(r.changes())} differ): was the code changed while the sweep ran? "
+                        f"A new sweep judges it against the code of now")
     elif stop is not None and stop.requested:
         row["status"] = "stopped"
     elif crashed:

@@ -37,7 +37,8 @@ says "diverged", with no accuracy) is reported as `diverged` and not retried: it
 again the same way. A finished run is judged against the config its command
 trains now: if that asks for more steps, it resumes; if it differs in what a run cannot change on
 resume (model, optimizer, data, ...), the run is "stale": skipped and reported with the settings
-that differ, its results kept (delete its workdir to train it again with the current config). A
+that differ, its results kept (delete its workdir to train it again with the current config). A run
+that finishes stale was trained by code changed while the sweep ran; the next sweep judges it afresh. A
 failed run is logged and the sweep goes on; the exit status is 1 if any run failed. A run whose process
 died from a signal (SIGKILL from the out-of-memory killer, a segfault) is recorded as `crashed` with the
 last lines of its output, and the sweep goes on; run the sweep again to resume it from its checkpoint.
