@@ -312,6 +312,17 @@ def test_no_results_is_a_clear_error(tmp_path):
         chart(tmp_path, tmp_path / "out")
 
 
+def test_spt_reference_file_is_consistent():
+    """Every published self-pretraining figure names its model, protocol, what it averages, where the paper
+    states it; the figure is a number, a signed range or an approximation the paper itself gives."""
+    with open(lra_results.SPT_REFERENCE, encoding="utf-8") as f:
+        reference = json.load(f)
+    assert "2310.02980" in reference["paper"] and reference["source"]["figures"]
+    for figure in reference["figures"]:
+        assert all(figure[k] for k in ("model", "training", "over", "where")), figure
+        assert re.fullmatch(r"(about )?[+]?\d+(\.\d)?( to [+]\d+)?", figure["figure"]), figure
+
+
 def test_reference_file_is_consistent():
     with open(lra_results.REFERENCE, encoding="utf-8") as f:
         reference = json.load(f)
@@ -515,5 +526,9 @@ def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scra
         table = f.read()
     assert "## Self-pretraining gain (mini, SPT (masked) against mini from scratch)" in table
     assert "| linear | +10.00 ± 2.00 | +10.00 ± 2.00 |" in table  # std 1.41 each: sqrt(2 + 2)
+    published = table.split("## Published (self-pretraining paper)")[1]  # after the gain, with its source
+    assert "2310.02980" in published and "| Transformer + rotary embeddings | masked SPT |" in published
+    with open(paths["inputs"], encoding="utf-8") as f:
+        assert any(r["path"].endswith("spt_paper.json") for r in json.load(f)["inputs"])
     with open(paths["svg"], encoding="utf-8") as f:
         assert "self-pretrained" in f.read()  # the arrow's legend entry

@@ -27,6 +27,7 @@ from lra_jax.experiments.chart_panels import Panel, ordered_scales, scale_line
 from lra_jax.experiments.chart_speeds import BASELINE, DeviceSpeeds, device_speeds
 from lra_jax.experiments.lra_results import (
     REFERENCE,
+    SPT_REFERENCE,
     SSM_REFERENCE,
     aggregate,
     caption,
@@ -217,7 +218,10 @@ def render(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE
         modeled = table2_report.load_modeled(options.modeled, None)
         inputs.append(options.modeled)
     reference, ssm_reference = _read_reference(options.reference), _read_reference(ssm_reference_path)
-    inputs += [p for p, r in ((options.reference, reference), (ssm_reference_path, ssm_reference)) if r]
+    pretraining = spt_report.gain_table(scores, main)
+    spt_reference = _read_reference(SPT_REFERENCE) if pretraining else None
+    inputs += [p for p, r in ((options.reference, reference), (ssm_reference_path, ssm_reference),
+                              (SPT_REFERENCE, spt_reference)) if r]
     # One caption per scale; the two arms of one scale share theirs, said once.
     captions = "\n".join(dict.fromkeys(filter(None, [caption(scores[s]) for s in ordered_scales(scores)] + [note])))
     fig, panels = figure(scores, main, reference, cpu, modeled, captions)
@@ -226,7 +230,7 @@ def render(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE
               f"{chart_manifest.MANIFEST_NAME}; do not edit by hand: `python -m lra_jax.tools.chart --check` "
               "fails when an input or this file changes.")
     table = markdown_table(scores, main, cpu, reference, note, ssm_reference, header=header,
-                           pretraining=spt_report.gain_table(scores, main))
+                           pretraining=pretraining, spt_reference=spt_reference)
     return fig, table, record
 
 

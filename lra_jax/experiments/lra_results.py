@@ -28,6 +28,7 @@ LRA_TASKS = tuple(t for t in task_registry.TASKS if t not in PATH_X)  # the task
 TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
                "pathfinder": "Pathfinder"}
 SSM_REFERENCE = os.path.join(os.path.dirname(REFERENCE), "s4d_paper.json")
+SPT_REFERENCE = os.path.join(os.path.dirname(REFERENCE), "spt_paper.json")  # the self-pretraining paper's
 # Not attention: the yardstick the attention variants are measured against, drawn apart.
 REFERENCE_VARIANTS = {"s4d": "the reference: a state-space model, not attention"}
 
@@ -290,12 +291,12 @@ def speed_sources(devices: list) -> list[str]:
 
 def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, reference: dict[str, Any] | None,
                    note: str = "", ssm_reference: dict[str, Any] | None = None, header: str = "",
-                   pretraining: list[str] = ()) -> str:
+                   pretraining: list[str] = (), spt_reference: dict[str, Any] | None = None) -> str:
     """Per scale: every variant's per-task accuracy, score, Path-X, seeds and speed and memory on each device
     (`chart_speeds.DeviceSpeeds`: the main panel's, the CPU's), best score first; full-scale scores beside the
     paper's; where each speed comes from; the grid points chosen; the published figures. `header`: a
     paragraph under the title (how the file was made); `pretraining`: the self-pretraining sections
-    (`spt_report.gain_table`)."""
+    (`spt_report.gain_table`), followed by `spt_reference`'s published figures where there are any."""
     lines = ["# LRA results", ""]
     lines += [header, ""] if header else []
     lines += [_table_caption({v: m for s in scores.values() for v, m in s.items()})]
@@ -305,6 +306,8 @@ def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, refe
     for part in note.splitlines():
         lines += ["", part]
     lines += pretraining
+    if pretraining and spt_reference:
+        lines += published_spt(spt_reference)
     if "full" in scores:
         lines += full_scale_against_paper(scores["full"], reference)
     lines += speed_sources(devices)
@@ -334,6 +337,14 @@ def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, refe
                                path_x, _fmt(r["avg5"], 2), _fmt(r["avg6"], 2)]))
         lines += ["", "Sources: " + " ".join(ssm_reference.get("source", {}).values())]
     return "\n".join(lines) + "\n"
+
+def published_spt(reference: dict[str, Any]) -> list[str]:
+    """The self-pretraining paper's figures (experiments/reference/spt_paper.json), as its text states them."""
+    lines = ["", "## Published (self-pretraining paper)", "", reference["paper"] + ".", "",
+             *_header(["Model", "Training", "Over", "Accuracy (%)", "Where"])]
+    lines += [_row([f["model"], f["training"], f["over"], f["figure"], f["where"]]) for f in reference["figures"]]
+    return lines + ["", "Sources: " + " ".join(reference.get("source", {}).values())]
+
 
 def unfinished_note(selections: dict, min_seeds: int) -> str:
     """One line naming the cells whose chosen point has fewer than `min_seeds` seeds ("" if none)."""

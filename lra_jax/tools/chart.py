@@ -17,7 +17,8 @@ Secondary panels, also relative to softmax: --cpu_bench (measured on a CPU) and 
 compiler's modeled step on the paper's hardware, labelled modeled). s4d, the state-space yardstick, is a
 diamond. Writes lra_chart.png, lra_chart.svg, lra_results.md (per scale: the scores and every device's
 speed and memory; full-scale scores beside the paper's; the file each speed came from; the chosen grid
-points; both papers' figures) and lra_chart.inputs.json (the command, every input's path, sha256 and
+points; the LRA and S4D papers' figures, and with a self-pretrained arm, the gain and the SPT paper's
+figures, experiments/reference/spt_paper.json) and lra_chart.inputs.json (the command, every input's path, sha256 and
 recorded commit, and the values drawn).
 
     python -m lra_jax.tools.chart --check [--out=experiments/charts]
