@@ -10,7 +10,7 @@ from flax import nnx
 
 from helpers import assert_close, build_small, reassociation_tol, tiny_config
 from lra_jax import kernels
-from lra_jax.attention import registry
+from lra_jax.attention import kernelized, registry
 from lra_jax.attention.core import causal_variants
 from lra_jax.config import settings as config_settings
 from lra_jax.errors import ConfigError
@@ -33,8 +33,8 @@ def forward(model, x, mask):
     return model(x, mask, deterministic=True)
 
 
-def test_the_causal_variants_are_those_with_a_weight_per_pair():
-    assert CAUSAL == ["additive", "luong", "softmax", "synthesizer"]
+def test_the_causal_variants_are_those_with_a_weight_per_pair_or_a_kernelized_sum():
+    assert CAUSAL == ["additive", "linear", "luong", "softmax", "synthesizer", "taylor"]
 
 
 @pytest.mark.parametrize("name", CAUSAL)
@@ -79,6 +79,44 @@ def test_causal_softmax_is_softmax_over_the_earlier_real_keys():
     assert_close(forward(model, x, mask), expected, TOL)
 
 
+def kernel_average_reference(phi_q, phi_k, v):
+    """sum_{j<=i} (phi_q_i . phi_k_j) v_j / sum_{j<=i} phi_q_i . phi_k_j in float64, one query at a time
+    (0 where the sum of weights is 0)."""
+    phi_q, phi_k, v = (np.asarray(t, np.float64) for t in (phi_q, phi_k, v))
+    out = np.zeros(v.shape)
+    for i in range(v.shape[1]):
+        weights = np.einsum("bhm,bjhm->bhj", phi_q[:, i], phi_k[:, : i + 1])
+        total = weights.sum(-1)[..., None]
+        out[:, i] = np.divide(np.einsum("bhj,bjhd->bhd", weights, v[:, : i + 1]), total,
+                              out=np.zeros(out[:, i].shape), where=total > 0)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 6, 20, 64])  # one position, a ragged last chunk, exact, all in one
+def test_causal_kernel_attention_is_the_prefix_average_in_any_chunking(chunk):
+    rng = np.random.default_rng(5)
+    phi_q, phi_k = (jnp.asarray(rng.uniform(0.0, 2.0, (2, N, HEADS, 5)), jnp.float32) for _ in range(2))
+    phi_k = phi_k.at[1, 7:].set(0.0).at[1, :3].set(0.0)  # no real key before position 3 in row 1
+    v = jnp.asarray(rng.standard_normal((2, N, HEADS, 4)), jnp.float32)
+    out = kernelized.causal_kernel_attention(phi_q, phi_k, v, chunk=chunk)
+    assert_close(out, kernel_average_reference(phi_q, phi_k, v), TOL)
+    np.testing.assert_array_equal(np.asarray(out[1, :3]), 0.0)
+
+
+@pytest.mark.parametrize("name, features", [("linear", lambda x: kernelized.elu_features(x)),
+                                            ("taylor", lambda x: kernelized.taylor_features(x, 1.0))])
+def test_causal_kernelized_layers_average_over_the_earlier_real_keys(name, features):
+    model = build(name)
+    x, lengths = tokens(6), np.array([N, 11])
+    mask = jnp.arange(N)[None, :] < lengths[:, None]
+    q, k, v = (getattr(model, p)(x).reshape(2, N, HEADS, -1) for p in ("query", "key", "value"))
+    phi_k = jnp.where(mask[:, :, None, None], features(k), 0.0)
+    mixed = kernel_average_reference(features(q), phi_k, v)
+    expected = np.array(model.out(jnp.asarray(mixed.reshape(2, N, DIM), jnp.float32)))
+    expected[~np.asarray(mask)] = 0
+    assert_close(forward(model, x, mask), expected, TOL)
+
+
 def test_a_causal_layer_runs_xla_and_says_why():
     with kernels.target_platform("gpu", interpret=False):
         model = build("softmax", impl="pallas")
@@ -88,7 +126,8 @@ def test_a_causal_layer_runs_xla_and_says_why():
 
 @pytest.mark.parametrize("name", [n for n in registry.names() if n not in CAUSAL])
 def test_other_variants_refuse_causal_and_name_those_that_take_it(name):
-    with pytest.raises(ConfigError, match=r"no causal form; causal layers are additive \(causal=True\), luong \(causal=True\), s4d \(bidirectional=False\), softmax"):
+    with pytest.raises(ConfigError, match=r"no causal form; causal layers are additive \(causal=True\), linear "
+                                          r"\(causal=True\), luong \(causal=True\), s4d \(bidirectional=False\), softmax"):
         build(name)
 
 

@@ -198,8 +198,9 @@ class TokenMixer(nnx.Module):
       data_dependent_pattern: True where the keys a query sees are chosen from the
         activations (hash buckets, clusters), so a rounding difference such as
         bfloat16's can move a token to another bucket and change its output entirely.
-      supports_causal: True where the variant forms a weight for every (query, key) pair, so that
-        masking the pairs j > i makes it causal without changing what it computes otherwise.
+      supports_causal: True where the variant has a causal form that changes nothing else it computes:
+        a weight for every (query, key) pair with the pairs j > i masked, or kernelized sums taken
+        over the keys j <= i only.
 
     The layer is built for the kernel target current at build time
     (`lra_jax.kernels.current_target()`: the platform jax runs on, or the one set by

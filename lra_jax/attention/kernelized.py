@@ -54,6 +54,15 @@ under- or overflows, whatever the norms of q and k. Both stabilisers pass throug
 `stop_gradient` (the function does not depend on them). Everything is in float32 and cast
 back to the input dtype.
 
+Causal form (Linear Transformer and Taylor, `causal=True`; Katharopoulos et al. 2020, eq. 8-9):
+the sums run over the real keys j <= i only, S_i = sum_{j<=i} phi(k_j) v_j^T and z_i likewise.
+`causal_kernel_attention` computes them in chunks of c positions: a running S and z carried across
+chunks (the recurrent view) plus the c x c masked products within a chunk, so memory is
+O(n/c m d + n c) per head rather than the O(n m d) of a prefix sum at every position. Performer
+has no causal form here: its key stabiliser c_r is a maximum over all real keys, and a maximum over
+the keys j <= i would have to be carried and rescaled chunk to chunk (a later, larger key makes the
+earlier features underflow otherwise). The fused kernels are non-causal: a causal layer runs XLA.
+
 Dropout. These variants never form attention weights, so `dropout_rate` (accepted by the base
 class) is unused: there is nothing to drop.
 """
@@ -65,7 +74,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from lra_jax.attention.core import Attention, divide_or_zero, matmul_flops, stream_key, unit_vectors
+from lra_jax.attention.core import Attention, causal_pairs, divide_or_zero, matmul_flops, stream_key, unit_vectors
 from lra_jax.attention.registry import register
 from lra_jax import kernels
 from lra_jax.errors import ConfigError
@@ -95,6 +104,41 @@ def kernel_attention(
     numerator = jnp.einsum("bnhm,bhmd->bnhd", phi_q, kv)
     normaliser = jnp.einsum("bnhm,bhm->bnh", phi_q, z)
     return divide_or_zero(numerator, normaliser[..., None])
+
+
+def causal_kernel_attention(
+    phi_q: Float[Array, "b n h m"],
+    phi_k: Float[Array, "b n h m"],
+    v: Float[Array, "b n h d"],
+    chunk: int = 64,
+) -> Float[Array, "b n h d"]:
+    """out_i = phi(q_i)^T S_i / phi(q_i)^T z_i, S_i = sum_{j<=i} phi(k_j) v_j^T, z_i = sum_{j<=i} phi(k_j).
+
+    In chunks of `chunk` positions: the sums over earlier chunks (an exclusive prefix sum of each
+    chunk's phi(K)^T V and phi(K)^T 1) plus, within the chunk, phi(Q) phi(K)^T masked to j <= i.
+    Features as `kernel_attention` (phi(q)^T phi(k) >= 0, phi = 0 at padded keys); float32; 0 for a
+    query with no real key at or before it.
+    """
+    phi_q, phi_k, v = (t.astype(jnp.float32) for t in (phi_q, phi_k, v))
+    b, n, h, m = phi_q.shape
+    c = min(chunk, n)
+    pad = (-n) % c
+    if pad:  # zero features at the end: they enter no sum, and their outputs are cut off below
+        phi_q, phi_k, v = (jnp.pad(t, ((0, 0), (0, pad), (0, 0), (0, 0))) for t in (phi_q, phi_k, v))
+    groups = (n + pad) // c
+    phi_q, phi_k, v = (t.reshape(b, groups, c, h, t.shape[-1]) for t in (phi_q, phi_k, v))
+
+    def before(per_chunk):  # the sum over the chunks before each one (0 for the first)
+        return jnp.cumsum(jnp.concatenate([jnp.zeros_like(per_chunk[:, :1]), per_chunk[:, :-1]], axis=1), axis=1)
+
+    kv = before(jnp.einsum("bgchm,bgchd->bghmd", phi_k, v))
+    z = before(jnp.sum(phi_k, axis=2))  # [b g h m]
+    weights = jnp.einsum("bgihm,bgjhm->bghij", phi_q, phi_k)
+    weights = jnp.where(causal_pairs(c, c), weights, 0.0)
+    numerator = jnp.einsum("bgchm,bghmd->bgchd", phi_q, kv) + jnp.einsum("bghij,bgjhd->bgihd", weights, v)
+    normaliser = jnp.einsum("bgchm,bghm->bgch", phi_q, z) + jnp.swapaxes(jnp.sum(weights, axis=-1), 2, 3)
+    out = divide_or_zero(numerator, normaliser[..., None])
+    return out.reshape(b, groups * c, h, -1)[:, :n]
 
 
 # ----------------------------------------------------------------------------- Performer
@@ -241,16 +285,18 @@ def linear_attention(
     v: Float[Array, "b n h d"],
     mask: Bool[Array, "b n"],
     plan: kernels.KernelPlan | None = None,
+    causal: bool = False,
 ) -> Float[Array, "b n h d"]:
-    """Non-causal linear attention (eq. 6) over the real keys; padded keys get phi = 0.
+    """Linear attention (eq. 6; causal: eq. 9, keys j <= i) over the real keys; padded keys get phi = 0.
 
-    With a `plan` that uses a Pallas kernel, the fused linear kernel computes the same
-    (elu + 1 features applied inside it, `lra_jax.kernels.linear`).
+    With a `plan` that uses a Pallas kernel (non-causal only), the fused linear kernel computes the
+    same (elu + 1 features applied inside it, `lra_jax.kernels.linear`).
     """
     if plan is not None and plan.uses_pallas:
         return fused_linear_attention(q, k, v, key_mask=mask, feature_map="elu", plan=plan)
     phi_k = jnp.where(mask[:, :, None, None], elu_features(k), 0.0)
-    return kernel_attention(elu_features(q), phi_k, v).astype(v.dtype)
+    attend = causal_kernel_attention if causal else kernel_attention
+    return attend(elu_features(q), phi_k, v).astype(v.dtype)
 
 
 @register("linear")
@@ -263,6 +309,7 @@ class LinearAttention(Attention):
     kernel_op = LINEAR  # Triton only (none for TPU)
     uses_attention_dropout = False
     cost_exponent = 1.0  # n * d^2
+    supports_causal = True  # causal=True: sums over keys j <= i (`causal_kernel_attention`, XLA)
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
@@ -274,7 +321,7 @@ class LinearAttention(Attention):
         return linear_kernel_limit(self.head_dim, self.head_dim) if platform == "gpu" else None
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
-        return linear_attention(q, k, v, mask, self.kernel_plan(deterministic))
+        return linear_attention(q, k, v, mask, self.kernel_plan(deterministic), causal=self.causal)
 
 
 # ----------------------------------------------------------------------------------- Taylor
@@ -296,13 +343,16 @@ def taylor_attention(
     mask: Bool[Array, "b n"],
     *,
     scale: float = 1.0,
+    causal: bool = False,
 ) -> Float[Array, "b n h d"]:
-    """out_i = sum_j (1 + scale q^_i.k^_j) v_j / sum_j (1 + scale q^_i.k^_j) over the real keys j.
+    """out_i = sum_j (1 + scale q^_i.k^_j) v_j / sum_j (1 + scale q^_i.k^_j) over the real keys j
+    (causal: j <= i).
 
     Computed in linear form (module docstring); padded keys get phi = 0, so they enter neither sum.
     """
     phi_k = jnp.where(mask[:, :, None, None], taylor_features(k, scale), 0.0)
-    return kernel_attention(taylor_features(q, scale), phi_k, v).astype(v.dtype)
+    attend = causal_kernel_attention if causal else kernel_attention
+    return attend(taylor_features(q, scale), phi_k, v).astype(v.dtype)
 
 
 @register("taylor")
@@ -319,6 +369,7 @@ class TaylorAttention(Attention):
     """
 
     cost_exponent = 1.0  # n * d^2
+    supports_causal = True  # causal=True: sums over keys j <= i (`causal_kernel_attention`)
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
@@ -335,4 +386,4 @@ class TaylorAttention(Attention):
         self.scale = float(scale)
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
-        return taylor_attention(q, k, v, mask, scale=self.scale)
+        return taylor_attention(q, k, v, mask, scale=self.scale, causal=self.causal)

@@ -17,6 +17,7 @@ from typing import Any
 
 import ml_collections
 
+from lra_jax.attention.core import causal_forms
 from lra_jax.config.task_defaults import OPTIONAL
 from lra_jax.data.tasks import TASKS, DataSettings
 from lra_jax.errors import ConfigError
@@ -235,8 +236,9 @@ def check_pretrain(s: Settings) -> None:
     _at_least("pretrain.warmup_steps", p.warmup_steps, 0)
     # Next-token prediction needs every layer causal (docs/self-pretraining.md).
     _require("pretrain.objective", p.objective, p.objective != "causal" or causal_layers(s),
-             "masked for this layer: causal needs a causal layer, --config.attention.causal=True (softmax, "
-             "luong, additive, synthesizer) or attention.name='s4d' with --config.attention.bidirectional=False")
+             "masked for this layer: causal needs a causal layer, --config.attention.causal=True "
+             f"({', '.join(n for n, form in causal_forms().items() if form == 'causal=True')}) or "
+             "attention.name='s4d' with --config.attention.bidirectional=False")
 
 
 def causal_layers(s: Settings) -> bool:
