@@ -33,8 +33,8 @@ def forward(model, x, mask):
     return model(x, mask, deterministic=True)
 
 
-def test_the_causal_variants_are_those_with_a_weight_per_pair_or_a_kernelized_sum():
-    assert CAUSAL == ["additive", "linear", "luong", "softmax", "synthesizer", "taylor"]
+def test_the_causal_variants_are_those_with_a_weight_per_pair_a_causal_band_or_a_kernelized_sum():
+    assert CAUSAL == ["additive", "linear", "local", "luong", "softmax", "strided", "synthesizer", "taylor"]
 
 
 @pytest.mark.parametrize("name", CAUSAL)
@@ -61,22 +61,46 @@ def test_a_causal_layer_keeps_the_padding_contract(name):
     assert np.isfinite(np.asarray(grad)).all()
 
 
-def test_causal_softmax_is_softmax_over_the_earlier_real_keys():
-    model = build("softmax")
-    x, lengths = tokens(4), np.array([N, 11])
-    mask = jnp.arange(N)[None, :] < lengths[:, None]
-    q = np.asarray(model.query(x), np.float64).reshape(2, N, HEADS, -1)
-    k = np.asarray(model.key(x), np.float64).reshape(2, N, HEADS, -1)
-    v = np.asarray(model.value(x), np.float64).reshape(2, N, HEADS, -1)
+def pattern_softmax_reference(model, x, lengths, allowed, heads=HEADS):
+    """The layer's output with, per head h, query i's softmax over the real keys j with allowed(h, i, j),
+    computed one query at a time in float64 (padded queries: 0)."""
+    q, k, v = (np.asarray(getattr(model, p)(x), np.float64).reshape(2, N, heads, -1) for p in ("query", "key", "value"))
     mixed = np.zeros_like(q)
     for b in range(2):
         for i in range(lengths[b]):
-            logits = np.einsum("hd,jhd->hj", q[b, i], k[b, : i + 1]) / np.sqrt(q.shape[-1])
-            weights = np.exp(logits - logits.max(-1, keepdims=True))
-            mixed[b, i] = np.einsum("hj,jhd->hd", weights / weights.sum(-1, keepdims=True), v[b, : i + 1])
+            for h in range(heads):
+                keys = [j for j in range(lengths[b]) if allowed(h, i, j)]
+                logits = q[b, i, h] @ k[b, keys, h].T / np.sqrt(q.shape[-1])
+                weights = np.exp(logits - logits.max())
+                mixed[b, i, h] = weights / weights.sum() @ v[b, keys, h]
     expected = np.array(model.out(jnp.asarray(mixed.reshape(2, N, DIM), jnp.float32)))
-    expected[~np.asarray(mask)] = 0
-    assert_close(forward(model, x, mask), expected, TOL)
+    expected[np.arange(N)[None, :] >= lengths[:, None]] = 0
+    return expected
+
+
+WINDOW, STRIDE = 3, 4  # tests/helpers.SMALL: several blocks at N = 20
+PATTERNS = {
+    "softmax": lambda h, i, j: j <= i,
+    "local": lambda h, i, j: i - WINDOW <= j <= i,
+    # heads 0 .. h//2 - 1 local (i's block), the others strided (i's residue), both up to i
+    "strided": lambda h, i, j: j <= i and (j // STRIDE == i // STRIDE if h < HEADS // 2 else (i - j) % STRIDE == 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_causal_softmax_layers_are_softmax_over_their_earlier_real_keys(name):
+    model = build(name)
+    x, lengths = tokens(4), np.array([N, 11])
+    mask = jnp.arange(N)[None, :] < lengths[:, None]
+    assert_close(forward(model, x, mask), pattern_softmax_reference(model, x, lengths, PATTERNS[name]), TOL)
+
+
+def test_causal_single_head_strided_is_one_softmax_over_block_and_residue_up_to_i():
+    model = build_small("strided", dim=DIM, num_heads=1, seed=0, max_len=N, causal=True)
+    x, lengths = tokens(7), np.array([N, 13])
+    mask = jnp.arange(N)[None, :] < lengths[:, None]
+    union = lambda h, i, j: j <= i and (j // STRIDE == i // STRIDE or (i - j) % STRIDE == 0)  # noqa: E731
+    assert_close(forward(model, x, mask), pattern_softmax_reference(model, x, lengths, union, heads=1), TOL)
 
 
 def kernel_average_reference(phi_q, phi_k, v):
@@ -127,7 +151,8 @@ def test_a_causal_layer_runs_xla_and_says_why():
 @pytest.mark.parametrize("name", [n for n in registry.names() if n not in CAUSAL])
 def test_other_variants_refuse_causal_and_name_those_that_take_it(name):
     with pytest.raises(ConfigError, match=r"no causal form; causal layers are additive \(causal=True\), linear "
-                                          r"\(causal=True\), luong \(causal=True\), s4d \(bidirectional=False\), softmax"):
+                                          r"\(causal=True\), local \(causal=True\), luong \(causal=True\), "
+                                          r"s4d \(bidirectional=False\), softmax"):
         build(name)
 
 

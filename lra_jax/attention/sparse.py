@@ -25,6 +25,9 @@ each block, so a token at a block edge sees no neighbour on one side and two
 adjacent tokens in different blocks never see each other. Here every token sees
 the same symmetric window, wherever it sits.
 
+With causal=True (next-token pretraining) query i sees the keys i - w .. i only: the band
+mask is cut at j <= i.
+
 `strided` is described in its class docstring; `longformer` and `bigbird` (a window plus global
 tokens, and BigBird's random blocks) live in `sparse_global.py`, on the blocking helpers here.
 
@@ -80,21 +83,23 @@ def three_blocks(x: Array, num_blocks: int, block: int) -> Array:
     return jnp.concatenate([x[:, :-2], x[:, 1:-1], x[:, 2:]], axis=2)
 
 
-def band_mask(block: int, window: int, num_keys: int) -> Bool[Array, "q k"]:
-    """[B, num_keys] mask: query i of a block may see key j of its neighbourhood iff |i - j| <= window.
+def band_mask(block: int, window: int, num_keys: int, causal: bool = False) -> Bool[Array, "q k"]:
+    """[B, num_keys] mask: query i of a block may see key j of its neighbourhood iff |i - j| <= window
+    (and, causal, j <= i).
 
     The neighbourhood is [previous, own, next] block (num_keys = 3B) or, for a
     single block, the block itself (num_keys = B).
     """
     query = jnp.arange(block)[:, None] + (num_keys - block) // 2  # position among the keys
     key = jnp.arange(num_keys)[None, :]
-    return jnp.abs(query - key) <= window
+    return (jnp.abs(query - key) <= window) & ((key <= query) if causal else True)
 
 
 def local_logits(
-    q: Float[Array, "b n h d"], k: Float[Array, "b n h d"], mask: Bool[Array, "b n"], window: int
+    q: Float[Array, "b n h d"], k: Float[Array, "b n h d"], mask: Bool[Array, "b n"], window: int,
+    causal: bool = False,
 ) -> tuple[Float[Array, "b c h q k"], Bool[Array, "b c 1 q k"], int, int]:
-    """Blocked sliding-window logits q.k / sqrt(d) and the keys each query may see.
+    """Blocked sliding-window logits q.k / sqrt(d) and the keys each query may see (causal: j <= i too).
 
     Returns:
       The logits [b, c, h, B, 3B] of the c blocks of B queries over their 3B keys
@@ -109,20 +114,21 @@ def local_logits(
     k_blocks = three_blocks(pad_to(k, padded), num_blocks, block)  # [b c 3B h d]
     key_mask = three_blocks(pad_to(mask, padded), num_blocks, block)  # [b c 3B]; pads are False
     logits = jnp.einsum("bcqhd,bckhd->bchqk", q_blocks, k_blocks) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
-    allowed = band_mask(block, window, k_blocks.shape[2]) & key_mask[:, :, None, None, :]
+    allowed = band_mask(block, window, k_blocks.shape[2], causal) & key_mask[:, :, None, None, :]
     return logits, allowed, block, padded
 
 
 def local_weights(
-    q: Float[Array, "b n h d"], k: Float[Array, "b n h d"], mask: Bool[Array, "b n"], window: int
+    q: Float[Array, "b n h d"], k: Float[Array, "b n h d"], mask: Bool[Array, "b n"], window: int,
+    causal: bool = False,
 ) -> tuple[Float[Array, "b c h q k"], int, int]:
-    """Blocked sliding-window softmax weights over the real keys, in float32.
+    """Blocked sliding-window softmax weights over the real keys (causal: j <= i), in float32.
 
     Returns:
       The weights [b, c, h, B, 3B] of the c blocks of B queries over their 3B keys
       ([b, 1, h, n, n] when window >= n), the block size B and the padded length c * B.
     """
-    logits, allowed, block, padded = local_logits(q, k, mask, window)
+    logits, allowed, block, padded = local_logits(q, k, mask, window, causal)
     return masked_softmax(logits, allowed), block, padded
 
 
@@ -143,6 +149,7 @@ class LocalAttention(Attention):
 
     kernel_op = BLOCK_SPARSE  # Triton on GPU; on TPU splash, or our Mosaic kernel where dropout is on
     cost_exponent = 1.0  # n * (2w + 1) scores
+    supports_causal = True  # causal=True: keys i - w .. i (XLA path)
 
     @staticmethod
     def bandsplit_blocks(n: int, window: int) -> tuple[int, int]:
@@ -171,7 +178,7 @@ class LocalAttention(Attention):
             return block_sparse_attention(q, k, v, key_mask=mask, window=self.window, plan=plan,
                                           **self.kernel_dropout(plan, rngs))
         b, n, h, d = v.shape
-        probs, block, padded = local_weights(q, k, mask, self.window)
+        probs, block, padded = local_weights(q, k, mask, self.window, self.causal)
         probs = self.drop(probs, deterministic=deterministic, rngs=rngs)
         v_pad = jnp.pad(v, [(0, 0), (0, padded - n), (0, 0), (0, 0)])
         v_blocks = three_blocks(v_pad, padded // block, block)  # [b c 3B h d]
@@ -205,6 +212,8 @@ class StridedAttention(Attention):
     A stride l > n is clamped to n: the pattern restricted to positions < n is the
     same (every token in one block; A_strided(i) = {i}), so outputs do not change.
 
+    With causal=True both sets keep j <= i only: the paper's own, autoregressive, pattern.
+
     Args:
       dim: model width.
       num_heads: number of heads.
@@ -216,6 +225,7 @@ class StridedAttention(Attention):
 
     kernel_op = BLOCK_SPARSE  # Triton on GPU; on TPU splash, or our Mosaic kernel where dropout is on
     cost_exponent = 1.5  # n * (l + n / l) scores: n^1.5 at the paper's l = sqrt(n)
+    supports_causal = True  # causal=True: j <= i in both sets, as in the paper (XLA path)
 
     @classmethod
     def settings_at_length(cls, n: int) -> dict:
@@ -254,16 +264,19 @@ class StridedAttention(Attention):
         # Local: within block c, query offset q, key offset k.
         local_logits_ = lambda heads: jnp.einsum(  # noqa: E731
             "bcqhd,bckhd->bchqk", q[..., heads, :], k[..., heads, :]) / scale
-        local_mask = key_mask[:, :, None, None, :]  # [b c 1 1 l]
+        earlier = (lambda m: m & np.tri(m.shape[-1], dtype=bool)) if self.causal else (lambda m: m)  # noqa: E731
+        local_mask = earlier(key_mask[:, :, None, None, :])  # [b c 1 1|q l]: key offset <= query offset
         # Strided: at offset r, query block q, key block k.
         strided_logits_ = lambda heads: jnp.einsum(  # noqa: E731
             "bqrhd,bkrhd->brhqk", q[..., heads, :], k[..., heads, :]) / scale
-        strided_mask = jnp.swapaxes(key_mask, 1, 2)[:, :, None, None, :]  # [b r 1 1 c]
+        strided_mask = earlier(jnp.swapaxes(key_mask, 1, 2)[:, :, None, None, :])  # [b r 1 1|q c]: block <= query's
         drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
 
         if h == 1:  # merged: one softmax over the union, the query's own block not repeated
             strided = jnp.transpose(strided_logits_(slice(None)), (0, 3, 2, 1, 4))  # [b c h r k]
-            other_block = jnp.arange(num_blocks)[:, None] != jnp.arange(num_blocks)[None, :]  # [c k]
+            blocks = jnp.arange(num_blocks)
+            # [c k]: the other blocks (causal: the earlier ones); the own block is in the local part
+            other_block = (blocks[None, :] < blocks[:, None]) if self.causal else (blocks[None, :] != blocks[:, None])
             union_mask = jnp.concatenate(
                 [
                     jnp.broadcast_to(local_mask, (b, num_blocks, 1, stride, stride)),
