@@ -64,6 +64,9 @@ def test_findings_count_gains_compare_softmax_with_s4d_and_rank_agreement():
     assert "rank agreement 0.33 over 3 attention variants" in line
     assert "from scratch: softmax, linear, local; with SPT: softmax, local, linear" in line
     assert "(Pareto) from scratch: linear, softmax; with SPT: linear, local, softmax" in line
+    [line] = [x for x in spt_report.findings({**spt, "softmax": cell({"pathfinder": 50.0})}, scratch, speed, "GPU")
+              if x.startswith("- ")]
+    assert line.startswith("- Pathfinder: 4 variants compared: 1 clear gain, 1 clear loss, 2 within noise; ")
 
 
 def test_spt_scored_on_other_tasks_than_from_scratch_is_named_not_drawn_and_has_no_score_gain(tmp_path):

@@ -341,7 +341,7 @@ def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, refe
 def published_spt(reference: dict[str, Any]) -> list[str]:
     """The self-pretraining paper's figures (experiments/reference/spt_paper.json), as its text states them."""
     lines = ["", "## Published (self-pretraining paper)", "", reference["paper"] + ".", "",
-             *_header(["Model", "Training", "Over", "Accuracy (%)", "Where"])]
+             *_header(["Model", "Training", "Over", "Accuracy (%) or gain (points)", "Where"])]
     lines += [_row([f["model"], f["training"], f["over"], f["figure"], f["where"]]) for f in reference["figures"]]
     return lines + ["", "Sources: " + " ".join(reference.get("source", {}).values())]
 

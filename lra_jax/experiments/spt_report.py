@@ -163,6 +163,10 @@ def _top(accuracy: dict[str, float], k: int = 3) -> str:
     return ", ".join(sorted(accuracy, key=lambda v: -accuracy[v])[:k])
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def findings(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any]],
              speed: dict[str, float] | None = None, device: str = "") -> list[str]:
     """What the gain table says, per task both arms scored: the count of clear gains and losses, the mean
@@ -179,7 +183,8 @@ def findings(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any]],
         gains = {v: spt[v]["accuracy"][task] - scratch[v]["accuracy"][task] for v in both}
         low, high = min(gains, key=gains.get), max(gains, key=gains.get)
         counts = {k: sum(1 for x in verdicts.values() if x == k) for k in ("gain", "loss", "noise")}
-        parts = [f"{len(both)} variants compared: {counts['gain']} clear gains, {counts['loss']} clear losses, "
+        parts = [f"{len(both)} variants compared: {_count(counts['gain'], 'clear gain', 'clear gains')}, "
+                 f"{_count(counts['loss'], 'clear loss', 'clear losses')}, "
                  f"{counts['noise']} within noise; mean gain {sum(gains.values()) / len(gains):+.2f} "
                  f"({low} {gains[low]:+.2f} to {high} {gains[high]:+.2f})"]
         if BASELINE in both and SSM in both:
