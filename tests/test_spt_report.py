@@ -20,7 +20,7 @@ def write_spt(root, task, variant, seed, accuracy):
     workdir = run_dir(root / "spt", task, variant, seed, "mini", "")
     (workdir / "results.json").write_text(json.dumps({
         "task": task, "variant": variant, "test_accuracy": accuracy, "val_accuracy": accuracy, "scale": "mini",
-        "pretrain_objective": "masked", "pretrain": {"num_steps": 100, "seconds": 12.0 + seed},
+        "pretrain_objective": "masked", "pretrain": {"num_steps": 100, "seconds": 12.0 + seed, "final_train_loss": 2.0 + 0.1 * seed},
         "config": {"seed": seed, "scale": "mini"}}))
 
 
@@ -94,4 +94,5 @@ def test_spt_scored_on_other_tasks_than_from_scratch_is_named_not_drawn_and_has_
     assert table_rows(gains)["linear"] == ["linear", "+10.00 ± 1.41", "—"]
     assert "- Pathfinder: 2 variants compared: 2 clear gains" in gains
     compute = gains.split("Pretraining compute at the chosen grid point")[1]
-    assert table_rows(compute)["linear"] == ["linear", "100 steps, 13 s"]  # mean of 12, 13, 14 s
+    # means of 12, 13, 14 s and of losses 2.0, 2.1, 2.2
+    assert table_rows(compute)["linear"] == ["linear", "100 steps, 13 s, loss 2.10"]

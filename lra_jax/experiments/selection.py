@@ -40,6 +40,7 @@ class Result:
     pretrain: str = "none"  # results.json's "pretrain_objective": "none" from scratch, "masked" self-pretrained
     pretrain_steps: int | None = None  # the pretraining stage's steps and seconds (results.json "pretrain"),
     pretrain_seconds: float | None = None  # its compute, reported apart from fine-tuning; None from scratch
+    pretrain_loss: float | None = None  # its last logged training loss: how far the objective got
 
     @property
     def diverged(self) -> bool:
@@ -67,7 +68,8 @@ def read_result(path: str) -> Result:
                   diverged_at_step=r.get("diverged_at_step"), path=path,
                   pretrain=r.get("pretrain_objective") or config.get("pretrain", {}).get("objective", "none"),
                   pretrain_steps=(r.get("pretrain") or {}).get("num_steps"),
-                  pretrain_seconds=(r.get("pretrain") or {}).get("seconds"))
+                  pretrain_seconds=(r.get("pretrain") or {}).get("seconds"),
+                  pretrain_loss=(r.get("pretrain") or {}).get("final_train_loss"))
 
 
 def load(runs_dir: str, scale: str | None = None) -> list[Result]:
@@ -103,6 +105,7 @@ class Selection:
     diverged: list[str]  # points left out because a seed diverged
     pretrain_steps: int | None = None  # of the chosen point's runs (self-pretrained cells; None otherwise)
     pretrain_seconds: float | None = None  # mean over `seeds`; None where a run does not record it
+    pretrain_loss: float | None = None  # likewise
 
     @property
     def n(self) -> int:
@@ -140,12 +143,16 @@ def select(results: list[Result]) -> Selection | None:
     runs = eligible[best]
     seeds = sorted(runs)
     test_mean, test_std = mean_std([runs[s].test_accuracy for s in seeds])
-    seconds = [runs[s].pretrain_seconds for s in seeds]
+
+    def pretrain_mean(field: str) -> float | None:
+        values = [getattr(runs[s], field) for s in seeds]
+        return None if None in values else sum(values) / len(values)
+
     return Selection(point=best, seeds=seeds, test_mean=test_mean, test_std=test_std,
                      val_mean=sum(runs[s].val_accuracy for s in seeds) / len(seeds),
                      compared_on=sorted(shared), candidates=candidates, diverged=diverged,
                      pretrain_steps=max((runs[s].pretrain_steps or 0 for s in seeds), default=0) or None,
-                     pretrain_seconds=None if None in seconds else sum(seconds) / len(seconds))
+                     pretrain_seconds=pretrain_mean("pretrain_seconds"), pretrain_loss=pretrain_mean("pretrain_loss"))
 
 
 def cells(results: list[Result]) -> dict[tuple[str, str | None, str], list[Result]]:

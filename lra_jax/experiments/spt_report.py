@@ -99,16 +99,20 @@ def gain_table(scores: Scores, main=None) -> list[str]:
 
 
 def pretraining_compute(spt: dict[str, dict[str, Any]], tasks: list[str]) -> list[str]:
-    """The pretraining stage's compute per variant and task, apart from fine-tuning: its steps and the mean
-    seconds per run at the chosen grid point (`selection.Selection`)."""
+    """The pretraining stage per variant and task, apart from fine-tuning: its steps, the mean seconds per run
+    and the mean final training loss at the chosen grid point (`selection.Selection`)."""
     def cell(s) -> str:
         if s is None or not s.pretrain_steps:
             return "—"
-        return f"{s.pretrain_steps} steps" + ("" if s.pretrain_seconds is None else f", {s.pretrain_seconds:.0f} s")
+        return ", ".join([f"{s.pretrain_steps} steps",
+                          *([] if s.pretrain_seconds is None else [f"{s.pretrain_seconds:.0f} s"]),
+                          *([] if s.pretrain_loss is None else [f"loss {s.pretrain_loss:.2f}"])])
 
     return ["", "Pretraining compute at the chosen grid point, apart from fine-tuning (whose budget is the same "
-                "as from scratch): steps, and wall seconds per run as each run recorded them (its device is in its "
-                "results.json).", "", *_header(["Variant", *(TASK_TITLES[t] for t in tasks)]),
+                "as from scratch): steps, wall seconds per run as each run recorded them (its device is in its "
+                "results.json), and the objective's training loss at the end of the stage (nats per chosen "
+                "token, the last logged window): how far pretraining got.", "",
+            *_header(["Variant", *(TASK_TITLES[t] for t in tasks)]),
             *(_row([v, *(cell(spt[v]["chosen"].get(t)) for t in tasks)]) for v in sorted(spt))]
 
 
