@@ -532,3 +532,37 @@ def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scra
         assert any(r["path"].endswith("spt_paper.json") for r in json.load(f)["inputs"])
     with open(paths["svg"], encoding="utf-8") as f:
         assert "self-pretrained" in f.read()  # the arrow's legend entry
+
+
+def test_every_panel_title_stays_inside_the_figure(tmp_path):
+    """The lower panels (CPU and modeled, half the width each) name every series drawn in their titles, here
+    both scales and the self-pretrained arm: the lines are broken so that none runs off the figure's edge."""
+    root = tmp_path / "runs"
+    for i, variant in enumerate(["softmax", "linear"]):
+        for seed in (0, 1):
+            write_result(root, "listops", variant, seed, 0.40 + 0.01 * i, scale="mini")
+            spt = run_dir(root / "spt", "listops", variant, seed, "mini", "")
+            (spt / "results.json").write_text(json.dumps({
+                "task": "listops", "variant": variant, "test_accuracy": 0.45, "val_accuracy": 0.45, "scale": "mini",
+                "pretrain_objective": "masked", "config": {"seed": seed, "scale": "mini"}}))
+        write_result(root, "listops", variant, 0, 0.38, scale="full")
+    bench, cpu = tmp_path / "bench.json", tmp_path / "cpu.json"
+    write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30), ("linear", 4096, "ok", 500.0, 2**29)])
+    write_bench(cpu, [("softmax", 2048, "ok", 1.0, 2**28), ("linear", 2048, "ok", 2.0, 2**27)], kind="cpu")
+    modeled = tmp_path / "table2.json"
+    modeled.write_text(json.dumps({"rows": [
+        {"variant": v, "task": "table2:4096", "target": "tpu-v3:4x4", "mode": "train", "result": "ok",
+         "global_batch": 1024, "modeled_seconds": seconds, "roofline_seconds": seconds, "memory": {"total": 2**30}}
+        for v, seconds in (("softmax", 0.5), ("linear", 0.1))]}))
+    fig, _, _ = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), cpu_bench=str(cpu),
+                                              modeled=str(modeled), out=str(tmp_path / "out")))
+    renderer = fig.canvas.get_renderer()
+    figure = fig.bbox
+    titles = [ax.title for ax in fig.axes if ax.get_title()]
+    assert len(titles) == 3 and all("SPT (masked)" in t.get_text() for t in titles)
+    for title in titles:
+        box = title.get_window_extent(renderer)
+        assert figure.x0 <= box.x0 and box.x1 <= figure.x1, title.get_text()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

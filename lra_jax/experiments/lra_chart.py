@@ -38,14 +38,19 @@ from lra_jax.experiments.lra_results import (
 )
 
 NOTE_WIDTH = 150  # characters per line of a note under a panel (7 pt)
+SIDE_TITLE_WIDTH = 90  # characters per title line of a lower, half-width panel (10 pt): wider ones leave the figure
 Modeled = tuple[int, str, dict[str, dict[str, Any]]]  # `table2_report.load_modeled`: (length, target, variants)
 
 
 def _note(ax, text: str, width: int = NOTE_WIDTH) -> None:
     """`text` under the axes, broken into lines here: a line wider than the panel would squeeze the layout."""
     if text:
-        text = "\n".join(textwrap.fill(part, width, break_on_hyphens=False) for part in text.splitlines())
-        ax.text(0.0, -0.1, text, transform=ax.transAxes, fontsize=7, va="top")
+        ax.text(0.0, -0.1, _wrap(text, width), transform=ax.transAxes, fontsize=7, va="top")
+
+
+def _wrap(text: str, width: int) -> str:
+    """`text` with each of its lines broken at `width` characters."""
+    return "\n".join(textwrap.fill(part, width, break_on_hyphens=False) for part in text.splitlines())
 
 
 def _ours_line(scores: dict[str, dict[str, dict[str, Any]]]) -> str:
@@ -129,7 +134,7 @@ def _main_panel(ax, scores, main: DeviceSpeeds | None, reference, colors, note: 
 def _cpu_panel(ax, scores, cpu: DeviceSpeeds, colors) -> Panel:
     title = (f"{cpu.device}, measured: speed at length {cpu.length} relative to softmax\n(batch {cpu.batch_size}, "
              f"dropout {cpu.dropout_rate:g}); {_ours_line(scores)}")
-    return _draw_panel(ax, scores, _relative(cpu), colors, title,
+    return _draw_panel(ax, scores, _relative(cpu), colors, _wrap(title, SIDE_TITLE_WIDTH),
                        f"training speed at length {cpu.length}, × softmax's (examples/s on {cpu.device})",
                        f"bubble area: peak memory on\n{cpu.device}, relative to softmax's", gid="cpu-score-bar")
 
@@ -141,7 +146,7 @@ def _modeled_panel(ax, scores, modeled: Modeled, colors) -> Panel:
     batch = f", {'/'.join(map(str, batches))} examples per core" if batches else ""
     title = (f"{target}, modeled by the XLA TPU compiler, not measured{batch}:\nspeed at length {length} relative "
              f"to softmax; {_ours_line(scores)}")
-    panel = _draw_panel(ax, scores, speeds, colors, title,
+    panel = _draw_panel(ax, scores, speeds, colors, _wrap(title, SIDE_TITLE_WIDTH),
                         f"training speed at length {length}, × softmax's (modeled on {target}; no TPU ran)",
                         "bubble area: memory per device\n(compiled), relative to softmax's", gid="modeled-score-bar")
     scored = {v for s in scores.values() for v in s}
