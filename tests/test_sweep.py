@@ -409,3 +409,23 @@ def test_device_slots_are_disjoint_and_too_many_is_a_clear_error(monkeypatch):
     assert {s.env["TPU_CHIPS_PER_PROCESS_BOUNDS"] for s in tpus} == {"1,1,1"}
     with pytest.raises(ConfigError, match="not a sub-slice"):
         device_slots.slots("tpu", parallel=1, per_run=3)
+
+
+def test_runs_per_device_shares_each_device_group_and_splits_a_gpus_memory(monkeypatch):
+    cores = sorted(os.sched_getaffinity(0))
+    shared = device_slots.slots("cpu", parallel=2, per_run=1, runs_per_device=2)
+    assert [s.cpus for s in shared] == [frozenset(cores[:1])] * 2
+    assert [s.label for s in shared] == [f"cpu {cores[0]} (run 1 of 2)", f"cpu {cores[0]} (run 2 of 2)"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    gpus = device_slots.slots("gpu", parallel=6, per_run=1, runs_per_device=3)
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gpus] == ["3"] * 3 + ["5"] * 3
+    shares = {float(s.env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) for s in gpus}
+    assert shares == {pytest.approx(device_slots.GPU_MEMORY_SHARE / 3, abs=1e-3)}
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in device_slots.slots("gpu", parallel=2)[0].env
+    with pytest.raises(ConfigError, match="raise --runs_per_device"):
+        device_slots.slots("gpu", parallel=5, runs_per_device=2)
+    monkeypatch.setattr(device_slots, "tpu_chips", lambda: ["0", "1"])
+    with pytest.raises(ConfigError, match="a TPU chip belongs to one process"):
+        device_slots.slots("tpu", parallel=2, runs_per_device=2)
+    with pytest.raises(ConfigError, match="at least 1"):
+        device_slots.slots("cpu", parallel=1, runs_per_device=0)

@@ -21,12 +21,14 @@ from lra_jax.experiments.sweep_plan import FINAL, REPO, Run
 
 
 class Stop:
-    """SIGINT/SIGTERM -> forward SIGTERM to every running child (each checkpoints) and stop the sweep."""
+    """SIGINT/SIGTERM, or a time box (`after`) -> forward SIGTERM to every running child (each checkpoints)
+    and stop the sweep."""
 
     def __init__(self):
         self.requested = False
         self.children: set[subprocess.Popen] = set()
         self.previous = {}
+        self.timer: threading.Timer | None = None
 
     def __enter__(self):
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -34,14 +36,26 @@ class Stop:
         return self
 
     def _handle(self, signum, frame):
+        self.request(signal.Signals(signum).name)
+
+    def request(self, why: str) -> None:
+        """Stops the sweep as a signal does; `why` is said."""
         self.requested = True
-        print(f"\nsweep: {signal.Signals(signum).name}: asking the {len(self.children)} running run(s) to "
-              "checkpoint and stop...", file=sys.stderr, flush=True)
+        print(f"\nsweep: {why}: asking the {len(self.children)} running run(s) to checkpoint and stop...",
+              file=sys.stderr, flush=True)
         for child in list(self.children):
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
 
+    def after(self, seconds: float) -> None:
+        """A time box: `request` in `seconds` from now."""
+        self.timer = threading.Timer(seconds, self.request, args=(f"the time box of {seconds:.0f} s is over",))
+        self.timer.daemon = True
+        self.timer.start()
+
     def __exit__(self, *exc):
+        if self.timer is not None:
+            self.timer.cancel()
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
 
@@ -88,6 +102,8 @@ def subprocess_runner(stop: Stop, log_to_workdir: bool = False) -> Runner:
             child = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True, stdout=log,
                                      stderr=subprocess.STDOUT if log else subprocess.PIPE)
             stop.children.add(child)
+            if stop.requested:  # asked while this child was starting: it never got the signal
+                child.send_signal(signal.SIGTERM)
             pump = None
             if log is None:
                 pump = threading.Thread(target=_pump, args=(child.stderr, sys.stderr, tail), daemon=True)

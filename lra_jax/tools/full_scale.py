@@ -1,15 +1,16 @@
-r"""Full-scale ListOps with the LRA paper's recipe on one GPU (the `listops-full` stage of `.ci/gpu-check`;
-the library and what each step does: `lra_jax.experiments.full_scale`).
+r"""Full-scale LRA (ListOps and Pathfinder) with the LRA paper's recipe on one GPU (the `full-lra` stage of
+`.ci/gpu-check`; the library and what each step does: `lra_jax.experiments.full_scale`).
 
-    python -m lra_jax.tools.full_scale                       # check bfloat16 (once), then train VARIANTS in order
-    python -m lra_jax.tools.full_scale --pack=listops-full.tar.gz   # the finished runs, to commit
-    python -m lra_jax.tools.full_scale --scale=mini --steps=4 --precision_steps=2 -- --config.batch_size=8
+    python -m lra_jax.tools.full_scale --parallel=4 --runs_per_device=4 --time_box=500   # data, checks, runs
+    python -m lra_jax.tools.full_scale --pack=full-lra.tar.gz   # the finished runs and the carried ones, to commit
+    python -m lra_jax.tools.full_scale --scale=mini --precision_steps=2 \
+        --override=listops:--config.num_train_steps=4 -- --config.batch_size=8
 
-Runs land in <root>/listops-<scale>/<variant>/seed0 (default root experiments/full-lra), the precision
-record in <root>/listops-<scale>/precision.json. `--config.*` overrides after `--` go to every run, the
-check's too. SIGINT/SIGTERM: the run in progress checkpoints and stops; the same command resumes it.
-Exit 0 when every run finished (or was already), 1 when one failed or crashed, 130 when stopped, 2 on
-bad input.
+Runs land in <root>/<task>-<scale>/<variant>/seed0 (default root experiments/full-lra), each task's records
+(precision.json, data.json) in <root>/<task>-<scale>/. `--config.*` overrides after `--` go to every run,
+the checks' too; `--override=TASK:--config.KEY=VALUE` (repeatable) to one task's. SIGINT/SIGTERM or the
+time box: the runs in progress checkpoint and stop; the same command resumes them. Exit 0 when every run
+finished (or was already), 1 when one failed or crashed, 130 when stopped, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from absl import app, flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import full_scale
+from lra_jax.experiments import device_slots, full_scale
 from lra_jax.experiments.choices import choose
 from lra_jax.experiments.progress import print_now
 from lra_jax.experiments.sweep_run import Stop, subprocess_runner
@@ -33,27 +34,51 @@ def define_flags() -> None:
     flags.DEFINE_enum("scale", "full", ["full", "mini"], "full: the paper's recipe; mini: the same stage "
                       "on the mini configs (a CPU test of the stage).")
     flags.DEFINE_string("root", "experiments/full-lra", "Root of the runs (the layout the chart reads).")
-    flags.DEFINE_string("scratch", "runs/full-scale-precision", "Root of the precision check's two runs "
+    flags.DEFINE_string("scratch", "runs/full-scale-precision", "Root of the precision checks' runs "
                         "(never results: kept apart from --root).")
+    flags.DEFINE_string("tasks", ",".join(full_scale.TASKS), "The tasks, taking turns variant by variant.")
     flags.DEFINE_string("variants", ",".join(full_scale.VARIANTS), "The runs, in order (softmax first).")
     flags.DEFINE_integer("precision_steps", 300, "Steps of each precision-check run (float32 and bfloat16).")
-    flags.DEFINE_integer("steps", 0, "Steps of each run; 0: the recipe's (5,000 at full scale). For tests.")
-    flags.DEFINE_string("pack", None, "Train nothing: write this tar.gz of the finished runs and the precision "
-                        "record (names relative to --root: unpack with `tar -xzf FILE -C ROOT`).")
+    flags.DEFINE_integer("parallel", 1, "Runs at once.")
+    flags.DEFINE_integer("runs_per_device", 1, "Runs that share one device (GPU: each preallocates its share "
+                         "of the memory; CPU: one core).")
+    flags.DEFINE_float("time_box", 0, "Seconds from the start after which every run checkpoints and stops "
+                       "(0: none); a run that cannot travel starts only when its estimated time fits.")
+    flags.DEFINE_multi_string("override", [], "TASK:--config.KEY=VALUE, a config override of one task's runs "
+                              "and check (repeatable).")
+    flags.DEFINE_string("pack", None, "Train nothing: write this tar.gz of the finished runs, the records and "
+                        "the carried runs (names relative to --root: unpack with `tar -xzf FILE -C ROOT`).")
+
+
+def task_overrides(given: list[str], tasks: list[str], common: list[str]) -> dict[str, list[str]]:
+    """task -> its overrides: `common` (after `--`), then those of `--override=TASK:FLAG`."""
+    out = {task: list(common) for task in tasks}
+    for item in given:
+        task, _, flag = item.partition(":")
+        if task not in out or not flag.startswith("--config."):
+            raise LraError(f"--override={item}: expected TASK:--config.KEY=VALUE with TASK one of {', '.join(tasks)}")
+        out[task].append(flag)
+    return out
 
 
 def main(argv: list[str]) -> None:
-    overrides = argv[1:]
     try:
+        tasks = choose(FLAGS.tasks, list(full_scale.TASKS), "task")
         if FLAGS.pack:
-            names = full_scale.pack(FLAGS.root, FLAGS.scale, FLAGS.pack)
+            names, left = full_scale.pack(FLAGS.root, FLAGS.scale, FLAGS.pack, tuple(tasks))
             print(f"packed {len(names)} files into {FLAGS.pack}: " + (", ".join(names) or "nothing finished yet"))
+            for line in left:
+                print(f"not carried: {line}")
             return
         variants = choose(FLAGS.variants, list(full_scale.VARIANTS), "variant")
+        overrides = task_overrides(FLAGS.override, tasks, argv[1:])
+        slots = (device_slots.slots("auto", FLAGS.parallel, 1, FLAGS.runs_per_device)
+                 if FLAGS.parallel > 1 or FLAGS.runs_per_device > 1 else [None])
         with Stop() as stop:
             outcome = full_scale.run_stage(FLAGS.scale, os.path.abspath(FLAGS.root), os.path.abspath(FLAGS.scratch),
-                                           FLAGS.precision_steps, variants, FLAGS.steps, overrides,
-                                           subprocess_runner(stop), stop, log=print_now)
+                                           tasks, variants, FLAGS.precision_steps, overrides,
+                                           subprocess_runner(stop, log_to_workdir=len(slots) > 1), stop, slots,
+                                           FLAGS.time_box, log=print_now)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -29,7 +29,9 @@ accuracy never takes part in the choice.
 
 `--parallel=N` runs N runs at once, each on its own devices (`--devices_per_run`, default 1; see
 lra_jax.experiments.device_slots): CPU cores pinned by affinity, GPUs by CUDA_VISIBLE_DEVICES, TPU chips by
-libtpu's visibility variables. With N > 1 each run's output goes to <workdir>/train.log.
+libtpu's visibility variables. `--runs_per_device=K` lets K runs share each device (a small model leaves a
+GPU mostly idle): on a GPU each preallocates 0.9/K of its memory. With N > 1 each run's output goes to
+<workdir>/train.log.
 
 A run whose results.json exists is skipped; an interrupted run is started again and resumes from
 its checkpoint (the trainer does that). A run that stopped on a non-finite loss (its results.json
@@ -109,6 +111,9 @@ def define_flags() -> None:
     flags.DEFINE_enum("devices", "auto", device_slots.KINDS, "What --parallel shares out (auto: GPUs if any, "
                       "else TPU chips if any, else CPU cores).")
     flags.DEFINE_integer("devices_per_run", 1, "Devices (cores, GPUs, TPU chips) of each run with --parallel.")
+    flags.DEFINE_integer("runs_per_device", 1, "Runs that share each device (group) with --parallel: for small "
+                         "models that leave a GPU mostly idle; each then preallocates its share of the GPU's memory. "
+                         "Not on TPU (a chip belongs to one process).")
     flags.DEFINE_string("root", os.path.join("runs", "sweep"), "Root of the run directories.")
     flags.DEFINE_bool("emit", False, "Print one train command per unfinished run (for a cluster) and exit.")
     flags.DEFINE_bool("distributed", False, "With --emit: the multi-host form, each command with --distributed, "
@@ -142,8 +147,8 @@ def main(argv: list[str]) -> None:
                     grid=parse_grid(FLAGS.grid, overrides), pretraining=FLAGS.pretrain,
                     pretrain_steps=FLAGS.pretrain_steps)
         now, waiting = protocol_runs(runs, FLAGS.protocol)
-        slots = (device_slots.slots(FLAGS.devices, FLAGS.parallel, FLAGS.devices_per_run)
-                 if FLAGS.parallel > 1 or FLAGS.devices_per_run > 1 else [None])
+        slots = (device_slots.slots(FLAGS.devices, FLAGS.parallel, FLAGS.devices_per_run, FLAGS.runs_per_device)
+                 if FLAGS.parallel > 1 or FLAGS.devices_per_run > 1 or FLAGS.runs_per_device > 1 else [None])
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
