@@ -247,7 +247,9 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     # GitHub renders a table only when its delimiter row has one cell per header cell
     lines = table.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("|---")]
-    assert len(heads) == 5  # ours, full scale against the paper, speed sources, the LRA paper's, the S4D paper's
+    # ours, full scale against the paper (one table per task: the five and Path-X), speed sources, the LRA
+    # paper's, the S4D paper's
+    assert len(heads) == 10
     for i in heads:
         assert lines[i].count("---") == len(lines[i - 1].split("|")) - 2
     # the published panel's table comes from experiments/reference with its source
@@ -463,8 +465,9 @@ def test_full_scale_solid_mini_hollow_and_the_paper_on_the_same_axes(tmp_path):
     assert points[("paper", "linear")]["y"] == pytest.approx((16.13 + 75.30) / 2)
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
-    assert "## Full scale against the LRA paper" in table
-    assert "| performer | 20.00 | 18.01 | 1.99 | 1 |" in table
+    assert "## Full scale against the LRA paper" in table and "### ListOps" in table
+    assert "| performer | 20.00 | 18.01 | 1.99 | 1 | — | — | — |" in table
+    assert "ListOps is scored at full scale on one seed" in table and "### Pathfinder" not in table
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
     assert "full scale (solid)" in svg and "mini scale (hollow)" in svg and "LRA paper, joined to" in svg
@@ -566,3 +569,26 @@ def test_every_panel_title_stays_inside_the_figure(tmp_path):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_the_full_scale_section_gives_each_task_its_table_with_device_precision_and_seeds(tmp_path):
+    root = tmp_path / "runs"
+    runs = (("listops", "softmax", 0, 0.3712, "bfloat16"), ("pathfinder", "softmax", 0, 0.70, "float32"),
+            ("pathfinder", "softmax", 1, 0.74, "float32"), ("pathfinder", "linear", 0, 0.75, "float32"))
+    for task, variant, seed, accuracy, dtype in runs:
+        result = {"task": task, "variant": variant, "test_accuracy": accuracy, "val_accuracy": accuracy,
+                  "scale": "full", "steps_per_second": 12.5, "devices": {"platform": "gpu", "kind": "NVIDIA H200",
+                                                                          "count": 1},
+                  "config": {"seed": seed, "scale": "full", "model": {"dtype": dtype}}}
+        (run_dir(root, task, variant, seed, "full", "") / "results.json").write_text(json.dumps(result))
+    with open(lra_chart.REFERENCE, encoding="utf-8") as f:
+        reference = json.load(f)
+    lines = lra_results.full_scale_against_paper(measure(root), reference)
+    text = "\n".join(lines)
+    listops, pathfinder = text.split("### ListOps")[1].split("### Pathfinder")
+    assert "| softmax | 37.12 | 36.37 | 0.75 | 1 | 1 x NVIDIA H200 | bfloat16 | 12.50 |" in listops
+    assert "ListOps is scored at full scale on one seed" in listops
+    assert "| softmax | 72.00 ± 2.83 | 71.40 | 0.60 | 2 | 1 x NVIDIA H200 | float32 | 12.50 |" in pathfinder
+    assert "| linear | 75.00 | 75.30 | -0.30 | 1 |" in pathfinder
+    assert "one seed" not in pathfinder  # softmax has two
+    assert pathfinder.index("| softmax") < pathfinder.index("| linear"), "softmax first"

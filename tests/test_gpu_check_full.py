@@ -1,7 +1,9 @@
-""".ci/gpu-check's listops-full stage, run as a GPU machine runs it but at mini scale on the CPU with tiny runs:
-the precision check and its record, the runs in order in the layout the chart reads, their scale, a second
-call that skips what is finished, and the tar.gz that brings the results back (unfinished runs left out).
-The precision decision itself is checked on given summaries.
+""".ci/gpu-check's full-lra stage, run as a GPU machine runs it but at mini scale on the CPU with tiny runs: the
+data made and timed where it runs, the precision check of each task, two runs sharing one device, the time box
+that stops every run cleanly, the tar.gz that brings back the finished runs and carries the unfinished one, and
+a second call in a fresh root (another machine: fresh data cache, fresh scratch) that restores the carried run
+and resumes it. The exactness of a carried run is tests/test_run_carry.py's; the rules are checked on given
+records below.
 """
 
 import json
@@ -12,31 +14,38 @@ import sys
 import tarfile
 
 import pytest
-
 from helpers import FAST_COMPILE
+
 from lra_jax.config import paths as config_paths
 from lra_jax.errors import LraError
-from lra_jax.experiments import full_scale, lra_results
+from lra_jax.experiments import full_scale, lra_results, sweep_plan
+from lra_jax.tools import full_scale as full_scale_tool
 
 STAGE = os.path.join(config_paths.REPO_ROOT, ".ci", "gpu-check")
 VARIANTS = ("softmax", "local")
-STEPS, PRECISION_STEPS = 4, 2
-TINY = ("--config.max_len=32 --config.batch_size=16 --config.model.num_layers=1 --config.model.emb_dim=16 "
-        "--config.model.mlp_dim=32 --config.model.num_heads=2 --config.data.generator.num_train=256 "
-        "--config.data.generator.num_val=64 --config.data.generator.num_test=64 "
-        "--config.data.generator.min_length=5 --config.data.generator.max_length=32")
+LISTOPS_STEPS, PRECISION_STEPS = 6, 2
+TINY = ("--config.batch_size=16 --config.model.num_layers=1 --config.model.emb_dim=16 --config.model.mlp_dim=32 "
+        "--config.model.num_heads=2")
+LISTOPS = (f"num_train_steps={LISTOPS_STEPS} max_len=32 data.generator.num_train=256 data.generator.num_val=64 "
+           "data.generator.num_test=64 data.generator.min_length=5 data.generator.max_length=32")
+# Pathfinder's runs never end here: the time box stops them, and they travel.
+PATHFINDER = "num_train_steps=1000000 data.generator.num_examples=640 checkpoint_every=50 eval_every=50 log_every=10"
 
 
-def run_stage(tmp_path, out: str) -> subprocess.CompletedProcess:
-    """`.ci/gpu-check listops-full` at mini scale, everything it writes under tmp_path."""
+def run_stage(tmp_path, call: str, root, cap: int) -> tuple[subprocess.CompletedProcess, str]:
+    """`.ci/gpu-check full-lra` at mini scale with the stage's cap `cap` (time box cap - 45 s), as one machine
+    (its own data cache and scratch) named `call`; the run's output and the stage's log."""
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}  # the stage's own knobs
-    env = dict(inherited, OUT=str(tmp_path / out), PYTHON=sys.executable, JAX_PLATFORMS="cpu",
-               LRA_JAX_CACHE=str(tmp_path / "cache"), XLA_FLAGS=FAST_COMPILE, GPU_CHECK_FULL_SCALE="mini",
-               GPU_CHECK_FULL_ROOT=str(tmp_path / "root"),
-               GPU_CHECK_FULL_ARGS=f"--scratch={tmp_path / 'scratch'} --variants={','.join(VARIANTS)} "
-                                   f"--steps={STEPS} --precision_steps={PRECISION_STEPS} -- {TINY}")
-    return subprocess.run(["bash", STAGE, "listops-full"], env=env, capture_output=True, text=True, timeout=300,
+    overrides = [f"--override={task}:--config.{o}" for task, spec in (("listops", LISTOPS), ("pathfinder", PATHFINDER))
+                 for o in spec.split()]
+    env = dict(inherited, OUT=str(tmp_path / call), PYTHON=sys.executable, JAX_PLATFORMS="cpu",
+               LRA_JAX_CACHE=str(tmp_path / f"cache-{call}"), XLA_FLAGS=FAST_COMPILE, GPU_CHECK_FULL_SCALE="mini",
+               GPU_CHECK_FULL_ROOT=str(root), GPU_CHECK_RUNS_PER_DEVICE="2", GPU_CHECK_CAPS=f"60 130 400 150 {cap}",
+               GPU_CHECK_FULL_ARGS=f"--scratch={tmp_path / f'scratch-{call}'} --variants={','.join(VARIANTS)} "
+                                   f"--precision_steps={PRECISION_STEPS} {' '.join(overrides)} -- {TINY}")
+    done = subprocess.run(["bash", STAGE, "full-lra"], env=env, capture_output=True, text=True, timeout=cap + 120,
                           check=False)
+    return done, (tmp_path / call / "full-lra.log").read_text(encoding="utf-8")
 
 
 def read(path) -> dict:
@@ -44,68 +53,93 @@ def read(path) -> dict:
         return json.load(f)
 
 
+def metric_lines(workdir) -> list[dict]:
+    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
 @pytest.mark.one_stack("newest")  # the device machine runs the newest jax; the stage is one process tree
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
                     reason="the stage is a bash script run under coreutils' timeout")
-def test_the_stage_at_mini_scale_checks_precision_trains_in_order_and_packs_what_the_chart_reads(tmp_path):
-    done = run_stage(tmp_path, "out1")
-    log = (tmp_path / "out1" / "listops-full.log").read_text(encoding="utf-8")
-    assert done.returncode == 0 and "== listops-full: exit 0" in done.stdout, done.stdout + done.stderr + log[-3000:]
-    cell = tmp_path / "root" / "listops-mini"
+def test_the_stage_at_mini_scale_makes_data_checks_shares_a_device_stops_in_time_packs_and_resumes_elsewhere(tmp_path):
+    root = tmp_path / "root"
+    done, log = run_stage(tmp_path, "first", root, cap=150)
+    assert "== full-lra: exit 130" in done.stdout and "the time box of 105 s is over" in log, \
+        done.stdout + done.stderr + log[-3000:]
 
-    record = read(cell / "precision.json")
-    assert record["scale"] == "mini" and record["steps"] == PRECISION_STEPS
-    for dtype in full_scale.DTYPES:  # both check runs finished, in the scratch root, not among the results
-        assert record[dtype]["status"] == "complete" and record[dtype]["run"].endswith(f"model.dtype={dtype}/seed0")
-        assert read(tmp_path / "scratch" / record[dtype]["run"] / "config.json")["model"]["dtype"] == dtype
-    faster = record["bfloat16_speedup"] > 1
-    assert record["dtype"] == ("bfloat16" if record["holds"] and faster else "float32")
+    for task in full_scale.TASKS:  # made and timed here, checked once
+        data = read(root / f"{task}-mini" / "data.json")
+        assert data["seconds"] >= 0 and data["cpu_cores"] >= 1 and data["examples"]["train"] > 0
+        record = read(root / f"{task}-mini" / "precision.json")
+        assert (record["task"], record["scale"], record["steps"]) == (task, "mini", PRECISION_STEPS)
+        assert all(record[d]["status"] == "complete" and record[d]["seconds"] > 0 for d in full_scale.DTYPES)
+    assert " on cpu " in log and " (run 2 of 2)" in log, "two runs share one core"
 
-    starts = [line.split(":")[0] for line in log.splitlines() if line.endswith(": starting")]
-    assert starts == [f"listops-mini/softmax/model.dtype={d}/seed0" for d in full_scale.DTYPES] + \
-        [f"listops-mini/{v}/seed0" for v in VARIANTS], log[-3000:]
-    for variant in VARIANTS:
-        results = read(cell / variant / "seed0" / "results.json")
-        assert (results["status"], results["task"], results["scale"], results["variant"]) == \
-            ("complete", "listops", "mini", variant)
-        assert results["num_train_steps"] == STEPS
-        model = results["config"]["model"]
-        assert (model["dtype"], model["remat"], model["scan_layers"]) == (record["dtype"], False, False)
+    # ListOps' runs finished; Pathfinder's softmax was stopped by the time box: checkpointed, no result
+    runs = lra_results.read_runs(str(root))
+    assert sorted((r.task, r.variant) for r in runs) == [("listops", v) for v in sorted(VARIANTS)]
+    assert all(read(root / "listops-mini" / v / "seed0" / "results.json")["num_train_steps"] == LISTOPS_STEPS
+               for v in VARIANTS)
+    stopped = root / "pathfinder-mini" / "softmax" / "seed0"
+    assert not (stopped / "results.json").exists() and (stopped / "checkpoints" / "last").is_dir()
 
-    # what the chart reads: these runs, of this scale, and nothing of the precision check
-    runs = lra_results.read_runs(str(tmp_path / "root"))
-    assert sorted((r.task, r.scale, r.variant, r.point, r.seed) for r in runs) == \
-        sorted(("listops", "mini", v, "", 0) for v in VARIANTS)
+    # what comes back: the finished runs, the records, and the carried run with its newest checkpoint
+    with tarfile.open(tmp_path / "first" / "full-lra.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert names == {"carried.tar.gz", *(f"{t}-mini/{n}" for t in full_scale.TASKS for n in ("precision.json",
+                                                                                             "data.json")),
+                     *(f"listops-mini/{v}/seed0/{f}" for v in VARIANTS for f in full_scale.PACKED_FILES)}
+    assert "pathfinder-mini/softmax/seed0" in log.split("packed", 1)[1].splitlines()[0]
 
-    # what comes back from the device: unpacked into a fresh root, the chart reads the same runs
-    with tarfile.open(tmp_path / "out1" / "listops-full.tar.gz") as tar:
-        names = sorted(tar.getnames())
-        tar.extractall(tmp_path / "unpacked", filter="data")
-    assert names == sorted(["listops-mini/precision.json"] + [f"listops-mini/{v}/seed0/{f}" for v in VARIANTS
-                                                              for f in full_scale.PACKED_FILES])
-    unpacked = lra_results.read_runs(str(tmp_path / "unpacked"))
-    assert sorted((r.variant, r.test_accuracy) for r in unpacked) == sorted((r.variant, r.test_accuracy) for r in runs)
+    # another machine: the tar.gz unpacked into a fresh root, as committed; the carried run resumes
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    subprocess.run(["tar", "-xzf", str(tmp_path / "first" / "full-lra.tar.gz"), "-C", str(fresh)], check=True)
+    step = max(int(n) for n in os.listdir(stopped / "checkpoints" / "last"))
+    again, log = run_stage(tmp_path, "second", fresh, cap=90)
+    assert "== full-lra: exit 130" in again.stdout, again.stdout + again.stderr + log[-3000:]
+    assert f"carried run restored: pathfinder-mini/softmax/seed0 at step {step}" in log
+    assert all(f"precision check {t} recorded earlier" in log for t in full_scale.TASKS)
+    assert all(f"listops-mini/{v}/seed0: done, skipped" in log for v in VARIANTS)
+    assert "pathfinder-mini/softmax/seed0: resuming" in log, log[-3000:]
+    moved = metric_lines(fresh / "pathfinder-mini" / "softmax" / "seed0")
+    assert [line for line in moved if line["step"] <= step] == [line for line in metric_lines(stopped)
+                                                                 if line["step"] <= step]
+    assert max(line["step"] for line in moved) > step, "the resumed run trained on"
 
-    # the next call: the recorded check is reused and the finished runs are skipped, nothing trains
-    again = run_stage(tmp_path, "out2")
-    log = (tmp_path / "out2" / "listops-full.log").read_text(encoding="utf-8")
-    assert again.returncode == 0 and "precision check recorded earlier" in log, log[-3000:]
-    assert ": starting" not in log and log.count("done, skipped") == len(VARIANTS), log[-3000:]
-    with tarfile.open(tmp_path / "out2" / "listops-full.tar.gz") as tar:
-        assert sorted(tar.getnames()) == names
+
+RECORD = {"dtype": "float32", "steps": 300, "float32": {"steps_per_second": 10.0, "seconds": 80.0,
+                                                        "checkpoint_bytes": 120 << 20}}
 
 
-def test_pack_leaves_out_unfinished_runs_and_checkpoints(tmp_path):
-    cell = tmp_path / "listops-full"
-    for variant, finished in (("softmax", True), ("local", False)):
-        workdir = cell / variant / "seed0"
-        (workdir / "checkpoints" / "last" / "500").mkdir(parents=True)
-        (workdir / "config.json").write_text("{}", encoding="utf-8")
-        (workdir / "metrics.jsonl").write_text('{"step": 50, "train/loss": 2.0}\n', encoding="utf-8")
-        if finished:
-            (workdir / "results.json").write_text('{"status": "complete"}', encoding="utf-8")
-    names = full_scale.pack(str(tmp_path), "full", str(tmp_path / "out" / "packed.tar.gz"))
-    assert sorted(names) == [f"listops-full/softmax/seed0/{f}" for f in sorted(full_scale.PACKED_FILES)]
+def test_a_run_that_cannot_travel_starts_only_when_its_estimate_fits_and_a_small_one_always_does(tmp_path):
+    # 50 s of startup and compilation (80 s less 300 steps at 10/s), then 5,000 steps at 10/s with the margin
+    assert full_scale.estimated_seconds(RECORD, 5000) == pytest.approx(50 + full_scale.ESTIMATE_MARGIN * 500)
+    assert not full_scale.travels(RECORD)
+    runs = full_scale.main_runs("mini", str(tmp_path), {"listops": "float32"}, ["softmax", "local"],
+                                {"listops": ["--config.num_train_steps=5000"]})
+    need = full_scale.estimated_seconds(RECORD, 5000)
+    assert full_scale.admitted(runs, {"listops": RECORD}, need + 1) == runs
+    assert full_scale.admitted(runs, {"listops": RECORD}, need - 1) == []
+    small = {**RECORD, "float32": {**RECORD["float32"], "checkpoint_bytes": 1 << 20}}
+    assert full_scale.admitted(runs, {"listops": small}, 0) == runs
+    os.makedirs(os.path.join(runs[1].workdir, "checkpoints"))  # started on this machine: it resumes
+    assert full_scale.admitted(runs, {"listops": RECORD}, 0) == [runs[1]]
+
+
+def test_the_tasks_take_turns_softmax_first_and_a_task_override_reaches_only_its_runs(tmp_path):
+    runs = full_scale.main_runs("mini", str(tmp_path), {"listops": "bfloat16", "pathfinder": "float32"},
+                                ["softmax", "linear"], {"pathfinder": ["--config.num_train_steps=7"]})
+    assert [r.name for r in runs] == ["listops-mini/softmax/seed0", "pathfinder-mini/softmax/seed0",
+                                      "listops-mini/linear/seed0", "pathfinder-mini/linear/seed0"]
+    assert [(r.config["model"]["dtype"], r.config["num_train_steps"] == 7) for r in runs] == \
+        [("bfloat16", False), ("float32", True)] * 2
+    given = full_scale_tool.task_overrides(["pathfinder:--config.seed=3"], ["listops", "pathfinder"], ["--config.x=1"])
+    assert given == {"listops": ["--config.x=1"], "pathfinder": ["--config.x=1", "--config.seed=3"]}
+    for bad in ("image:--config.seed=3", "pathfinder:seed=3"):
+        with pytest.raises(LraError, match="expected TASK:--config.KEY=VALUE"):
+            full_scale_tool.task_overrides([bad], ["listops", "pathfinder"], [])
+    assert isinstance(runs[0], sweep_plan.Run)
 
 
 F32 = {"status": "complete", "val_accuracy": 0.30, "val_loss": 1.80, "steps_per_second": 10.0,
@@ -121,8 +155,8 @@ F32 = {"status": "complete", "val_accuracy": 0.30, "val_loss": 1.80, "steps_per_
     (dict(status="failed"), "float32", "the bfloat16 run failed"),
 ])
 def test_bfloat16_is_used_only_where_it_holds_validation_and_is_faster(bf16, dtype, says):
-    record = full_scale.compare_precision(F32, {**F32, "run": "bf16", **bf16}, 300, "full")
-    assert record["dtype"] == dtype and says in record["reason"]
+    record = full_scale.compare_precision(F32, {**F32, "run": "bf16", **bf16}, 300, "full", "pathfinder")
+    assert record["dtype"] == dtype and says in record["reason"] and record["task"] == "pathfinder"
     assert record["holds"] == (says == "within tolerance" or "not faster" in says)
 
 

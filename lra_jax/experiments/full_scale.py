@@ -322,8 +322,9 @@ def run_stage(scale: str, root: str, scratch: str, tasks: list[str], variants: l
     for task in tasks:
         first = main_runs(scale, root, {task: "float32"}, variants[:1], overrides)[0]
         record = prepare_data(task, scale, first)
-        if record is not None:
-            _write(os.path.join(cell_dir(root, task, scale), DATA_RECORD), record)
+        path = os.path.join(cell_dir(root, task, scale), DATA_RECORD)
+        if record is not None and not os.path.exists(path):  # the first measurement stays
+            _write(path, record)
         log(f"data {task}: " + (f"generated in {record['seconds']:.1f} s on {record['cpu_cores']} cores "
                                 f"({', '.join(f'{k} {v}' for k, v in record['examples'].items())})"
                                 if record else "found in the cache"))

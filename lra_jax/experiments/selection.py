@@ -41,6 +41,9 @@ class Result:
     pretrain_steps: int | None = None  # the pretraining stage's steps and seconds (results.json "pretrain"),
     pretrain_seconds: float | None = None  # its compute, reported apart from fine-tuning; None from scratch
     pretrain_loss: float | None = None  # its last logged training loss: how far the objective got
+    device: str | None = None  # results.json "devices": "<count> x <kind>", e.g. "1 x NVIDIA H200"
+    dtype: str | None = None  # the compute dtype (config.model.dtype)
+    steps_per_second: float | None = None
 
     @property
     def diverged(self) -> bool:
@@ -69,7 +72,16 @@ def read_result(path: str) -> Result:
                   pretrain=r.get("pretrain_objective") or config.get("pretrain", {}).get("objective", "none"),
                   pretrain_steps=(r.get("pretrain") or {}).get("num_steps"),
                   pretrain_seconds=(r.get("pretrain") or {}).get("seconds"),
-                  pretrain_loss=(r.get("pretrain") or {}).get("final_train_loss"))
+                  pretrain_loss=(r.get("pretrain") or {}).get("final_train_loss"),
+                  device=_device(r.get("devices")), dtype=config.get("model", {}).get("dtype"),
+                  steps_per_second=r.get("steps_per_second"))
+
+
+def _device(devices: dict | None) -> str | None:
+    """results.json's "devices" in words: '1 x NVIDIA H200'; None where it is not recorded."""
+    if not isinstance(devices, dict) or not devices.get("kind"):
+        return None
+    return f"{devices.get('count', 1)} x {devices['kind']}"
 
 
 def load(runs_dir: str, scale: str | None = None) -> list[Result]:
@@ -106,6 +118,9 @@ class Selection:
     pretrain_steps: int | None = None  # of the chosen point's runs (self-pretrained cells; None otherwise)
     pretrain_seconds: float | None = None  # mean over `seeds`; None where a run does not record it
     pretrain_loss: float | None = None  # likewise
+    devices: tuple[str, ...] = ()  # of the chosen point's runs, each once (`Result.device`)
+    dtypes: tuple[str, ...] = ()  # likewise, their compute dtypes
+    steps_per_second: float | None = None  # mean over `seeds`; None where a run does not record it
 
     @property
     def n(self) -> int:
@@ -144,7 +159,7 @@ def select(results: list[Result]) -> Selection | None:
     seeds = sorted(runs)
     test_mean, test_std = mean_std([runs[s].test_accuracy for s in seeds])
 
-    def pretrain_mean(field: str) -> float | None:
+    def seed_mean(field: str) -> float | None:  # over the seeds, of a field every run records
         values = [getattr(runs[s], field) for s in seeds]
         return None if None in values else sum(values) / len(values)
 
@@ -152,7 +167,10 @@ def select(results: list[Result]) -> Selection | None:
                      val_mean=sum(runs[s].val_accuracy for s in seeds) / len(seeds),
                      compared_on=sorted(shared), candidates=candidates, diverged=diverged,
                      pretrain_steps=max((runs[s].pretrain_steps or 0 for s in seeds), default=0) or None,
-                     pretrain_seconds=pretrain_mean("pretrain_seconds"), pretrain_loss=pretrain_mean("pretrain_loss"))
+                     pretrain_seconds=seed_mean("pretrain_seconds"), pretrain_loss=seed_mean("pretrain_loss"),
+                     devices=tuple(sorted({runs[s].device for s in seeds if runs[s].device})),
+                     dtypes=tuple(sorted({runs[s].dtype for s in seeds if runs[s].dtype})),
+                     steps_per_second=seed_mean("steps_per_second"))
 
 
 def cells(results: list[Result]) -> dict[tuple[str, str | None, str], list[Result]]:
