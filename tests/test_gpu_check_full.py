@@ -18,7 +18,7 @@ from helpers import FAST_COMPILE
 
 from lra_jax.config import paths as config_paths
 from lra_jax.errors import LraError
-from lra_jax.experiments import full_scale, lra_results, sweep_plan
+from lra_jax.experiments import device_sharing, full_scale, lra_results, sweep_plan
 from lra_jax.tools import full_scale as full_scale_tool
 
 STAGE = os.path.join(config_paths.REPO_ROOT, ".ci", "gpu-check")
@@ -42,7 +42,7 @@ def run_stage(tmp_path, call: str, root, cap: int) -> tuple[subprocess.Completed
                LRA_JAX_CACHE=str(tmp_path / f"cache-{call}"), XLA_FLAGS=FAST_COMPILE, GPU_CHECK_FULL_SCALE="mini",
                GPU_CHECK_FULL_ROOT=str(root), GPU_CHECK_RUNS_PER_DEVICE="2", GPU_CHECK_CAPS=f"60 130 400 150 {cap}",
                GPU_CHECK_FULL_ARGS=f"--scratch={tmp_path / f'scratch-{call}'} --variants={','.join(VARIANTS)} "
-                                   f"--precision_steps={PRECISION_STEPS} {' '.join(overrides)} -- {TINY}")
+                                   f"--precision_steps={PRECISION_STEPS} --parallel=2 {' '.join(overrides)} -- {TINY}")
     done = subprocess.run(["bash", STAGE, "full-lra"], env=env, capture_output=True, text=True, timeout=cap + 120,
                           check=False)
     return done, (tmp_path / call / "full-lra.log").read_text(encoding="utf-8")
@@ -167,3 +167,24 @@ def test_a_check_whose_float32_run_is_at_the_majority_rate_says_so_and_a_failed_
     for status in ("diverged", "failed"):
         with pytest.raises(LraError, match=f"float32 run f32 {status}: the recipe itself fails"):
             full_scale.compare_precision({**F32, "status": status}, F32, 300, "full")
+
+
+def test_the_best_runs_per_device_is_the_fewest_within_three_percent_of_the_most():
+    assert device_sharing.best({1: 100.0, 2: 180.0, 4: 250.0, 8: 255.0}) == 4
+    assert device_sharing.best({1: 100.0, 2: 99.0}) == 1
+    assert device_sharing.best({1: 100.0, 2: 140.0, 4: 120.0}) == 2
+
+
+def test_the_probe_times_processes_sharing_a_core_and_the_stage_reads_its_best(tmp_path, monkeypatch):
+    monkeypatch.setenv("LRA_JAX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("XLA_FLAGS", FAST_COMPILE)
+    config = ["--config=configs/transformer.py:pathfinder,mini", *(f"--config.{o}" for o in (
+        "batch_size=8", "model.num_layers=1", "model.emb_dim=16", "model.mlp_dim=32", "model.num_heads=2"))]
+    record = device_sharing.probe(config, [1, 2], steps=5, warmup=1, kind="cpu", log=lambda line: None)
+    assert set(record["counts"]) == {"1", "2"} and record["best"] in (1, 2)
+    two = record["counts"]["2"]
+    assert len(two["per_run"]) == 2 and len(set(two["slots"])) == 2 and all("(run " in s for s in two["slots"])
+    assert two["steps_per_second"] == pytest.approx(2 * 5 / max(r["seconds"] for r in two["per_run"]))
+    full_scale.write_json(str(tmp_path / device_sharing.RECORD), record)
+    assert device_sharing.read_best(str(tmp_path)) == record["best"]
+    assert device_sharing.read_best(str(tmp_path / "none")) is None

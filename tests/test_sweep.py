@@ -419,8 +419,8 @@ def test_runs_per_device_shares_each_device_group_and_splits_a_gpus_memory(monke
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     gpus = device_slots.slots("gpu", parallel=6, per_run=1, runs_per_device=3)
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gpus] == ["3"] * 3 + ["5"] * 3
-    shares = {float(s.env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) for s in gpus}
-    assert shares == {pytest.approx(device_slots.GPU_MEMORY_SHARE / 3, abs=1e-3)}
+    shares = [float(s.env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) for s in gpus]
+    assert shares == [pytest.approx(device_slots.GPU_MEMORY_SHARE / 3, abs=1e-3)] * 6
     assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in device_slots.slots("gpu", parallel=2)[0].env
     with pytest.raises(ConfigError, match="raise --runs_per_device"):
         device_slots.slots("gpu", parallel=5, runs_per_device=2)

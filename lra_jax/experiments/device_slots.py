@@ -80,6 +80,12 @@ def detect() -> str:
     return "tpu" if tpu_chips() else "cpu"
 
 
+def count(kind: str = "auto") -> int:
+    """How many devices of `kind` (auto: `detect()`) this host has: GPUs, TPU chips or CPU cores."""
+    kind = detect() if kind == "auto" else kind
+    return len({"gpu": gpu_ids, "tpu": tpu_chips}.get(kind, lambda: os.sched_getaffinity(0))())
+
+
 def _groups(devices: list, parallel: int, per_run: int, runs_per_device: int, what: str) -> list[list]:
     if parallel < 1 or per_run < 1 or runs_per_device < 1:
         raise ConfigError(f"--parallel, --devices_per_run and --runs_per_device must be at least 1 (got {parallel}, "

@@ -39,7 +39,7 @@ from typing import Any
 from lra_jax import provenance
 from lra_jax.data import tasks as task_registry
 from lra_jax.errors import LraError
-from lra_jax.experiments import run_carry, sweep_plan, sweep_run
+from lra_jax.experiments import device_sharing, run_carry, sweep_plan, sweep_run
 from lra_jax.experiments.table2_report import REFERENCE
 from lra_jax.training import checkpointing, metrics
 
@@ -64,6 +64,10 @@ PRECISION_RECORD = "precision.json"
 DATA_RECORD = "data.json"
 CARRIED = "carried.tar.gz"
 PACKED_FILES = ("results.json", "config.json", "metrics.jsonl")
+# Runs that share one device where no probe has measured the best number (device_sharing): Pathfinder's full
+# model (~2 GB a step, compiled for an H100) leaves an H200 mostly idle, and a quarter of its memory (~31 GiB)
+# holds a full ListOps step unscanned (its compiled estimate: ~3.6 GB scanned with remat).
+RUNS_PER_DEVICE = 4
 # A run's estimated time is its task's check run's (startup and compilation, then steps at its rate) with
 # this margin for the validations and checkpoints the short check did not make.
 ESTIMATE_MARGIN = 1.2
@@ -197,7 +201,8 @@ def _read(path: str, check: Callable[[dict], bool]) -> dict[str, Any] | None:
         raise LraError(f"{path} is damaged ({type(error).__name__}: {error}); delete it to make it again") from None
 
 
-def _write(path: str, record: dict[str, Any]) -> str:
+def write_json(path: str, record: dict[str, Any]) -> str:
+    """Writes `record` to `path` atomically (a temporary file renamed); returns the path."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(f"{path}.tmp", "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1, sort_keys=True)
@@ -212,7 +217,7 @@ def read_record(root: str, task: str, scale: str) -> dict[str, Any] | None:
 
 
 def write_record(root: str, task: str, scale: str, record: dict[str, Any]) -> str:
-    return _write(os.path.join(cell_dir(root, task, scale), PRECISION_RECORD), record)
+    return write_json(os.path.join(cell_dir(root, task, scale), PRECISION_RECORD), record)
 
 
 def estimated_seconds(record: dict[str, Any], steps: int) -> float | None:
@@ -263,9 +268,10 @@ def finished(root: str, task: str, scale: str) -> list[str]:
 
 def pack(root: str, scale: str, dest: str, tasks: tuple[str, ...] = TASKS) -> tuple[list[str], list[str]]:
     """Writes `dest` (tar.gz, names relative to `root`: unpack with `tar -xzf DEST -C ROOT`): the finished
-    runs' PACKED_FILES, each task's records, and CARRIED with the unfinished runs that travel. Returns (the
+    runs' PACKED_FILES, each task's records, the device-sharing probe's record, and CARRIED with the unfinished runs that travel. Returns (the
     names packed, one line per unfinished run that stays behind and why)."""
-    paths = []
+    probed = os.path.join(root, device_sharing.RECORD)
+    paths = [probed] if os.path.exists(probed) else []
     for task in tasks:
         cell = cell_dir(root, task, scale)
         paths += [os.path.join(cell, n) for n in (PRECISION_RECORD, DATA_RECORD) if os.path.exists(os.path.join(cell, n))]
@@ -324,7 +330,7 @@ def run_stage(scale: str, root: str, scratch: str, tasks: list[str], variants: l
         record = prepare_data(task, scale, first)
         path = os.path.join(cell_dir(root, task, scale), DATA_RECORD)
         if record is not None and not os.path.exists(path):  # the first measurement stays
-            _write(path, record)
+            write_json(path, record)
         log(f"data {task}: " + (f"generated in {record['seconds']:.1f} s on {record['cpu_cores']} cores "
                                 f"({', '.join(f'{k} {v}' for k, v in record['examples'].items())})"
                                 if record else "found in the cache"))

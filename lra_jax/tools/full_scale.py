@@ -1,7 +1,8 @@
 r"""Full-scale LRA (ListOps and Pathfinder) with the LRA paper's recipe on one GPU (the `full-lra` stage of
 `.ci/gpu-check`; the library and what each step does: `lra_jax.experiments.full_scale`).
 
-    python -m lra_jax.tools.full_scale --parallel=4 --runs_per_device=4 --time_box=500   # data, checks, runs
+    python -m lra_jax.tools.full_scale --time_box=500           # data, checks, runs: on every GPU, each shared
+    python -m lra_jax.tools.full_scale --probe_runs_per_device=1,2,4,8   # how many runs should share a GPU
     python -m lra_jax.tools.full_scale --pack=full-lra.tar.gz   # the finished runs and the carried ones, to commit
     python -m lra_jax.tools.full_scale --scale=mini --precision_steps=2 \
         --override=listops:--config.num_train_steps=4 -- --config.batch_size=8
@@ -21,7 +22,7 @@ import sys
 from absl import app, flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import device_slots, full_scale
+from lra_jax.experiments import device_sharing, device_slots, full_scale
 from lra_jax.experiments.choices import choose
 from lra_jax.experiments.progress import print_now
 from lra_jax.experiments.sweep_run import Stop, subprocess_runner
@@ -39,9 +40,14 @@ def define_flags() -> None:
     flags.DEFINE_string("tasks", ",".join(full_scale.TASKS), "The tasks, taking turns variant by variant.")
     flags.DEFINE_string("variants", ",".join(full_scale.VARIANTS), "The runs, in order (softmax first).")
     flags.DEFINE_integer("precision_steps", 300, "Steps of each precision-check run (float32 and bfloat16).")
-    flags.DEFINE_integer("parallel", 1, "Runs at once.")
-    flags.DEFINE_integer("runs_per_device", 1, "Runs that share one device (GPU: each preallocates its share "
-                         "of the memory; CPU: one core).")
+    flags.DEFINE_integer("parallel", 0, "Runs at once (0: every device of the host times --runs_per_device).")
+    flags.DEFINE_integer("runs_per_device", 0, "Runs that share one device (GPU: each preallocates its share "
+                         f"of the memory; CPU: one core). 0: the best N recorded by --probe_runs_per_device in "
+                         f"<root>/{device_sharing.RECORD}, else {full_scale.RUNS_PER_DEVICE}.")
+    flags.DEFINE_list("probe_runs_per_device", [], "Train nothing: time N runs of --probe_task's softmax sharing one "
+                      "device, for each N given, and record the best N in <root>/" + device_sharing.RECORD + ".")
+    flags.DEFINE_enum("probe_task", "pathfinder", list(full_scale.TASKS), "The task whose runs the probe times.")
+    flags.DEFINE_integer("probe_steps", 100, "Timed steps of each process of the probe (after 10 untimed).")
     flags.DEFINE_float("time_box", 0, "Seconds from the start after which every run checkpoints and stops "
                        "(0: none); a run that cannot travel starts only when its estimated time fits.")
     flags.DEFINE_multi_string("override", [], "TASK:--config.KEY=VALUE, a config override of one task's runs "
@@ -61,6 +67,18 @@ def task_overrides(given: list[str], tasks: list[str], common: list[str]) -> dic
     return out
 
 
+def probe(overrides: list[str]) -> None:
+    """--probe_runs_per_device: the record, written under --root and printed."""
+    counts = [int(n) for n in FLAGS.probe_runs_per_device]
+    record = full_scale.read_record(FLAGS.root, FLAGS.probe_task, FLAGS.scale)
+    run = full_scale.main_runs(FLAGS.scale, FLAGS.root, {FLAGS.probe_task: record["dtype"] if record else "float32"},
+                               [full_scale.CHECK_VARIANT], {FLAGS.probe_task: overrides})[0]
+    config_args = [a for a in run.command if a.startswith("--config")]
+    result = device_sharing.probe(config_args, counts, FLAGS.probe_steps, warmup=10, log=print_now)
+    path = full_scale.write_json(os.path.join(FLAGS.root, device_sharing.RECORD), result)
+    print(f"best: {result['best']} run(s) per device ({result['rule']}); record in {path}")
+
+
 def main(argv: list[str]) -> None:
     try:
         tasks = choose(FLAGS.tasks, list(full_scale.TASKS), "task")
@@ -70,10 +88,15 @@ def main(argv: list[str]) -> None:
             for line in left:
                 print(f"not carried: {line}")
             return
-        variants = choose(FLAGS.variants, list(full_scale.VARIANTS), "variant")
         overrides = task_overrides(FLAGS.override, tasks, argv[1:])
-        slots = (device_slots.slots("auto", FLAGS.parallel, 1, FLAGS.runs_per_device)
-                 if FLAGS.parallel > 1 or FLAGS.runs_per_device > 1 else [None])
+        if FLAGS.probe_runs_per_device:
+            probe(overrides.get(FLAGS.probe_task, list(argv[1:])))
+            return
+        variants = choose(FLAGS.variants, list(full_scale.VARIANTS), "variant")
+        per_device = FLAGS.runs_per_device or device_sharing.read_best(FLAGS.root) or full_scale.RUNS_PER_DEVICE
+        parallel = FLAGS.parallel or device_slots.count() * per_device
+        print_now(f"{parallel} run(s) at once, {per_device} per device")
+        slots = device_slots.slots("auto", parallel, 1, per_device) if parallel > 1 or per_device > 1 else [None]
         with Stop() as stop:
             outcome = full_scale.run_stage(FLAGS.scale, os.path.abspath(FLAGS.root), os.path.abspath(FLAGS.scratch),
                                            tasks, variants, FLAGS.precision_steps, overrides,
