@@ -1,4 +1,11 @@
-"""Errors the user can fix: the CLI prints their message on one line and exits non-zero."""
+"""Errors the user can fix: the CLI prints their message on one line and exits non-zero.
+
+Exit statuses of `train`: 0 finished, 2 bad input (`LraError`), 3 diverged (`TrainingDiverged`),
+`INTERRUPTED` (75, sysexits' EX_TEMPFAIL) stopped by SIGTERM or SIGINT with a checkpoint saved: run the same
+command to resume. An interrupted run never exits 0.
+"""
+
+INTERRUPTED = 75
 
 
 class LraError(Exception):

@@ -3,6 +3,9 @@
 Flags only: the work is `trainer.train_and_evaluate(config, workdir)`. With `--estimate` it trains
 nothing and prints the run's projected training time instead (`step_timing.projected_training`).
 Overrides: `--config.model.num_layers=2 --config.attention.k=64`.
+
+Exit status: 0 finished; 2 bad input; 3 diverged; 75 (`errors.INTERRUPTED`) stopped by SIGTERM or Ctrl-C,
+the step in flight saved: the same command resumes. An interrupted run never exits 0.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from ml_collections import config_flags
 from lra_jax.config import checks as config_errors
 from lra_jax.config import settings as config_settings
 from lra_jax.data.tasks import default_cache_dir
-from lra_jax.errors import LraError
+from lra_jax.errors import INTERRUPTED, LraError
 from lra_jax.measure import step_timing
 from lra_jax.training import distributed, trainer
 
@@ -65,10 +68,15 @@ def main(argv: list[str]) -> None:
             return
         if jax.process_index() == 0:
             print(f"workdir: {workdir}")
-        trainer.train_and_evaluate(FLAGS.config, workdir)
+        if trainer.train_and_evaluate(FLAGS.config, workdir) is None:  # it said where it stopped
+            sys.exit(INTERRUPTED)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
+    except KeyboardInterrupt:  # before training started (data, compilation): nothing new to save
+        print(f"interrupted before training began; nothing was lost: run the same command to start (workdir "
+              f"{workdir})", file=sys.stderr)
+        sys.exit(INTERRUPTED)
 
 
 def cli() -> None:

@@ -115,3 +115,29 @@ def test_the_gpu_check_benches_every_variant_with_a_triton_kernel():
     listed = re.search(r"kernel_variants=\$\{GPU_CHECK_VARIANTS:-([\w,]+)\}", script).group(1).split(",")
     with_triton = {name for name in registry.names() if "triton" in registry.get(name).kernel_backends()}
     assert sorted(listed) == sorted(with_triton)
+
+
+@pytest.mark.parametrize("override, says", [
+    ("--config.seed=-1", "--config.seed=-1 is out of range: it must be an integer from 0 to 2**32 - 1"),
+    ("--config.seed=18446744073709551617", "it must be an integer from 0 to 2**32 - 1"),
+    ("--config.model.num_heads=3", "--config.model.num_heads=3 is out of range: it must be a divisor of "
+                                   "model.emb_dim=64"),
+])
+def test_a_bad_seed_or_head_count_is_one_line_naming_the_key(override, says, tmp_path):
+    done = train(*SMALL, override, tmp_path=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 2 and len(errors) == 1 and says in errors[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_an_empty_test_split_is_refused_before_training(tmp_path):
+    data = tmp_path / "listops"
+    data.mkdir()
+    row = "( [MAX 2 9 ] )\t9\n"
+    for split, rows in (("train", 40), ("val", 4), ("test", 0)):  # the test file: its header alone
+        (data / f"basic_{split}.tsv").write_text("Source\tTarget\n" + row * rows, encoding="utf-8")
+    done = train(*SMALL, f"--config.data.data_dir={data}", tmp_path=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr[-2000:]
+    assert "no examples in its test split" in errors[0] and str(data) in errors[0]
+    assert not (tmp_path / "run" / "metrics.jsonl").exists(), "found before any training"

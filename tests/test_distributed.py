@@ -15,7 +15,7 @@ import orbax.checkpoint as ocp
 import pytest
 from helpers import child_xla_flags
 
-from lra_jax.errors import LraError
+from lra_jax.errors import INTERRUPTED, LraError
 from lra_jax.training import distributed
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,13 +85,14 @@ def start_processes(workdir, cache, count=2, flags=SMALL_FLAGS):
     return procs
 
 
-def finish(procs, timeout=240):
-    """Waits for every process; kills them all if one fails or hangs. Returns (stdout, stderr) pairs."""
+def finish(procs, timeout=240, status=0):
+    """Waits for every process; kills them all if one fails or hangs, or exits with another status than
+    `status`. Returns (stdout, stderr) pairs."""
     outputs = []
     try:
         for proc in procs:
             outputs.append(proc.communicate(timeout=timeout))
-            assert proc.returncode == 0, outputs[-1][1][-3000:]
+            assert proc.returncode == status, outputs[-1][1][-3000:]
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -134,7 +135,7 @@ def test_two_processes_match_one_process_on_two_devices_and_resume_after_sigterm
             for proc in procs:
                 proc.send_signal(sig)
     finally:
-        outputs = finish(procs)
+        outputs = finish(procs, status=INTERRUPTED)  # an interrupted run never exits 0
     stopped = re.search(r"stopped at step (\d+)", outputs[0][0])
     assert stopped and 2 <= int(stopped.group(1)) < SMALL["num_train_steps"], outputs[0][0][-2000:] + outputs[0][1][-3000:]
     assert "stopped at step" not in outputs[1][0]  # one process reports and writes

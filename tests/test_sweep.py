@@ -429,3 +429,36 @@ def test_runs_per_device_shares_each_device_group_and_splits_a_gpus_memory(monke
         device_slots.slots("tpu", parallel=2, runs_per_device=2)
     with pytest.raises(ConfigError, match="at least 1"):
         device_slots.slots("cpu", parallel=1, runs_per_device=0)
+
+
+def sweep_cli(tmp_path, *flags):
+    return subprocess.run([sys.executable, "-m", "lra_jax.tools.sweep", "--variants=softmax", "--tasks=listops",
+                           f"--root={tmp_path}", *flags], cwd=sweep_plan.REPO, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_a_misspelled_or_bad_override_refuses_the_sweep_before_a_finished_run_is_reported(tmp_path):
+    finish(make_plan(tmp_path, "softmax")[0])  # a finished sweep, asked a new question
+    for override, says in (("--config.optimizer.learning_rte=0.01", "did you mean --config.optimizer.learning_rate"),
+                           ("--config.model.dropout_rate=1.5", "--config.model.dropout_rate=1.5 is out of range")):
+        out = sweep_cli(tmp_path, "--", override)
+        errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+        assert out.returncode == 2 and len(errors) == 1 and says in errors[0], out.stdout + out.stderr[-2000:]
+        assert "listops-mini/softmax/seed0" in errors[0] and "skipped" not in out.stdout + out.stderr
+
+
+def test_parallel_zero_and_the_status_of_a_missing_root_are_refused_in_one_line(tmp_path):
+    for flags, says in ((["--parallel=0"], "--parallel=0: give 1 or more"),
+                        (["--status"], "does not exist: no run of this sweep was made or submitted there")):
+        out = sweep_cli(tmp_path / "missing", *flags)
+        errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+        assert out.returncode == 2 and len(errors) == 1 and says in errors[0], out.stderr[-2000:]
+
+
+def test_a_run_stopped_from_outside_the_sweep_is_interrupted_and_the_sweep_does_not_exit_zero(tmp_path):
+    from lra_jax.errors import INTERRUPTED
+
+    (run,) = make_plan(tmp_path, "softmax")
+    row = sweep_run._train(run, "new", lambda command, cwd, slot: (INTERRUPTED, "stopped at step 3"), None, None, ".")
+    assert row["status"] == "interrupted" and "run the sweep again to resume it" in row["error"]
+    assert "interrupted" in sweep_run.UNFINISHED

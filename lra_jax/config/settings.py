@@ -198,7 +198,7 @@ def of(config: ml_collections.ConfigDict | Settings) -> Settings:
 def check(s: Settings) -> None:
     """ConfigError (one line) for the first value out of its range."""
     _one_of("task", s.task, TASKS)
-    _require("seed", s.seed, _whole(s.seed), "an integer")
+    _require("seed", s.seed, _whole(s.seed) and 0 <= s.seed < 2**32, "an integer from 0 to 2**32 - 1")
     for key in ("max_len", "batch_size", "num_train_steps", "eval_every", "checkpoint_every", "log_every",
                 "grad_accum_steps", "keep_checkpoints"):
         _at_least(key, getattr(s, key), 1)
@@ -208,6 +208,8 @@ def check(s: Settings) -> None:
     for key in ("num_layers", "num_heads", "emb_dim"):
         _at_least(f"model.{key}", getattr(m, key), 1)
     _at_least("model.mlp_dim", m.mlp_dim, 0)
+    _require("model.num_heads", m.num_heads, m.emb_dim % m.num_heads == 0,
+             f"a divisor of model.emb_dim={m.emb_dim} (each head takes emb_dim / num_heads channels)")
     _rate("model.dropout_rate", m.dropout_rate)
     _rate("model.attention_dropout_rate", m.attention_dropout_rate)
     _one_of("model.positions", m.positions, POSITIONS)

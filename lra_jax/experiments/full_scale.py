@@ -373,4 +373,4 @@ def run_stage(scale: str, root: str, scratch: str, tasks: list[str], variants: l
         log(f"not started, as their estimated time did not fit in the time box: {', '.join(skipped)}")
     if stop.requested:
         return "stopped"
-    return "failed" if any(row["status"] in ("failed", "crashed") for row in rows) else "complete"
+    return "failed" if any(row["status"] in sweep_run.UNFINISHED for row in rows) else "complete"

@@ -20,9 +20,11 @@ from absl import flags
 from ml_collections import config_flags
 
 from lra_jax.attention import registry
+from lra_jax.config import checks as config_checks
 from lra_jax.config import paths as config_paths
+from lra_jax.config import settings as config_settings
 from lra_jax.data import tasks as task_registry
-from lra_jax.errors import ConfigError
+from lra_jax.errors import ConfigError, LraError
 from lra_jax.experiments import selection
 from lra_jax.experiments.choices import choose, config_files
 from lra_jax.training import metrics, run_dir
@@ -163,6 +165,29 @@ def read_json(path: str, report: bool = False) -> dict | None:
             report_once(path, f"note: {path} holds no JSON object; its run is treated as unfinished")
         return None
     return found
+
+
+def check_configs(runs: list[Run]) -> None:
+    """ConfigError naming the first run whose command builds no valid config (a misspelled override after
+    '--', a value out of range), before anything is trained or reported: a run judged against a config that
+    cannot be built would be reported done as it was. Commands that differ only in their seed are built once."""
+    seen = set()
+    for r in runs:
+        flags_ = tuple(a for a in r.command if a.startswith("--config") and not a.startswith("--config.seed="))
+        if flags_ in seen:
+            continue
+        seen.add(flags_)
+        spec = next(a.split("=", 1)[1] for a in flags_ if a.startswith("--config="))
+        problem = config_checks.check([f"--config={os.path.join(REPO, spec)}", *flags_[1:]])
+        if problem is None:
+            try:
+                config_settings.from_config(train_config(r.command))
+            except LraError as error:
+                problem = str(error)
+            except Exception as error:  # noqa: BLE001 - a value ml_collections cannot parse: said in one line
+                problem = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+        if problem:
+            raise ConfigError(f"{r.name}: {problem}")
 
 
 def parse_grid(specs: list[str], overrides: list[str] = ()) -> list[tuple[str, list[str]]]:

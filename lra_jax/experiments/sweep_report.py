@@ -84,7 +84,7 @@ def summary_table(summary: list[dict]) -> str:
     width = max([len(s["run"]) for s in summary] + [3])
     lines = [f"{'run':<{width}}  {'status':<12} {'time':>8}  note"]
     for s in summary:
-        note = s.get("error", "") if s["status"] in ("failed", "crashed", "stale", "diverged") else s["workdir"]
+        note = s.get("error", "") if s["status"] in ("failed", "crashed", "interrupted", "stale", "diverged") else s["workdir"]
         lines.append(f"{s['run']:<{width}}  {s['status']:<12} {s['seconds']:>7.0f}s  {note}")
     counts = {k: sum(s["status"] == k for s in summary) for k in dict.fromkeys(s["status"] for s in summary)}
     hours = sum(s["seconds"] for s in summary) / 3600

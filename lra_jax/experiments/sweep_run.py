@@ -1,7 +1,7 @@
 """Running a sweep's training runs (the library of `python -m lra_jax.tools.sweep`): each run's train
 command in a process of its own, one per device slot at a time (`run_sweep`), SIGINT/SIGTERM forwarded
 to every running child so that it checkpoints (`Stop`), and one summary row per run (finished,
-failed, crashed with its last lines, diverged, stale, stopped).
+failed, crashed with its last lines, diverged, stale, stopped by the sweep, interrupted from outside it).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from lra_jax.errors import INTERRUPTED
 from lra_jax.experiments import device_slots
 from lra_jax.experiments.progress import print_now
 from lra_jax.experiments.sweep_plan import FINAL, REPO, Run
@@ -60,6 +61,8 @@ class Stop:
             signal.signal(sig, handler)
 
 
+# The rows of runs that ended without a result and make the sweep's exit status 1.
+UNFINISHED = ("failed", "crashed", "interrupted")
 # A runner returns the exit status, or (exit status, the last lines of the run's output).
 Runner = Callable[[list[str], str, device_slots.Slot | None], "int | tuple[int, str]"]
 TAIL_BYTES = 4096  # of a run's output kept for its summary row
@@ -180,6 +183,9 @@ def _train(r: Run, before: str, runner: Runner, slot, stop: Stop | None, cwd: st
                         f"A new sweep judges it against the code of now")
     elif stop is not None and stop.requested:
         row["status"] = "stopped"
+    elif code == INTERRUPTED:  # a signal from outside the sweep; the trainer saved the step in flight
+        row["status"] = "interrupted"
+        row["error"] = "stopped by a signal from outside the sweep, its checkpoint saved; run the sweep again to resume it"
     elif crashed:
         row["status"] = "crashed"
         row["error"] = (f"{crashed}; run the sweep again to resume it from its checkpoint"
@@ -242,7 +248,7 @@ def run_sweep(runs: list[Run] | Callable[[], list[Run]], runner: Runner, stop: S
             say(f"{r.name}: {'resuming' if before == 'resume' else 'starting'}{where}\n  " + shlex.join(r.command))
             row = _train(r, before, runner, slot, stop, cwd)
             say(f"{r.name}: {row['status']} ({row['seconds']:.0f} s)"
-                + (f": {row['error']}" if row["status"] in ("failed", "crashed", "diverged") else ""))
+                + (f": {row['error']}" if row["status"] in UNFINISHED + ("diverged",) else ""))
             with changed:
                 rows[r.name] = row
                 in_flight[0] -= 1

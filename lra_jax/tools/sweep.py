@@ -75,6 +75,7 @@ from lra_jax.errors import LraError
 from lra_jax.experiments import device_slots, slurm, sweep_modeled
 from lra_jax.experiments.sweep_plan import (
     PROTOCOLS,
+    check_configs,
     parse_grid,
     plan,
     protocol_runs,
@@ -88,7 +89,7 @@ from lra_jax.experiments.sweep_report import (
     selection_table,
     summary_table,
 )
-from lra_jax.experiments.sweep_run import Stop, run_sweep, subprocess_runner
+from lra_jax.experiments.sweep_run import UNFINISHED, Stop, run_sweep, subprocess_runner
 
 FLAGS = flags.FLAGS
 
@@ -146,6 +147,12 @@ def main(argv: list[str]) -> None:
         runs = plan(FLAGS.variants, FLAGS.tasks, FLAGS.scales, FLAGS.seeds, FLAGS.root, overrides,
                     grid=parse_grid(FLAGS.grid, overrides), pretraining=FLAGS.pretrain,
                     pretrain_steps=FLAGS.pretrain_steps)
+        check_configs(runs)
+        if FLAGS.parallel < 1:
+            raise LraError(f"--parallel={FLAGS.parallel}: give 1 or more runs at once")
+        if FLAGS.status and not os.path.isdir(FLAGS.root):
+            raise LraError(f"--root={FLAGS.root} does not exist: no run of this sweep was made or submitted there; "
+                           "check --root")
         now, waiting = protocol_runs(runs, FLAGS.protocol)
         slots = (device_slots.slots(FLAGS.devices, FLAGS.parallel, FLAGS.devices_per_run, FLAGS.runs_per_device)
                  if FLAGS.parallel > 1 or FLAGS.devices_per_run > 1 or FLAGS.runs_per_device > 1 else [None])
@@ -198,7 +205,7 @@ def main(argv: list[str]) -> None:
         print("sweep stopped; run the same command to continue (finished runs are skipped, "
               "interrupted ones resume)")
         sys.exit(130)
-    if any(s["status"] in ("failed", "crashed") for s in summary):
+    if any(s["status"] in UNFINISHED for s in summary):
         sys.exit(1)
 
 

@@ -1,6 +1,7 @@
 """A run's directory: creation, writability, what it holds, the resume policy and the run records.
 
-    workdir/config.json    the config the run was made with (a resume with another is refused)
+    workdir/.lock          held by the process training there: a second one refuses the directory (`locked`)
+    workdir/config.json    the config the run was made with (a start with another is refused)
     workdir/results.json   the record of a finished run ("complete") or a diverged one ("diverged")
     workdir/checkpoints/   `checkpointing.Checkpoints`; metrics.jsonl, tensorboard/: `metrics.MetricsWriter`
     workdir/pretrain/      the self-pretraining stage's own checkpoints/, metrics.jsonl, tensorboard/ and
@@ -13,11 +14,15 @@ Checkpoints that cannot be read for lack of permission are reported as that, nev
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import errno
+import fcntl
 import json
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -28,12 +33,19 @@ from lra_jax.config.task_defaults import OPTIONAL
 from lra_jax.errors import ConfigError, LraError, TrainingDiverged
 
 # Settings that may change between a run and its resumption; any other change is refused.
+# num_train_steps too, where the schedule never reads it (`EXTENDABLE_SCHEDULES`).
 # attention.query_chunk (additive) trades speed for memory and leaves the function unchanged.
-RESUMABLE_CHANGES = {"num_train_steps", "eval_every", "checkpoint_every", "log_every", "data.data_dir",
+RESUMABLE_CHANGES = {"eval_every", "checkpoint_every", "log_every", "data.data_dir",
                      "data.cache_dir", "val_examples", "attention.query_chunk",
                      "attention.impl",  # a kernel computes the same function: a run may resume on another
                      "grad_accum_steps",  # the same update in another number of micro-batches
                      "keep_checkpoints"}
+
+# LRA's rsqrt schedule (warm-up, then 1/sqrt(step)) does not depend on the number of steps, so a run extended
+# to more steps is the run it would have been; a cosine schedule decays to zero at the last step, so one
+# extended is another run (its rate would jump back up) and must start anew.
+EXTENDABLE_SCHEDULES = ("rsqrt",)
+LOCK = ".lock"
 
 # What a run writes in its directory; train.log is the sweep's log of the run. Anything else (not
 # hidden) is another program's, and the run refuses the directory rather than write among it.
@@ -112,23 +124,75 @@ def not_writable(workdir: str, error: BaseException) -> WorkdirError:
                         "resume")
 
 
-def check_config(settings: Settings, workdir: str, resuming: bool) -> None:
-    """Writes config.json (process 0 only); refuses to resume a checkpointed run made with another config."""
-    path = os.path.join(workdir, "config.json")
-    if resuming and os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            changed = config_changes(json.load(f), settings.record)
+@contextlib.contextmanager
+def locked(workdir: str) -> Iterator[None]:
+    """Holds `workdir`'s lock while the block runs (process 0 of a run; the others share its directory).
+    WorkdirError, naming the holder, when another process holds it."""
+    if jax.process_index() != 0:
+        yield
+        return
+    f = open(os.path.join(workdir, LOCK), "a+", encoding="utf-8")  # noqa: SIM115 - held across the yield
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise WorkdirError(f"--workdir {workdir} is in use by {holder}; wait for that run to end (or stop it "
+                               "with SIGTERM: it saves a checkpoint), or pass another --workdir") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} on {socket.gethostname()} since "
+                f"{datetime.datetime.now().isoformat(timespec='seconds')}\n")
+        f.flush()
+        yield
+    finally:
+        f.close()  # releases the lock
+
+
+def _saved_configs(workdir: str) -> dict[str, dict[str, Any]]:
+    """The run's config as each record that survives holds it: {"config.json": ..., "results.json": ...}."""
+    found = {}
+    for name in ("config.json", "results.json"):
+        path = os.path.join(workdir, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                record = json.load(f)
+        except (OSError, ValueError):  # missing, or damaged (a damaged results.json is a run to end again)
+            continue
+        config = record if name == "config.json" else record.get("config") if isinstance(record, dict) else None
+        if isinstance(config, dict) and config:
+            found[name] = config
+    return found
+
+
+def check_config(settings: Settings, workdir: str) -> None:
+    """Refuses a workdir that holds another run, from whatever record of its config survives (config.json,
+    results.json), and one whose config nothing records (its identity cannot be checked); then writes
+    config.json (process 0 only)."""
+    saved = _saved_configs(workdir)
+    for name, config in saved.items():
+        changed = config_changes(config, settings.record)
         if changed:
-            raise ConfigError(
-                f"workdir {workdir} holds a run made with a different config ({', '.join(changed)} differ); "
-                "pass a new --workdir, or delete that one to start over"
-            )
+            steps = (" (the cosine schedule decays to zero at the last step: a run extended is another run)"
+                     if "num_train_steps" in changed else "")
+            raise ConfigError(f"workdir {workdir} holds a run made with a different config ({', '.join(changed)} "
+                              f"differ from its {name}){steps}; pass a new --workdir, or delete that one to start "
+                              "over")
+    leftovers = [n for n in ("metrics.jsonl", "checkpoints", "pretrain")
+                 if any(files for _, _, files in os.walk(os.path.join(workdir, n)))
+                 or os.path.isfile(os.path.join(workdir, n))]
+    if not saved and leftovers:
+        raise ConfigError(f"workdir {workdir} holds a run's {', '.join(leftovers)} but no record of its config "
+                          "(config.json and results.json are gone), so it cannot be told from another run; pass a "
+                          "new --workdir, or delete that one to start over")
     if jax.process_index() == 0:
-        write_json(path, settings.record)
+        write_json(os.path.join(workdir, "config.json"), settings.record)
 
 
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The dotted keys whose values differ between two configs (as JSON), except RESUMABLE_CHANGES."""
+    """The dotted keys whose values differ between two configs (as JSON), except RESUMABLE_CHANGES, and
+    num_train_steps where both schedules are EXTENDABLE_SCHEDULES."""
 
     def flat(d: dict[str, Any], prefix: str = ""):
         for key, value in d.items():
@@ -138,8 +202,11 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
                 yield f"{prefix}{key}", value
 
     saved, current = dict(flat(saved)), dict(flat(current))
+    resumable = set(RESUMABLE_CHANGES)
+    if {saved.get("optimizer.schedule"), current.get("optimizer.schedule")} <= set(EXTENDABLE_SCHEDULES):
+        resumable.add("num_train_steps")
     return sorted(k for k in saved.keys() | current.keys()
-                  if saved.get(k, OPTIONAL.get(k)) != current.get(k, OPTIONAL.get(k)) and k not in RESUMABLE_CHANGES)
+                  if saved.get(k, OPTIONAL.get(k)) != current.get(k, OPTIONAL.get(k)) and k not in resumable)
 
 
 def write_json(path: str, content: dict) -> None:

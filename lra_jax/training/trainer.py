@@ -5,7 +5,7 @@ the workdir and its records are `run_dir`'s.
 
 One jitted, buffer-donating train step over pure NNX state, its batch split over
 a mesh of every device (data parallel); validation every `eval_every` steps;
-last + best checkpoints; resume from the workdir; SIGTERM saves and stops.
+last + best checkpoints; resume from the workdir; SIGTERM or SIGINT saves and stops.
 Determinism: one seed gives the init key, the dropout key (folded with the step)
 and the data order (seeded by epoch), so a resumed run continues exactly.
 
@@ -43,7 +43,7 @@ from lra_jax.attention import registry
 from lra_jax.config import settings as config_settings
 from lra_jax.config.settings import Settings
 from lra_jax.data import pipeline, tasks
-from lra_jax.errors import DiskFull, TrainingDiverged
+from lra_jax.errors import DataError, DiskFull, TrainingDiverged
 from lra_jax.models.classifier import build_model
 from lra_jax.training import (
     checkpointing,
@@ -84,7 +84,7 @@ def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) 
 
 
 class _StopSignal:
-    """Turns SIGTERM into a flag the loop polls, so the step in flight completes and is saved.
+    """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop polls, so the step in flight completes and is saved.
 
     `received` is written only by the handler; `requested`, the decision, only by `agreed`. Kept
     apart, a SIGTERM handled while the all-gather runs cannot be overwritten by its result."""
@@ -92,11 +92,11 @@ class _StopSignal:
     def __init__(self):
         self.received = False
         self.requested = False
-        self.previous = None
+        self.previous = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._handle)
+            self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
         return self
 
     def _handle(self, signum, frame):
@@ -114,8 +114,8 @@ class _StopSignal:
         return self.requested
 
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
@@ -176,7 +176,9 @@ def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks
 
 
 def train_and_evaluate(config: Config, workdir: str) -> dict[str, Any] | None:
-    """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM.
+    """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM or
+    SIGINT (a checkpoint saved). One process trains in a workdir at a time (`run_dir.locked`), and a workdir
+    holding another config's run is refused (`run_dir.check_config`).
 
     With several processes (`jax.distributed`), all run this together on a shared `workdir`;
     process 0 alone prints and writes metrics, config.json and results.json. A full disk raises
@@ -190,7 +192,8 @@ def train_and_evaluate(config: Config, workdir: str) -> dict[str, Any] | None:
     config_settings.check_devices(settings, mesh.size)
     run_dir.prepare(workdir)
     try:
-        with compat.abstract_mesh(mesh):  # the steps' kernels run per device on its rows (`kernels.sharding`)
+        # one process per workdir; the steps' kernels run per device on its rows (`kernels.sharding`)
+        with run_dir.locked(workdir), compat.abstract_mesh(mesh):
             return _train_and_evaluate(settings, workdir, mesh)
     except OSError as error:
         if run_dir.permission_denied(error):
@@ -217,8 +220,7 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
     stage_dir = os.path.join(workdir, pretrain.STAGE_DIR)
 
     checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"), config.keep_checkpoints)
-    run_dir.check_config(config, workdir, resuming=checkpoints.last_step() is not None
-                         or os.path.isdir(os.path.join(stage_dir, "checkpoints")))
+    run_dir.check_config(config, workdir)
     restored = checkpoints.restore_last(state)
     state = restored or state
     start = int(state["step"])
@@ -229,6 +231,11 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
         return finished
 
     splits = task.load(config.data, config.max_len)
+    empty = [name for name, (_, labels) in splits.items() if len(labels) == 0]
+    if empty:  # found now, not after all of training
+        raise DataError(f"the {config.task} data has no examples in its {', '.join(empty)} split"
+                        f"{'s' if len(empty) > 1 else ''} ({config.data.data_dir or 'generated data'}); fill "
+                        f"{'them' if len(empty) > 1 else 'it'}, or pass another --config.data.data_dir")
     pretrained = None
     if config.pretrain.objective != "none":  # on the training split alone, before validation is drawn
         pretrained = _pretrain(config, task, splits["train"], stage_dir, mesh, versions)
