@@ -37,11 +37,14 @@ A run whose results.json exists is skipped; an interrupted run is started again 
 its checkpoint (the trainer does that). A run that stopped on a non-finite loss (its results.json
 says "diverged", with no accuracy) is reported as `diverged` and not retried: it would diverge
 again the same way. A finished run is judged against the config its command
-trains now: if that asks for more steps, it resumes; if it differs in what a run cannot change on
+trains now: if that asks for more steps under LRA's rsqrt schedule, it resumes (a cosine schedule ends
+at its last step: a longer run is another run, "stale"); if it differs in what a run cannot change on
 resume (model, optimizer, data, ...), the run is "stale": skipped and reported with the settings
 that differ, its results kept (delete its workdir to train it again with the current config). A run
 that finishes stale was trained by code changed while the sweep ran; the next sweep judges it afresh. A
-failed run is logged and the sweep goes on; the exit status is 1 if any run failed. A run whose process
+failed run is logged and the sweep goes on; the exit status is 1 if any run failed, crashed or was
+interrupted from outside the sweep (the trainer's exit status 75). Every run's config is built and checked
+before anything is reported: a misspelled or out-of-range override after `--` is one line and exit 2. A run whose process
 died from a signal (SIGKILL from the out-of-memory killer, a segfault) is recorded as `crashed` with the
 last lines of its output, and the sweep goes on; run the sweep again to resume it from its checkpoint.
 A results.json or metrics.jsonl that cannot be read (truncated by a full disk or a bad copy) is reported
