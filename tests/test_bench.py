@@ -426,12 +426,16 @@ def test_report_summarises_saved_cells_per_variant_and_length(tmp_path, capsys):
     (tmp_path / "paired.json").write_text(json.dumps(paired))
     lines = bench_report.summary(bench_report.read_reports([str(tmp_path / "paired.json")])).splitlines()
     assert lines[2].split() == ["softmax", "2", "+10%", "-5..+25", "50%", "25%"]
-    on_gpu = {"results": [cell("softmax", 4096, 0.0, 0.2, matmul_peak_flops_per_second=100e12,
+    on_gpu = {"results": [cell("softmax", 4096, 0.0, 0.2, matmul_peak_flops_per_second=300e12,
                                vendor_peak_flops_per_second=500e12)]}
     (tmp_path / "gpu.json").write_text(json.dumps(on_gpu))
     lines = bench_report.summary(bench_report.read_reports([str(tmp_path / "gpu.json")])).splitlines()
     assert "% vendor" in lines[1] and "% vendor" not in bench_report.summary(paired["results"])
-    assert lines[2].split() == ["softmax", "0.2", "—", "—", "50%", "10%", "25%"]  # 50% of 100 is 10% of 500
+    assert lines[2].split() == ["softmax", "0.2", "—", "—", "50%", "30%", "25%"]  # 50% of 300 is 30% of 500
+    # a peak timed on too small a product (under half the vendor's): no share of it, the vendor's stays
+    on_gpu["results"][0]["matmul_peak_flops_per_second"] = 100e12
+    unsound = bench_report.summary(on_gpu["results"]).splitlines()[2].split()
+    assert unsound == ["softmax", "0.2", "—", "—", "—", "10%", "25%"] and bench_report.unsound_peak(on_gpu["results"][0])
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(bench.LraError, match="bad.json is not a bench JSON"):
         bench_report.read_reports([str(tmp_path / "bad.json")])

@@ -116,9 +116,12 @@ def table(results: list[dict[str, Any]]) -> str:
     lines = block("steps/s", lambda r: f"{r['steps_per_second']:.3g}", "relative_speed")
     lines += [""] + block(f"memory {unit}", lambda r: f"{(r['peak_memory_bytes'] or 0) / scale:.3g}",
                           "relative_memory")
-    if any(r.get("utilisation") is not None for r in results):
-        lines += [""] + block("% matmul peak", lambda r: None if r.get("utilisation") is None else (
+    if any(utilisation(r) is not None for r in results):
+        lines += [""] + block("% matmul peak", lambda r: None if utilisation(r) is None else (
             f"{100 * r['utilisation']:.0f}%" + ("" if r.get("utilisation_flops") == "model" else " xla")), None)
+    if any(vendor_utilisation(r) is not None for r in results):
+        lines += [""] + block("% vendor peak", lambda r: None if vendor_utilisation(r) is None else
+                              f"{100 * vendor_utilisation(r):.0f}%", None)
     if any(r.get("memory_time_share") is not None for r in results):
         lines += [""] + block("% streaming bytes", lambda r: None if r.get("memory_time_share") is None
                               else f"{100 * r['memory_time_share']:.0f}%", None)
@@ -134,6 +137,23 @@ def _cost_with_interval(r: dict[str, Any]) -> str | None:
     interval = r.get("dropout_cost_interval")
     return f"{100 * r['dropout_cost']:+.0f}%" + (
         f" [{100 * interval[0]:+.0f}, {100 * interval[1]:+.0f}]" if interval else "")
+
+
+# A measured matmul peak under this share of the vendor's is unsound: the product it was timed on was too
+# small to fill the accelerator (2048-square products on an H100/H200 reached 64-112 TFLOP/s where
+# 8192-square ones reach ~365 of the 494 the vendor states), and a step divided by it reads over 100%.
+SOUND_PEAK_SHARE = 0.5
+
+
+def unsound_peak(r: dict[str, Any]) -> bool:
+    """Whether the cell's measured matmul peak is under SOUND_PEAK_SHARE of the vendor's (accelerators)."""
+    vendor, measured = r.get("vendor_peak_flops_per_second"), r.get("matmul_peak_flops_per_second")
+    return bool(vendor and measured and measured < SOUND_PEAK_SHARE * vendor)
+
+
+def utilisation(r: dict[str, Any]) -> float | None:
+    """The cell's share of the measured matmul peak; None where there is none or it is unsound."""
+    return None if unsound_peak(r) else r.get("utilisation")
 
 
 def vendor_utilisation(r: dict[str, Any]) -> float | None:
@@ -169,7 +189,7 @@ def summary(results: list[dict[str, Any]]) -> str:
         interval = dropped.get("dropout_cost_interval") if ok else None
         return [f"{free['seconds_per_step']:.3g}", "—" if cost is None else f"{100 * cost:+.0f}%",
                 "—" if interval is None else f"{100 * interval[0]:+.0f}..{100 * interval[1]:+.0f}",
-                percent(free.get("utilisation"))] + ([percent(vendor_utilisation(free))] if vendor else []) + [
+                percent(utilisation(free))] + ([percent(vendor_utilisation(free))] if vendor else []) + [
                 percent(free.get("memory_time_share"))]
 
     name_width = max([8] + [len(v) + 1 for v in variants])

@@ -100,10 +100,17 @@ def claims(results: list[dict[str, Any]]) -> list[str]:
     if costs:
         out.append(f"Dropout 0.1 costs between {100 * min(costs):+.1f}% and {100 * max(costs):+.1f}% of the "
                    f"step at dropout 0 over the {len(costs)} cells measured both ways.")
-    shares = [r["utilisation"] for r in ok if r.get("utilisation") is not None]
+    shares = [bench_report.utilisation(r) for r in ok if bench_report.utilisation(r) is not None]
     if shares:
         out.append(f"The steps reach {100 * min(shares):.1f}% to {100 * max(shares):.1f}% of the measured "
                    f"matmul peak ({len(shares)} cells).")
+    unsound = [r for r in ok if bench_report.unsound_peak(r)]
+    if unsound:
+        peaks = [r["matmul_peak_flops_per_second"] / 1e12 for r in unsound]
+        out.append(f"The matmul peak measured for {len(unsound)} cells ({min(peaks):.0f}-{max(peaks):.0f} TFLOP/s) "
+                   f"is under {bench_report.SOUND_PEAK_SHARE:.0%} of the vendor's "
+                   f"({unsound[0]['vendor_peak_flops_per_second'] / 1e12:.0f} TFLOP/s): it was timed on too small a "
+                   "product to fill the device, so their share of it is not shown; their share of the vendor's is.")
     return out
 
 
