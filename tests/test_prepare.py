@@ -94,3 +94,19 @@ def test_command_line(tmp_path):
     assert f"--config.data.data_dir={tmp_path}/lra_release/tsv_data" in ok.stdout
     bad = subprocess.run([*run, "--task=nope"], capture_output=True, text=True, check=False)
     assert bad.returncode != 0 and "text|image|retrieval|pathfinder|pathx|all" in bad.stderr
+
+
+def test_the_python_floor_has_the_tar_extraction_filter_lra_prepare_uses():
+    """`lra-prepare` unpacks the 7 GB release with tarfile's `filter="data"` (Python 3.11.4 and later): the
+    floor pyproject admits must have it, or the unpacking fails after the download."""
+    import inspect
+    import re
+    import tomllib
+
+    from lra_jax.data import prepare
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"), "rb") as f:
+        floor = tomllib.load(f)["project"]["requires-python"]
+    assert 'filter="data"' in inspect.getsource(prepare.download_release)
+    version = tuple(int(x) for x in re.fullmatch(r">=\s*([\d.]+)", floor.strip()).group(1).split("."))
+    assert version >= (3, 11, 4), floor
