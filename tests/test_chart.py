@@ -6,87 +6,21 @@ import os
 import re
 
 import pytest
+from chart_helpers import (  # noqa: F401 - runs is a fixture
+    FIVE,
+    chart,
+    measure,
+    run_dir,
+    runs,
+    table_rows,
+    write_bench,
+    write_diverged,
+    write_result,
+)
 from PIL import Image
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import chart_speeds, lra_chart, lra_results, selection
-from lra_jax.experiments.chart_manifest import ChartOptions
-
-FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
-
-
-def run_dir(root, task, variant, seed, scale, point):
-    """Where `sweep` writes a run: <root>/<task>-<scale>/<variant>[/<point>]/seed<k>."""
-    workdir = root / f"{task}-{scale}" / variant
-    workdir = (workdir / point if point else workdir) / f"seed{seed}"
-    workdir.mkdir(parents=True)
-    return workdir
-
-
-def write_result(root, task, variant, seed, accuracy, scale="full", point="", val=None):
-    """A finished run's results.json: test accuracy `accuracy`, validation `val` (default: the same)."""
-    result = {"task": task, "variant": variant, "test_accuracy": accuracy,
-              "val_accuracy": accuracy if val is None else val, "scale": scale,
-              "config": {"seed": seed, "scale": scale}}
-    (run_dir(root, task, variant, seed, scale, point) / "results.json").write_text(json.dumps(result))
-
-
-def write_diverged(root, task, variant, seed, step, scale="full", point=""):
-    """A diverged run's results.json: a status and a step, no accuracies."""
-    result = {"status": "diverged", "task": task, "variant": variant, "scale": scale,
-              "diverged_at_step": step, "config": {"seed": seed, "scale": scale}}
-    (run_dir(root, task, variant, seed, scale, point) / "results.json").write_text(json.dumps(result))
-
-
-def measure(root, scale=None):
-    """What the chart and table are drawn from."""
-    return lra_results.aggregate(selection.select_all(lra_results.read_runs(str(root), scale)))
-
-
-def table_rows(table):
-    """First cell -> the row's cells, for every Markdown table row."""
-    rows = {}
-    for line in table.splitlines():
-        if line.startswith("| "):
-            cells = [c.strip() for c in line.split("|")[1:-1]]
-            rows.setdefault(cells[0], cells)
-    return rows
-
-
-def write_bench(path, rows, kind="fake-accelerator", date="2026-01-01T00:00:00", impl="auto"):
-    """A bench JSON of train steps at dropout 0.1 on device `kind`: rows of (variant, length, status,
-    examples/s, peak memory bytes)."""
-    results = [{"variant": v, "length": n, "status": s, "examples_per_second": eps, "dropout_rate": 0.1,
-                "peak_memory_bytes": mem, "attention": {"impl": impl}} for v, n, s, eps, mem in rows]
-    path.write_text(json.dumps({"device": {"kind": kind, "platform": "gpu", "count": 1}, "date": date,
-                                "settings": {"batch_size": 32, "impl": impl}, "results": results}))
-
-
-def chart(runs, out, **options):
-    """make_chart with these options (paths as strings)."""
-    options = {k: str(v) if k in ("bench", "cpu_bench", "modeled") else v for k, v in options.items()}
-    return lra_chart.make_chart(ChartOptions(runs=str(runs), out=str(out), **options))
-
-
-@pytest.fixture
-def runs(tmp_path):
-    root = tmp_path / "runs"
-    # softmax: every task, two seeds (accuracies chosen so seed means are exact), plus Path-X.
-    for i, task in enumerate(FIVE):
-        write_result(root, task, "softmax", 0, 0.40 + 0.1 * i)
-        write_result(root, task, "softmax", 1, 0.50 + 0.1 * i)
-    write_result(root, "pathx", "softmax", 0, 0.5)
-    # linear: two tasks only.
-    write_result(root, "listops", "linear", 0, 0.20)
-    write_result(root, "text", "linear", 0, 0.60)
-    # a mini-scale run that --scale=full must ignore.
-    write_result(root, "listops", "local", 0, 0.99, scale="mini")
-    # a diverged run is not a result: left out, with a note (taylor has nothing else).
-    write_diverged(root, "listops", "taylor", 1, 12)
-    # a broken file is skipped, not fatal.
-    (root / "broken").mkdir()
-    (root / "broken" / "results.json").write_text("{not json")
-    return root
+from lra_jax.experiments import chart_speeds, lra_results
 
 
 def test_score_is_mean_of_five_tasks_with_seeds_averaged_and_path_x_separate(runs):
@@ -241,7 +175,8 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     assert linear_cells[6] == "40.00*" and linear_cells[9:11] == ["20", "1.00"]
     assert linear_cells[-1] == "retrieval, image, pathfinder"
     assert "× softmax @1024 (fake-accelerator)" in table
-    assert "| linear | 400 | 20 | 1.00 | 0.25 | " in table  # where each speed came from, with the file
+    # where each speed came from, with the file, the softmax it is divided by and what the memory is
+    assert "| linear | 400 | 20 | 20 | the same file | 1.00 | measured peak | 0.25 | " in table
     assert "Left out, diverged (not results): taylor listops seed 1 (step 12)." in table
     assert "sample std over seeds (ddof 1" in table and "never on test" in table
     # GitHub renders a table only when its delimiter row has one cell per header cell
@@ -409,186 +344,3 @@ def test_a_modeled_json_without_table2_rows_is_one_clear_error(runs, tmp_path):
     modeled.write_text(json.dumps({"rows": [{"variant": "softmax", "task": "listops", "mode": "train"}]}))
     with pytest.raises(LraError, match="no Table 2 rows: make it with `python -m lra_jax.tools.compile --lengths"):
         chart(runs, tmp_path / "out", modeled=modeled)
-
-
-def test_main_panel_speed_is_relative_to_softmax_on_one_device_latest_file_first(runs, tmp_path):
-    """Several bench files of one device: per variant the most recent file's auto step; an --impl=xla step of a
-    variant with a kernel is not what auto runs and is left out; another device's files are not mixed in."""
-    write_bench(tmp_path / "old.json", [("softmax", 4096, "ok", 10.0, 4 * 2**30), ("linear", 4096, "ok", 30.0, 2**30)],
-                kind="GPU-A", date="2026-01-01T00:00:00")
-    write_bench(tmp_path / "new.json", [("softmax", 4096, "ok", 20.0, 4 * 2**30)], kind="GPU-A",
-                date="2026-02-01T00:00:00")
-    write_bench(tmp_path / "xla.json", [("linear", 4096, "ok", 999.0, 2**30)], kind="GPU-A",
-                date="2026-03-01T00:00:00", impl="xla")
-    write_bench(tmp_path / "other.json", [("softmax", 4096, "ok", 1.0, 2**30)], kind="GPU-B")
-    speeds = chart_speeds.device_speeds(str(tmp_path / "*.json"))
-    assert speeds.device == "GPU-A"  # the device with the most variants measured
-    assert speeds.speeds["linear"].relative_speed == pytest.approx(30.0 / 20.0)
-    assert speeds.speeds["linear"].relative_memory == pytest.approx(0.25)
-    assert speeds.speeds["softmax"].source.endswith("new.json")
-    assert chart_speeds.device_speeds(str(tmp_path / "*.json"), device="gpu-b").speeds["softmax"].relative_speed == 1
-    with pytest.raises(LraError, match="--device=GPU matches 2 of the devices"):
-        chart_speeds.device_speeds(str(tmp_path / "*.json"), device="GPU")
-    with pytest.raises(LraError, match="names no bench JSON"):
-        chart_speeds.device_speeds(str(tmp_path / "missing-*.json"))
-
-
-def mixed_scales(tmp_path):
-    """Runs of both scales: mini ListOps and Pathfinder for four variants, full ListOps for two."""
-    root = tmp_path / "runs"
-    for variant, accuracy in (("softmax", 0.40), ("linear", 0.30), ("performer", 0.33), ("local", 0.35)):
-        for seed in (0, 1):
-            write_result(root, "listops", variant, seed, accuracy + 0.01 * seed, scale="mini")
-            write_result(root, "pathfinder", variant, seed, accuracy + 0.3, scale="mini")
-    write_result(root, "listops", "softmax", 0, 0.37, scale="full")
-    write_result(root, "listops", "performer", 0, 0.20, scale="full")
-    bench = tmp_path / "bench.json"
-    write_bench(bench, [("softmax", 4096, "ok", 100.0, 8 * 2**30), ("linear", 4096, "ok", 560.0, 2**30),
-                        ("performer", 4096, "ok", 540.0, 2**30), ("local", 4096, "ok", 520.0, 1.5 * 2**30)])
-    return root, bench
-
-
-def test_full_scale_solid_mini_hollow_and_the_paper_on_the_same_axes(tmp_path):
-    root, bench = mixed_scales(tmp_path)
-    paths = chart(root, tmp_path / "out", bench=bench, length=4096)
-    with open(paths["inputs"], encoding="utf-8") as f:
-        main = json.load(f)["panels"][0]
-    points = {(p["series"], p["variant"]): p for p in main["points"]}
-    assert points[("full", "softmax")]["y"] == pytest.approx(37.0) and points[("full", "softmax")]["x"] == 1
-    assert points[("mini", "linear")]["x"] == pytest.approx(5.6)
-    assert "NVIDIA" not in main["title"] and "fake-accelerator" in main["title"]
-    assert "full scale: ListOps, 1 seed" in main["title"] and "mini scale: ListOps + Pathfinder, 2 seeds" in main["title"]
-    # the paper's Performer at its Table 2 speed, Table 1 accuracy over the tasks of our full-scale point (ListOps)
-    performer = points[("paper", "performer")]
-    assert performer["x"] == pytest.approx(5.7) and performer["y"] == pytest.approx(18.01)
-    # linear has no full-scale point: joined to the mini one, averaged over ListOps and Pathfinder
-    assert points[("paper", "linear")]["y"] == pytest.approx((16.13 + 75.30) / 2)
-    with open(paths["md"], encoding="utf-8") as f:
-        table = f.read()
-    assert "## Full scale against the LRA paper" in table and "### ListOps" in table
-    assert "| performer | 20.00 | 18.01 | 1.99 | 1 | — | — | — |" in table
-    assert "ListOps is scored at full scale on one seed" in table and "### Pathfinder" not in table
-    with open(paths["svg"], encoding="utf-8") as f:
-        svg = f.read()
-    assert "full scale (solid)" in svg and "mini scale (hollow)" in svg and "LRA paper, joined to" in svg
-
-
-def test_no_two_labels_of_the_drawn_chart_overlap(tmp_path):
-    """The whole chart from fixture inputs: ten variants crowded at nearly the same speed and score, both
-    scales, the paper's points and a CPU panel; no two label boxes overlap on any panel."""
-    from matplotlib.text import Annotation
-
-    from lra_jax.experiments.chart_labels import overlapping_pairs
-
-    root = tmp_path / "runs"
-    variants = ["softmax", "linear", "performer", "local", "bigbird", "linformer", "sinkhorn", "strided", "taylor",
-                "fnet"]
-    rows = []
-    for i, variant in enumerate(variants):
-        for seed in (0, 1):
-            write_result(root, "listops", variant, seed, 0.40 + 0.002 * i + 0.01 * seed, scale="mini")
-        write_result(root, "listops", variant, 0, 0.38 + 0.002 * i, scale="full")
-        rows.append((variant, 4096, "ok", 100.0 if variant == "softmax" else 500.0 + 3 * i, 2**30))
-    bench = tmp_path / "bench.json"
-    write_bench(bench, rows)
-    cpu = tmp_path / "cpu.json"
-    write_bench(cpu, [(v, 2048, "ok", 1.0 + 0.01 * i, 2**28) for i, v in enumerate(variants)], kind="cpu")
-    fig, _, _ = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), cpu_bench=str(cpu),
-                                              out=str(tmp_path / "out")))
-    for ax in fig.axes:
-        labels = [t for t in ax.texts if isinstance(t, Annotation)]
-        assert overlapping_pairs(ax, labels) == []
-    assert sum(isinstance(t, Annotation) for ax in fig.axes for t in ax.texts) >= 2 * len(variants) + len(variants)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-
-
-def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scratch(tmp_path):
-    """Runs whose results.json records a pretraining objective form their own cells: never selected against
-    the runs from scratch, drawn at their own score with an arrow from scratch, their gain in the table."""
-    root = tmp_path / "runs"
-    for seed in (0, 1):
-        for variant, accuracy in (("softmax", 0.40), ("linear", 0.30)):
-            write_result(root, "listops", variant, seed, accuracy + 0.02 * seed, scale="mini")
-            spt = run_dir(root / "spt", "listops", variant, seed, "mini", "")
-            (spt / "results.json").write_text(json.dumps({
-                "task": "listops", "variant": variant, "test_accuracy": accuracy + 0.1 + 0.02 * seed,
-                "val_accuracy": 0.0, "scale": "mini", "pretrain_objective": "masked",
-                "config": {"seed": seed, "scale": "mini"}}))
-    bench = tmp_path / "bench.json"
-    write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30), ("linear", 4096, "ok", 500.0, 2**29)])
-    paths = chart(root, tmp_path / "out", bench=bench)
-    with open(paths["inputs"], encoding="utf-8") as f:
-        main = json.load(f)["panels"][0]
-    points = {(p["series"], p["variant"]): p for p in main["points"]}
-    assert points[("mini", "linear")]["y"] == pytest.approx(31.0)
-    assert points[("mini, SPT (masked)", "linear")]["y"] == pytest.approx(41.0)  # its val accuracy 0 chose nothing
-    assert "mini scale, SPT (masked): ListOps, 2 seeds" in main["title"]
-    with open(paths["md"], encoding="utf-8") as f:
-        table = f.read()
-    assert "## Self-pretraining gain (mini, SPT (masked) against mini from scratch)" in table
-    assert "| linear | +10.00 ± 2.00 | +10.00 ± 2.00 |" in table  # std 1.41 each: sqrt(2 + 2)
-    published = table.split("## Published (self-pretraining paper)")[1]  # after the gain, with its source
-    assert "2310.02980" in published and "| Transformer + rotary embeddings | masked SPT |" in published
-    with open(paths["inputs"], encoding="utf-8") as f:
-        assert any(r["path"].endswith("spt_paper.json") for r in json.load(f)["inputs"])
-    with open(paths["svg"], encoding="utf-8") as f:
-        assert "self-pretrained" in f.read()  # the arrow's legend entry
-
-
-def test_every_panel_title_stays_inside_the_figure(tmp_path):
-    """The lower panels (CPU and modeled, half the width each) name every series drawn in their titles, here
-    both scales and the self-pretrained arm: the lines are broken so that none runs off the figure's edge."""
-    root = tmp_path / "runs"
-    for i, variant in enumerate(["softmax", "linear"]):
-        for seed in (0, 1):
-            write_result(root, "listops", variant, seed, 0.40 + 0.01 * i, scale="mini")
-            spt = run_dir(root / "spt", "listops", variant, seed, "mini", "")
-            (spt / "results.json").write_text(json.dumps({
-                "task": "listops", "variant": variant, "test_accuracy": 0.45, "val_accuracy": 0.45, "scale": "mini",
-                "pretrain_objective": "masked", "config": {"seed": seed, "scale": "mini"}}))
-        write_result(root, "listops", variant, 0, 0.38, scale="full")
-    bench, cpu = tmp_path / "bench.json", tmp_path / "cpu.json"
-    write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30), ("linear", 4096, "ok", 500.0, 2**29)])
-    write_bench(cpu, [("softmax", 2048, "ok", 1.0, 2**28), ("linear", 2048, "ok", 2.0, 2**27)], kind="cpu")
-    modeled = tmp_path / "table2.json"
-    modeled.write_text(json.dumps({"rows": [
-        {"variant": v, "task": "table2:4096", "target": "tpu-v3:4x4", "mode": "train", "result": "ok",
-         "global_batch": 1024, "modeled_seconds": seconds, "roofline_seconds": seconds, "memory": {"total": 2**30}}
-        for v, seconds in (("softmax", 0.5), ("linear", 0.1))]}))
-    fig, _, _ = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), cpu_bench=str(cpu),
-                                              modeled=str(modeled), out=str(tmp_path / "out")))
-    renderer = fig.canvas.get_renderer()
-    figure = fig.bbox
-    titles = [ax.title for ax in fig.axes if ax.get_title()]
-    assert len(titles) == 3 and all("SPT (masked)" in t.get_text() for t in titles)
-    for title in titles:
-        box = title.get_window_extent(renderer)
-        assert figure.x0 <= box.x0 and box.x1 <= figure.x1, title.get_text()
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-
-
-def test_the_full_scale_section_gives_each_task_its_table_with_device_precision_and_seeds(tmp_path):
-    root = tmp_path / "runs"
-    runs = (("listops", "softmax", 0, 0.3712, "bfloat16"), ("pathfinder", "softmax", 0, 0.70, "float32"),
-            ("pathfinder", "softmax", 1, 0.74, "float32"), ("pathfinder", "linear", 0, 0.75, "float32"))
-    for task, variant, seed, accuracy, dtype in runs:
-        result = {"task": task, "variant": variant, "test_accuracy": accuracy, "val_accuracy": accuracy,
-                  "scale": "full", "steps_per_second": 12.5, "devices": {"platform": "gpu", "kind": "NVIDIA H200",
-                                                                          "count": 1},
-                  "config": {"seed": seed, "scale": "full", "model": {"dtype": dtype}}}
-        (run_dir(root, task, variant, seed, "full", "") / "results.json").write_text(json.dumps(result))
-    with open(lra_chart.REFERENCE, encoding="utf-8") as f:
-        reference = json.load(f)
-    lines = lra_results.full_scale_against_paper(measure(root), reference)
-    text = "\n".join(lines)
-    listops, pathfinder = text.split("### ListOps")[1].split("### Pathfinder")
-    assert "| softmax | 37.12 | 36.37 | 0.75 | 1 | 1 x NVIDIA H200 | bfloat16 | 12.50 |" in listops
-    assert "ListOps is scored at full scale on one seed" in listops
-    assert "| softmax | 72.00 ± 2.83 | 71.40 | 0.60 | 2 | 1 x NVIDIA H200 | float32 | 12.50 |" in pathfinder
-    assert "| linear | 75.00 | 75.30 | -0.30 | 1 |" in pathfinder
-    assert "one seed" not in pathfinder  # softmax has two
-    assert pathfinder.index("| softmax") < pathfinder.index("| linear"), "softmax first"

@@ -134,9 +134,63 @@ def test_check_names_drawn_values_and_missing_outputs(drawn):
     label = record["panels"][0]["points"][0]["label"]
     manifest_path = f"{OUT}/{chart_manifest.MANIFEST_NAME}"
     assert problems[0] == f"output missing: {OUT}/lra_chart.png"
+    # the values edited in the manifest are no longer the ones the SVG was drawn from
+    assert problems[1].startswith(f"output differs: {OUT}/lra_chart.svg was not drawn from the values in ")
     assert any(p.startswith(f"output differs: {manifest_path}: panel 1 title 'an older title'") for p in problems)
     assert any(p.startswith(f"output differs: {manifest_path}: panel 1 point {label!r}") for p in problems)
-    assert len(problems) == 3
+    assert len(problems) == 4
+
+
+def run_check_command(cwd):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), *sys.path]))}
+    return subprocess.run([sys.executable, "-m", "lra_jax.tools.chart", "--check"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_check_names_a_png_replaced_by_text_with_the_command_that_redraws_it(drawn, tmp_path):
+    with open(os.path.join(OUT, "lra_chart.png"), "w", encoding="utf-8") as f:
+        f.write("not an image\n")
+    done = run_check_command(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    command = read_manifest()["command"]
+    assert len(lines) == 2 and lines[1].startswith(f"the chart in {OUT} is stale"), lines
+    assert lines[0].startswith(f"output damaged: {OUT}/lra_chart.png does not decode as a PNG (")
+    assert lines[0].endswith(f"; redraw it with `{command}`")
+
+
+def test_check_names_a_damaged_svg_and_a_truncated_png(drawn):
+    with open(os.path.join(OUT, "lra_chart.svg"), "w", encoding="utf-8") as f:
+        f.write("<svg")
+    with open(os.path.join(OUT, "lra_chart.png"), "rb") as f:
+        png = f.read()
+    with open(os.path.join(OUT, "lra_chart.png"), "wb") as f:
+        f.write(png[: len(png) // 2])
+    problems = lra_chart.check_chart(drawn)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith(f"output damaged: {OUT}/lra_chart.png does not decode as a PNG (")
+    assert problems[1].startswith(f"output damaged: {OUT}/lra_chart.svg does not decode as an SVG (")
+
+
+def test_check_names_images_that_decode_but_were_not_drawn_from_the_manifest(drawn, tmp_path):
+    """A valid PNG and SVG of another drawing (other runs, other digest) in place of the committed ones."""
+    record = read_manifest()
+    assert record["drawn_sha256"] == chart_manifest.drawn_digest(record["panels"])
+    other = dataclasses.replace(drawn, out="elsewhere", scale=None)
+    write_run("listops", "linear", 0, 0.99)
+    lra_chart.make_chart(other)
+    for name in chart_manifest.CHART_FILES:
+        os.replace(os.path.join("elsewhere", name), os.path.join(OUT, name))
+    write_run("listops", "linear", 0, 0.35)  # the inputs as drawn again: only the images are wrong
+    problems = lra_chart.check_chart(drawn)
+    assert [p.split(" was not drawn")[0] for p in problems] == [f"output differs: {OUT}/lra_chart.png",
+                                                                 f"output differs: {OUT}/lra_chart.svg"], problems
+    assert all(f"they give {record['drawn_sha256'][:19]}…); redraw it with `" in p for p in problems)
+    # an image saved by hand, with no digest at all
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(os.path.join(OUT, "lra_chart.png"))
+    assert "carries no drawn digest" in lra_chart.check_chart(drawn)[0]
 
 
 def test_check_with_other_flags_says_the_command_differs(drawn):

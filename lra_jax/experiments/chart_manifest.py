@@ -3,8 +3,12 @@
 The manifest (`lra_chart.inputs.json`, beside the chart) records the command that drew the chart, every
 input file it read (path relative to the working directory, the repository root; sha256; the lra_jax commit
 recorded inside it, where it has one) and what each panel draws (title, axis label, and per point: variant,
-x, y, bubble size, label). Image bytes differ between matplotlib and FreeType versions, so the check
-compares these drawn values, never the PNG or SVG bytes; the Markdown table is compared whole.
+x, y, bubble size, label, colour, marker), with the sha256 of those drawn values (`drawn_digest`). Image bytes
+differ between matplotlib and FreeType versions, so the check never compares the PNG or SVG bytes: it
+compares the drawn values, and checks that each image decodes (Pillow for the PNG, an XML parse for the SVG)
+and carries the digest of a fresh draw's values, written into it when drawn (`DIGEST_KEY`: a PNG text chunk;
+the SVG's Dublin Core identifier, `SVG_DIGEST_PREFIX`), so an image replaced, damaged or drawn from other
+values is named (`image_problems`). The Markdown table is compared whole.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ import hashlib
 import json
 import os
 import shlex
+import xml.etree.ElementTree as ElementTree
 from typing import Any
+
+from PIL import Image
 
 from lra_jax.experiments.table2_report import REFERENCE
 
@@ -22,6 +29,9 @@ MANIFEST_NAME = "lra_chart.inputs.json"
 CHART_FILES = ("lra_chart.png", "lra_chart.svg")
 TABLE_NAME = "lra_results.md"
 SIGNIFICANT_DIGITS = 6  # drawn values are recorded to this precision: enough to see any real change
+DIGEST_KEY = "LraChartDrawn"  # the PNG text chunk holding "sha256:<drawn_digest>"
+SVG_DIGEST_PREFIX = "lra_chart drawn "  # the SVG's <dc:identifier>: this, then "sha256:<drawn_digest>"
+DUBLIN_CORE = "{http://purl.org/dc/elements/1.1/}"
 
 
 def display_path(path: str) -> str:
@@ -108,12 +118,66 @@ def rounded(value: float) -> float:
     return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
 
 
+def drawn_digest(panels: list[dict[str, Any]]) -> str:
+    """'sha256:<hex>' of the drawn values (the manifest's panels: titles, labels, notes and points to
+    SIGNIFICANT_DIGITS), the same on every machine and matplotlib version for the same drawing."""
+    text = json.dumps(panels, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def manifest(options: ChartOptions, inputs: list[str], panels: list[dict[str, Any]]) -> dict[str, Any]:
-    """The manifest of one drawing: its command, options, inputs and drawn panels."""
+    """The manifest of one drawing: its command, options, inputs, drawn panels and their digest."""
     options = options.normalized()
     return {"generated_by": "python -m lra_jax.tools.chart; check with `python -m lra_jax.tools.chart --check`",
             "command": options.command(), "options": dataclasses.asdict(options),
-            "inputs": input_records(inputs), "panels": panels}
+            "inputs": input_records(inputs), "panels": panels, "drawn_sha256": drawn_digest(panels)}
+
+
+def image_metadata(digest: str) -> dict[str, dict[str, str | None]]:
+    """The metadata `savefig` writes per format: the drawn digest, and no date or software version."""
+    return {"png": {"Software": None, DIGEST_KEY: digest},
+            "svg": {"Date": None, "Creator": None, "Identifier": SVG_DIGEST_PREFIX + digest}}
+
+
+def carried_digest(path: str) -> str | None:
+    """The drawn digest an image carries (None where it carries none); raises OSError or ValueError (and
+    Pillow's or the XML parser's errors, subclasses of those or SyntaxError) where it does not decode."""
+    if path.endswith(".png"):
+        with Image.open(path) as image:
+            if image.format != "PNG":
+                raise ValueError(f"a {image.format} image, not a PNG")
+            image.load()  # decode every pixel: a truncated file fails here
+            return image.text.get(DIGEST_KEY)
+    root = ElementTree.parse(path).getroot()
+    if root.tag != "{http://www.w3.org/2000/svg}svg":
+        raise ValueError(f"an XML document whose root is {root.tag}, not an SVG")
+    identifier = root.find(f".//{DUBLIN_CORE}identifier")
+    text = identifier.text if identifier is not None else None
+    return text[len(SVG_DIGEST_PREFIX):] if text and text.startswith(SVG_DIGEST_PREFIX) else None
+
+
+def image_problems(out: str, digest: str, command: str) -> list[str]:
+    """One line per chart image in `out` that is missing, does not decode, or was not drawn from the values
+    whose digest is `digest` (the manifest's); each names the file and the command that redraws it."""
+    found = []
+    for name in CHART_FILES:
+        path = os.path.join(out, name)
+        shown = display_path(path)
+        if not os.path.isfile(path):
+            found.append(f"output missing: {shown}")
+            continue
+        try:
+            carried = carried_digest(path)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+            kind = "a PNG" if name.endswith(".png") else "an SVG"
+            why = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+            found.append(f"output damaged: {shown} does not decode as {kind} ({why}); redraw it with `{command}`")
+            continue
+        if carried != digest:
+            was = f"carries the drawn digest {carried[:19]}…" if carried else "carries no drawn digest"
+            found.append(f"output differs: {shown} was not drawn from the values in {MANIFEST_NAME} ({was}, "
+                         f"they give {digest[:19]}…); redraw it with `{command}`")
+    return found
 
 
 def manifest_text(record: dict[str, Any]) -> str:
@@ -159,15 +223,20 @@ def _first_difference(old: str, new: str) -> str:
 
 def problems(out: str, fresh_manifest: dict[str, Any], fresh_table: str) -> list[str]:
     """One line per way the chart files in `out` disagree with a fresh draw ([] when they all agree): an
-    input added, removed or changed, a chart file missing, the table or the drawn values differing."""
-    found = [f"output missing: {display_path(os.path.join(out, name))}" for name in CHART_FILES
-             if not os.path.isfile(os.path.join(out, name))]
+    input added, removed or changed, a chart image missing, damaged or drawn from other values
+    (`image_problems`), the table or the drawn values differing."""
     manifest_path = os.path.join(out, MANIFEST_NAME)
     try:
         with open(manifest_path, encoding="utf-8") as f:
             committed = json.load(f)
+        if not isinstance(committed, dict):
+            raise ValueError("not a JSON object")
     except (OSError, ValueError) as error:
-        return found + [f"output missing: {display_path(manifest_path)} cannot be read ({type(error).__name__})"]
+        return image_problems(out, fresh_manifest["drawn_sha256"], fresh_manifest["command"]) + [
+            f"output missing: {display_path(manifest_path)} cannot be read ({type(error).__name__})"]
+    # The images against the committed manifest's values, which are compared with a fresh draw's below: a
+    # stale chart is named once, by its inputs and values, and an image that is not the manifest's on its own.
+    found = image_problems(out, drawn_digest(committed.get("panels", [])), fresh_manifest["command"])
     if committed.get("command") != fresh_manifest["command"]:
         found.append(f"command differs: the chart was drawn by `{committed.get('command')}`, "
                      f"the check ran `{fresh_manifest['command']}`")

@@ -2,11 +2,14 @@
 proportional to memory relative to softmax, as the LRA paper's Figure 3 (Transformer = 1 on both).
 
 Our points: full-scale scores solid, mini-scale scores hollow; a variant scored on fewer tasks than the
-others of its scale is marked * (and dashed). A self-pretrained run's point (`lra_results.series_name`) is
-reached by an arrow from the same variant's point trained from scratch, and is drawn only where both are
-scored on the same tasks (`spt_report.same_tasks`). The LRA paper's points (`draw_paper`) go on the same axes
-as grey squares, each joined by a dotted line to our point of the same variant, at the paper's Table 1 accuracy
-averaged over the tasks that point of ours is scored on, so that both ends of a line mean the same thing.
+others of its scale is marked * (and dashed). Every variant has a colour and a marker of its own, the same
+on every panel and in every chart (`variant_styles`, from the attention registry's names). A
+self-pretrained run's point (`lra_results.series_name`) is reached by an arrow from the same variant's point
+trained from scratch, and is drawn only where both are scored on the same tasks (`spt_report.same_tasks`).
+The LRA paper's points (`draw_paper`), all at the paper's full scale, go on the same axes as grey squares,
+at the paper's Table 1 accuracy averaged over the tasks of our point of the same variant, so that both mean
+the same thing; a dotted line joins one to our point only where ours is full scale too: no line joins
+points of different scales. The legend and the title state the scale behind every point.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no window, whatever backend the machine has
-from matplotlib.colors import to_rgb
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from lra_jax.attention import registry
 from lra_jax.experiments.chart_labels import place_labels
 from lra_jax.experiments.chart_manifest import rounded
 from lra_jax.experiments.spt_report import same_tasks
@@ -38,6 +42,25 @@ LARGEST_AREA = 2500.0  # pt^2 of the panel's largest bubble
 NO_MEMORY_AREA = 40.0  # pt^2 of a point whose memory was not measured
 PAPER_COLOR = "0.35"
 SCALE_ORDER = ("full", "mini")  # full-scale points first: they are the ones a paper point joins
+PAPER_SCALE = "full"  # the LRA paper's models ran at the paper's full scale, the only scale a paper point joins
+# One colour per variant, never two alike: tab10 without its grey (the paper's), then tab20b and Dark2 shades
+# far from those; black is the state-space reference's.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
+           "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b",
+           "#ce6dbd", "#1b9e77", "#e7298a", "#5254a3", "#ad494a", "#a55194", "#8ca252", "#bd9e39")
+# One filled marker per variant, never two alike; the square (the paper's) and the diamond (the reference's)
+# are taken. (n, 1, angle) is an n-pointed star, (n, 0, angle) a regular n-gon.
+MARKERS = ("o", "^", "v", "<", ">", "p", "h", "H", "8", "*", "P", "X", "d", (4, 1, 0), (6, 1, 0), (3, 1, 0),
+           (7, 0, 0), (7, 1, 0), (8, 1, 0), (4, 1, 45), (10, 1, 0), (9, 0, 0), (5, 1, 36), (3, 1, 60))
+
+
+def variant_styles(variants=()) -> dict[str, tuple[str, Any]]:
+    """variant -> (colour, marker) for every registered attention variant and any other name in `variants`,
+    each pair of its own (no colour and no marker shared), assigned in the registry's order so that a
+    variant looks the same in every chart."""
+    names = [v for v in registry.names() if v not in REFERENCE_VARIANTS]
+    names += sorted(set(variants) - set(names) - set(REFERENCE_VARIANTS))
+    return {v: (PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)]) for i, v in enumerate(names)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +74,13 @@ class Point:
     label: str
     key: str
     color: Any = "0.45"
+    marker: Any = "o"
 
     def record(self) -> dict[str, Any]:
-        """What the manifest keeps of it (`chart_manifest`): values to 6 significant digits."""
+        """What the manifest keeps of it (`chart_manifest`): values to 6 significant digits, its colour and marker."""
         return {"variant": self.variant, "series": self.series, "x": rounded(self.x), "y": rounded(self.y),
-                "size": rounded(self.size), "label": self.key}
+                "size": rounded(self.size), "label": self.key, "color": to_hex(self.color),
+                "marker": str(self.marker)}
 
 
 @dataclasses.dataclass
@@ -115,9 +140,10 @@ def _score_bar(ax, x: float, y: float, err: float | None, color, gid: str) -> No
 
 
 def draw_ours(ax, scores: dict[str, dict[str, dict[str, Any]]], speeds: dict[str, tuple[float, float | None]],
-              colors: dict[str, Any], largest: float, gid: str = "score-bar") -> list[Point]:
-    """Our scores (y) of every scale against `speeds` (variant -> (relative speed, relative memory));
-    score bars with SVG ids `<gid>-<scale>-<variant>-<i>`. Returns the drawn points."""
+              styles: dict[str, tuple[str, Any]], largest: float, gid: str = "score-bar") -> list[Point]:
+    """Our scores (y) of every scale against `speeds` (variant -> (relative speed, relative memory)), each
+    variant in its (colour, marker) of `styles` (`variant_styles`); score bars with SVG ids
+    `<gid>-<scale>-<variant>-<i>`. Returns the drawn points."""
     points = []
     several = len({base_scale(s) for s in scores}) > 1
     for series in ordered_scales(scores):
@@ -132,33 +158,34 @@ def draw_ours(ax, scores: dict[str, dict[str, dict[str, Any]]], speeds: dict[str
                 continue  # an arrow between means over different tasks would compare nothing (named in the note)
             x, memory = speeds[variant]
             y, size = m["score"], bubble_area(memory, largest)
-            color = "black" if variant in REFERENCE_VARIANTS else colors[variant]
+            color, marker = ("black", "D") if variant in REFERENCE_VARIANTS else styles[variant]
             partial = not tasks.issubset(m["accuracy"])
             _score_bar(ax, x, y, m["score_std"], color, f"{gid}-{series.replace(', ', '-')}-{variant}")
             style = dict(s=size, linewidth=2.0, alpha=0.7, zorder=3, linestyle="--" if partial else "-")
             if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
                 ax.scatter([x], [y], marker="D", facecolor="0.15" if solid else "none", edgecolor="black", **style)
             else:
-                ax.scatter([x], [y], facecolor=color if solid else "none", edgecolor=color, **style)
+                ax.scatter([x], [y], marker=marker, facecolor=color if solid else "none", edgecolor=color, **style)
             ax.scatter([x], [y], s=8, color="black", zorder=4)
             label = variant + (f" ({base_scale(series)})" if several else "") + ("*" if partial else "")
             scratch = next((p for p in points if p.variant == variant and p.series == base_scale(series)), None)
             if is_pretrained(series) and scratch:  # reached by an arrow from scratch, the label stays there
                 ax.add_patch(FancyArrowPatch((scratch.x, scratch.y), (x, y), arrowstyle="-|>", color=color,
                                              linewidth=1.4, shrinkA=4, shrinkB=4, mutation_scale=14, zorder=3.8))
-                points.append(Point(variant, series, x, y, size, "", f"{label} [{series}]", color))
+                points.append(Point(variant, series, x, y, size, "", f"{label} [{series}]", color, marker))
             else:
                 points.append(Point(variant, series, x, y, size, label, label if not is_pretrained(series)
-                                    else f"{label} [{series}]", color))
+                                    else f"{label} [{series}]", color, marker))
     return points
 
 
 def draw_paper(ax, reference: dict[str, Any] | None, ours: list[Point],
                scores: dict[str, dict[str, dict[str, Any]]], largest: float) -> list[Point]:
-    """The LRA paper's models with a Table 2 entry: x its speed at 4K relative to the Transformer, bubble its
-    memory at 4K relative to the Transformer's, y its Table 1 accuracy averaged over the tasks of our point
-    of the same variant (full scale first), joined to that point by a dotted line; a model without such a
-    point of ours is averaged over the tasks of our first scale and labelled."""
+    """The LRA paper's models with a Table 2 entry (all at the paper's full scale): x its speed at 4K relative
+    to the Transformer, bubble its memory at 4K relative to the Transformer's, y its Table 1 accuracy averaged
+    over the tasks of our point of the same variant (full scale first, else our first scale's tasks). Joined
+    to that point by a dotted line only where ours is full scale too (PAPER_SCALE); otherwise labelled, since
+    a line between scales would set two different experiments side by side as one."""
     if not reference or not scores:
         return []
     base = next(m for m in reference["models"] if m["relative_speed_4k"] == 1.0)
@@ -167,8 +194,10 @@ def draw_paper(ax, reference: dict[str, Any] | None, ours: list[Point],
     for model in reference["models"]:
         if not (model.get("relative_speed_4k") and model.get("memory_4k_gb")):
             continue
-        joined = next((p for p in ours if p.variant == model["variant"] and not is_pretrained(p.series)), None)
-        tasks = scored_tasks({model["variant"]: scores[joined.series][model["variant"]]}) if joined else first
+        ours_of = [p for p in ours if p.variant == model["variant"] and not is_pretrained(p.series)]
+        joined = next((p for p in ours_of if base_scale(p.series) == PAPER_SCALE), None)
+        same = joined or next(iter(ours_of), None)
+        tasks = scored_tasks({model["variant"]: scores[same.series][model["variant"]]}) if same else first
         if not tasks:
             continue
         x, y = model["relative_speed_4k"], sum(model["accuracy"][t] for t in tasks) / len(tasks)
@@ -177,9 +206,10 @@ def draw_paper(ax, reference: dict[str, Any] | None, ours: list[Point],
                    zorder=2.5)
         ax.scatter([x], [y], s=6, marker="s", color="0.15", zorder=4)
         if joined:
-            ax.plot([x, joined.x], [y, joined.y], linestyle=":", color=PAPER_COLOR, linewidth=1.2, zorder=2)
+            ax.plot([x, joined.x], [y, joined.y], linestyle=":", color=PAPER_COLOR, linewidth=1.2, zorder=2,
+                    gid=f"paper-line-{model['variant']}")
         key = f"LRA paper: {model['paper_name']} ({model['variant']})"
-        points.append(Point(model["variant"], "paper", x, y, size, "" if joined else key, key, PAPER_COLOR))
+        points.append(Point(model["variant"], "paper", x, y, size, "" if joined else key, key, PAPER_COLOR, "s"))
     return points
 
 
@@ -212,8 +242,8 @@ def finish(ax, points: list[Point], largest: float, memory_title: str, paper: bo
     ax.margins(x=0.1, y=0.14)
     handles = [ax.scatter([], [], s=LARGEST_AREA * f / largest, facecolor="none", edgecolor="0.4",
                           label=f"{f:g}× softmax's") for f in _legend_ratios(largest)]
-    series = {p.series for p in points}
-    marks = [("full", "o", "0.3", "full scale (solid)"), ("mini", "o", "none", "mini scale (hollow)")]
+    series = {base_scale(p.series) for p in points if p.series != "paper"}
+    marks = [("full", "o", "0.3", "ours, full scale (solid)"), ("mini", "o", "none", "ours, mini scale (hollow)")]
     handles += [Line2D([], [], marker=m, linestyle="", markerfacecolor=face, markeredgecolor="0.3", markersize=10,
                        label=text) for s, m, face, text in marks if s in series]
     if any(is_pretrained(p.series) for p in points):
@@ -227,8 +257,12 @@ def finish(ax, points: list[Point], largest: float, memory_title: str, paper: bo
             handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none", markeredgecolor="black",
                                   markersize=10, label=f"{variant}, {what}"))
     if paper:
-        handles.append(Line2D([], [], marker="s", linestyle=":", color=PAPER_COLOR, markerfacecolor=PAPER_COLOR,
-                              markersize=10, alpha=0.6, label="LRA paper, joined to\nour same variant"))
+        joined = any(p.series == "paper" and not p.label for p in points)
+        handles.append(Line2D([], [], marker="s", linestyle=":" if joined else "", color=PAPER_COLOR,
+                              markerfacecolor=PAPER_COLOR, markersize=10, alpha=0.6,
+                              label=f"LRA paper, {PAPER_SCALE} scale"
+                              + (f";\ndotted: joined to our {PAPER_SCALE}-scale\npoint of the same variant" if joined
+                                 else ";\nnot joined to our points\n(other scale)" if series - {PAPER_SCALE} else "")))
     ax.legend(handles=handles, title=memory_title, loc="upper left", bbox_to_anchor=(1.01, 1.0), labelspacing=1.9,
               borderpad=1.2, handletextpad=1.6, fontsize=8, title_fontsize=8, frameon=False)
 

@@ -1,9 +1,11 @@
 """The LRA chart (lra_chart.png and .svg) and the whole chart-and-table run (`make_chart`, `check_chart`):
 the library behind `python -m lra_jax.tools.chart`.
 
-Main panel, the LRA paper's Figure 3 measured: x = training speed at length 4K relative to softmax on one
-accelerator (`chart_speeds`), bubble = peak memory measured there relative to softmax's, y = LRA score
-(`lra_results`); the paper's own points on the same axes, joined to ours (`chart_panels.draw_paper`).
+Main panel, the LRA paper's Figure 3 measured: x = training speed at length 4K relative to softmax of the
+same bench file on one accelerator (`chart_speeds`; the note under the panel names any ratio taken against
+another file's softmax), bubble = the step's memory there relative to softmax's, named for what it is (a
+measured device peak or XLA's compiled estimate), y = LRA score (`lra_results`); the paper's own
+full-scale points on the same axes, joined only to our full-scale points (`chart_panels.draw_paper`).
 Secondary panels under it, also relative to softmax: a CPU bench (`cpu`) and the TPU compiler's modeled step
 on the paper's hardware (`modeled`, labelled modeled: no TPU ran).
 """
@@ -24,7 +26,7 @@ from lra_jax.errors import LraError
 from lra_jax.experiments import chart_manifest, chart_panels, selection, spt_report, table2_report
 from lra_jax.experiments.chart_manifest import ChartOptions
 from lra_jax.experiments.chart_panels import Panel, ordered_scales, scale_line
-from lra_jax.experiments.chart_speeds import BASELINE, DeviceSpeeds, device_speeds
+from lra_jax.experiments.chart_speeds import BASELINE, DeviceSpeeds, device_speeds, ratio_note
 from lra_jax.experiments.lra_results import (
     REFERENCE,
     SPT_REFERENCE,
@@ -74,7 +76,7 @@ def relative_modeled(modeled: Modeled) -> tuple[dict[str, tuple[float, float | N
     return drawn, reasons
 
 
-def _draw_panel(ax, scores, speeds: dict[str, tuple[float, float | None]], colors, title: str, xlabel: str,
+def _draw_panel(ax, scores, speeds: dict[str, tuple[float, float | None]], styles, title: str, xlabel: str,
                 memory_title: str, reference: dict[str, Any] | None = None, gid: str = "score-bar") -> Panel:
     """Our scores against `speeds` (and the paper's points where `reference` is given) on `ax`."""
     ax.set_title(title, fontsize=10)
@@ -82,7 +84,7 @@ def _draw_panel(ax, scores, speeds: dict[str, tuple[float, float | None]], color
     ax.set_ylabel("LRA score: mean test accuracy over the tasks scored (%)")
     drawn = [m for s in scores.values() for v, (_, m) in ((v, speeds[v]) for v in s if v in speeds) if m]
     largest = max(drawn + (chart_panels.paper_memory_ratios(reference) if reference else []) + [1.0])
-    points = chart_panels.draw_ours(ax, scores, speeds, colors, largest, gid)
+    points = chart_panels.draw_ours(ax, scores, speeds, styles, largest, gid)
     if reference:
         points += chart_panels.draw_paper(ax, reference, points, scores, largest)
     if not points:
@@ -98,14 +100,12 @@ def figure(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | No
     secondary = [kind for kind, given in (("cpu", cpu), ("modeled", modeled)) if given]
     fig = plt.figure(figsize=(20, 18 if secondary else 10), constrained_layout=True)
     grid = fig.add_gridspec(2 if secondary else 1, max(len(secondary), 1), height_ratios=[1.3, 1] if secondary else [1])
-    variants = sorted({v for s in scores.values() for v in s})
-    palette = matplotlib.colormaps["tab20"].colors
-    colors = {v: palette[i % len(palette)] for i, v in enumerate(variants)}  # one colour per variant, every panel
-    panels = [_main_panel(fig.add_subplot(grid[0, :]), scores, main, reference, colors, note)]
+    styles = chart_panels.variant_styles({v for s in scores.values() for v in s})  # (colour, marker), every panel
+    panels = [_main_panel(fig.add_subplot(grid[0, :]), scores, main, reference, styles, note)]
     for column, kind in enumerate(secondary):
         ax = fig.add_subplot(grid[1, column])
-        panels.append(_cpu_panel(ax, scores, cpu, colors) if kind == "cpu" else
-                      _modeled_panel(ax, scores, modeled, colors))
+        panels.append(_cpu_panel(ax, scores, cpu, styles) if kind == "cpu" else
+                      _modeled_panel(ax, scores, modeled, styles))
     records_before = [p.record() for p in panels]  # what is drawn, before labels are placed
     fig.canvas.draw()
     fig.set_layout_engine("none")  # freeze the layout so the placed labels stay where they were placed
@@ -114,39 +114,43 @@ def figure(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | No
     return fig, records_before
 
 
-def _main_panel(ax, scores, main: DeviceSpeeds | None, reference, colors, note: str) -> Panel:
+def _main_panel(ax, scores, main: DeviceSpeeds | None, reference, styles, note: str) -> Panel:
     where = f"measured on {main.device}" if main else "no bench given"
     length = main.length if main else 4096
     settings = f" (batch {main.batch_size}, dropout {main.dropout_rate:g})" if main else ""
     title = (f"LRA score against training speed at length {length}, relative to softmax, {where}{settings}\n"
-             f"{_ours_line(scores)}" + ("  ·  LRA paper (squares): Table 1 accuracy over the same tasks, "
-                                        "Table 2 speed and memory at 4K on TPU v3" if reference else ""))
-    panel = _draw_panel(ax, scores, _relative(main) if main else {}, colors, title,
-                        f"training speed at length {length}, × softmax's (examples/s; {where})",
-                        f"bubble area: peak memory{' on ' + main.device if main else ''}\nrelative to softmax's "
-                        "(paper: per TPU v3 core)", reference)
-    files = f"Speed and memory: `python -m lra_jax.tools.bench` on {main.device}, {len(main.files)} file(s), " \
-            "each variant's named in the table." if main else ""
+             f"{_ours_line(scores)}" + ("  ·  LRA paper (squares): full scale, Table 1 accuracy over the same "
+                                        "tasks, Table 2 speed and memory at 4K on TPU v3" if reference else ""))
+    memory = _memory_title(main) + "\n(paper: peak memory per TPU v3 core)" if main else "bubble area: no memory"
+    panel = _draw_panel(ax, scores, _relative(main) if main else {}, styles, title,
+                        f"training speed at length {length}, × softmax's (examples/s; {where})", memory, reference)
+    files = (f"Speed and memory: `python -m lra_jax.tools.bench` on {main.device}, {len(main.files)} file(s), each "
+             f"variant's and its softmax's named in the table. {ratio_note(main)}") if main else ""
     _note(ax, "\n".join(filter(None, [note, files])), width=200)
     return panel
 
 
-def _cpu_panel(ax, scores, cpu: DeviceSpeeds, colors) -> Panel:
+def _memory_title(speeds: DeviceSpeeds) -> str:
+    """The bubble's legend title: what the memory is (`DeviceSpeeds.memory_words`), on which device."""
+    return _wrap(f"bubble area: {speeds.memory_words} on {speeds.device}, relative to softmax's", 36)
+
+
+def _cpu_panel(ax, scores, cpu: DeviceSpeeds, styles) -> Panel:
     title = (f"{cpu.device}, measured: speed at length {cpu.length} relative to softmax\n(batch {cpu.batch_size}, "
              f"dropout {cpu.dropout_rate:g}); {_ours_line(scores)}")
-    return _draw_panel(ax, scores, _relative(cpu), colors, _wrap(title, SIDE_TITLE_WIDTH),
+    return _draw_panel(ax, scores, _relative(cpu), styles, _wrap(title, SIDE_TITLE_WIDTH),
                        f"training speed at length {cpu.length}, × softmax's (examples/s on {cpu.device})",
-                       f"bubble area: peak memory on\n{cpu.device}, relative to softmax's", gid="cpu-score-bar")
+                       _memory_title(cpu), gid="cpu-score-bar")
 
 
-def _modeled_panel(ax, scores, modeled: Modeled, colors) -> Panel:
+def _modeled_panel(ax, scores, modeled: Modeled, styles) -> Panel:
     length, target, variants = modeled
     speeds, reasons = relative_modeled(modeled)
     batches = sorted({m["per_device_batch"] for m in variants.values() if m.get("per_device_batch")})
     batch = f", {'/'.join(map(str, batches))} examples per core" if batches else ""
     title = (f"{target}, modeled by the XLA TPU compiler, not measured{batch}:\nspeed at length {length} relative "
              f"to softmax; {_ours_line(scores)}")
-    panel = _draw_panel(ax, scores, speeds, colors, _wrap(title, SIDE_TITLE_WIDTH),
+    panel = _draw_panel(ax, scores, speeds, styles, _wrap(title, SIDE_TITLE_WIDTH),
                         f"training speed at length {length}, × softmax's (modeled on {target}; no TPU ran)",
                         "bubble area: memory per device\n(compiled), relative to softmax's", gid="modeled-score-bar")
     scored = {v for s in scores.values() for v in s}
@@ -168,12 +172,13 @@ def _by_reason(reasons: dict[str, str]) -> dict[str, list[str]]:
     return grouped
 
 
-def save(fig, out_dir: str) -> dict[str, str]:
+def save(fig, out_dir: str, digest: str) -> dict[str, str]:
     """Writes the figure as lra_chart.png and lra_chart.svg, as deterministically as the backends allow
-    (no date, no software version, a fixed SVG id salt); returns their paths and closes the figure."""
+    (no date, no software version, a fixed SVG id salt), each carrying `digest`, the sha256 of the values
+    drawn (`chart_manifest.drawn_digest`), for `--check`; returns their paths and closes the figure."""
     paths = {}
     with plt.rc_context({"svg.hashsalt": "lra_chart"}):
-        for ext, metadata in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
+        for ext, metadata in chart_manifest.image_metadata(digest).items():
             paths[ext] = os.path.join(out_dir, f"lra_chart.{ext}")
             fig.savefig(paths[ext], dpi=100, metadata=metadata)
     plt.close(fig)
@@ -244,7 +249,7 @@ def make_chart(options: ChartOptions, ssm_reference_path: str | None = SSM_REFER
     `options.out`; returns the paths."""
     fig, table, record = render(options, ssm_reference_path)
     os.makedirs(options.out, exist_ok=True)
-    paths = save(fig, options.out)
+    paths = save(fig, options.out, record["drawn_sha256"])
     for key, name, text in (("md", chart_manifest.TABLE_NAME, table),
                             ("inputs", chart_manifest.MANIFEST_NAME, chart_manifest.manifest_text(record))):
         paths[key] = os.path.join(options.out, name)

@@ -242,7 +242,8 @@ def selected_points(measured: dict[str, dict[str, Any]], order: list[str], scale
 def scale_table(scale: str, measured: dict[str, dict[str, Any]], devices: list) -> list[str]:
     """One scale's results table, best score first, with every device's speed and memory columns."""
     lines = ["", f"## Scale: {scale}", ""]
-    heads = [h for d in devices for h in (f"× softmax @{d.length} ({d.device})", f"GiB @{d.length} ({d.device})")]
+    heads = [h for d in devices for h in (f"× softmax @{d.length} ({d.device})",
+                                          f"{d.memory_short} @{d.length} ({d.device})")]
     lines += _header(["Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Score", "Path-X", "Seeds", *heads,
                       "Missing tasks"])
     order = sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
@@ -283,17 +284,27 @@ def full_scale_against_paper(measured: dict[str, dict[str, Any]], reference: dic
 
 
 def speed_sources(devices: list) -> list[str]:
-    """Per device, every variant's measured examples/s, memory and the bench JSON it was read from."""
+    """Per device, every variant's measured examples/s, memory and the bench JSON it was read from, and the
+    file of the softmax its ratio divides by (`chart_speeds.device_speeds`)."""
     lines = []
     for d in devices:
         lines += ["", f"## Speed and memory on {d.device}", "",
                   f"Train step at length {d.length}, batch {d.batch_size}, dropout {d.dropout_rate:g}, as "
                   "`impl=auto` runs it (`python -m lra_jax.tools.bench`); where several files measured a variant, "
-                  "the most recent.", "", *_header(["Variant", "examples/s", "× softmax", "GiB", "× softmax's memory",
-                                                    "File"])]
+                  "the most recent. × softmax divides by the softmax of the variant's own file, measured in the "
+                  "same session with the same kernel code; a file with no softmax step as `impl=auto` runs it "
+                  "borrows the one of the file nearest in date, named here. Memory: a measured device peak, or XLA's compiled "
+                  "estimate of the step (the compiler's buffer plan, not a measurement), as the Memory column says; "
+                  "a ratio divides two figures of the same kind.", "",
+                  *_header(["Variant", "examples/s", "× softmax", "Softmax's examples/s", "Softmax from", "GiB",
+                            "Memory", "× softmax's memory", "File"])]
         for variant, s in sorted(d.speeds.items(), key=lambda kv: -kv[1].relative_speed):
+            kind = {"device": "measured peak", "xla": "XLA estimate"}.get(s.memory_kind, "—")
             lines.append(_row([variant, _significant(s.examples_per_second), _significant(s.relative_speed),
-                               _fmt(s.memory_bytes / 2**30 if s.memory_bytes else None, 2),
+                               _significant(s.baseline_examples_per_second),
+                               "the same file" if s.same_file else f"{s.baseline_source} (nearest in date: its "
+                               "file has no softmax step as impl=auto runs it)",
+                               _fmt(s.memory_bytes / 2**30 if s.memory_bytes else None, 2), kind,
                                _significant(s.relative_memory), s.source]))
     return lines
 

@@ -7,7 +7,9 @@ A sweep with a grid (`sweep --grid=optimizer.learning_rate=1e-3,5e-3 --seeds=0,1
 and a sweep without one as `<root>/<task>-<scale>/<variant>/seed<k>`. For every cell (task, scale,
 variant) the grid points are compared on their mean validation accuracy over the seeds that every
 point has finished (so a two-stage sweep, the grid on one seed and then more seeds at the chosen point,
-keeps comparing on that one seed after the others finish). A point with a diverged seed is out. The
+keeps comparing on that one seed after the others finish). A point with a diverged seed is out. Points
+tied on that mean (within `TIE`) are decided by `tie_order`: the run outside a grid first, then the
+smaller values, key by key (the lower learning rate), never the order of directory names. The
 chosen point reports its test accuracy as mean and sample standard deviation (ddof 1) over all its
 finished seeds.
 """
@@ -59,9 +61,13 @@ def grid_point(results_path: str) -> str:
 
 
 def read_result(path: str) -> Result:
-    """The Result of one results.json; raises OSError, ValueError, KeyError or TypeError if malformed."""
+    """The Result of one results.json; raises OSError, ValueError, KeyError or TypeError if malformed (a
+    document that is not a JSON object, such as a list or a number, is a ValueError)."""
     with open(path, encoding="utf-8") as f:
         r = json.load(f)
+    if not isinstance(r, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(r), "a number")
+        raise ValueError(f"not a JSON object but {kind}")
     diverged = r.get("status") == "diverged"
     config = r.get("config", {})
     return Result(task=r["task"], scale=r.get("scale") or config.get("scale"), variant=r["variant"],
@@ -94,7 +100,7 @@ def load(runs_dir: str, scale: str | None = None) -> list[Result]:
         path = os.path.join(root, "results.json")
         try:
             result = read_result(path)
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             why = f"{type(error).__name__}: {error}".splitlines()[0]
             print(f"warning: skipping {path} as an unfinished run: it is damaged or incomplete ({why})",
                   file=sys.stderr)
@@ -135,9 +141,31 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
+TIE = 1e-9  # mean validation accuracies (fractions) closer than this are a tie, broken by `tie_order`
+
+
+def _setting_order(value: str) -> tuple[int, float | str]:
+    """A grid value's place in the tie order: numbers by value, before anything that is not a number."""
+    try:
+        return 0, float(value)
+    except ValueError:
+        return 1, value
+
+
+def tie_order(point: str) -> tuple:
+    """How tied grid points are ordered, first = chosen: the run outside a grid (the config's own
+    settings, '') first, then by the values of the point's keys in the order they are written, smaller
+    first (numbers by value, not as text: 5e-4 before 0.001). On the learning-rate grids this project
+    sweeps, the lower learning rate: with no evidence between them, the more conservative step."""
+    pairs = [p.partition("=") for p in re.split(r",(?=[^,=]+=)", point)] if point else []
+    return (bool(point), tuple((key, _setting_order(value)) for key, _, value in pairs))
+
+
 def select(results: list[Result]) -> Selection | None:
     """The grid point with the best mean validation accuracy over the seeds all eligible points have
-    finished (`compared_on`; ties go to the first point in sorted order); None if every point diverged.
+    finished (`compared_on`); None if every point diverged. Points whose means are within `TIE` of the
+    best are tied, and the tie goes by a stated rule, never by the order of directory names: `tie_order`,
+    the config's own settings first, then the smaller values (the lower learning rate).
 
     Test accuracy is read only for the chosen point, after the choice."""
     by_point: dict[str, dict[int, Result]] = defaultdict(dict)
@@ -154,7 +182,8 @@ def select(results: list[Result]) -> Selection | None:
     # No seed common to all points (an unfinished sweep): each point on its own seeds.
     candidates = {p: sum(runs[s].val_accuracy for s in (shared or runs)) / len(shared or runs)
                   for p, runs in eligible.items()}
-    best = max(candidates, key=candidates.get)  # max keeps the first of equals
+    top = max(candidates.values())
+    best = min((p for p, v in candidates.items() if v >= top - TIE), key=tie_order)
     runs = eligible[best]
     seeds = sorted(runs)
     test_mean, test_std = mean_std([runs[s].test_accuracy for s in seeds])

@@ -6,16 +6,21 @@ arms scored. Its score gain, and its arrow on the chart, exist only where both a
 (`same_tasks`): a mean over other tasks is never set against it.
 
 What the table says (`findings`) is computed here, never typed: per task, how many variants gain or lose
-by more than twice the standard error of the difference of the two means, se = sqrt(s_spt²/n_spt +
-s_scratch²/n_scratch); how far softmax is from S4D in each arm; how much the order of the attention
-variants agrees between the arms (Kendall's tau-b); and which variants are Pareto-optimal in speed and
-accuracy in each arm.
+by a stated test, Welch's two-sided t-test on the seeds of the two arms (`welch`: unequal variances, the
+Welch-Satterthwaite degrees of freedom), with the p-values Holm-corrected over the variants compared on
+that task (`holm`) and a gain or loss called only where the corrected p is below `ALPHA`; how far softmax
+is from S4D in each arm; how much the order of the attention variants agrees between the arms (Kendall's
+tau-b); and which variants are Pareto-optimal in speed and accuracy in each arm. The table shows every raw
+and Holm-adjusted p-value (`welch_table`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
+
+from scipy import stats
 
 from lra_jax.experiments.lra_results import (
     LRA_TASKS,
@@ -29,6 +34,7 @@ from lra_jax.experiments.lra_results import (
 
 Scores = dict[str, dict[str, dict[str, Any]]]  # series -> variant -> `lra_results.aggregate` entry
 BASELINE, SSM = "softmax", "s4d"
+ALPHA = 0.05  # family-wise error rate per task: a gain or loss is claimed where the Holm-adjusted p is below it
 
 
 def lra_tasks(m: dict[str, Any]) -> list[str]:
@@ -93,6 +99,7 @@ def gain_table(scores: Scores, main=None) -> list[str]:
             cells.append(_gain(spt[v]["score"], scratch[v]["score"], spt[v]["score_std"], scratch[v]["score_std"])
                          if same_tasks(spt[v], scratch[v]) else "—")
             lines.append(_row([v, *cells]))
+        lines += welch_table(spt, scratch, tasks)
         lines += findings(spt, scratch, speed, main.device if main else "")
         lines += pretraining_compute(spt, tasks)
     return lines
@@ -116,20 +123,90 @@ def pretraining_compute(spt: dict[str, dict[str, Any]], tasks: list[str]) -> lis
             *(_row([v, *(cell(spt[v]["chosen"].get(t)) for t in tasks)]) for v in sorted(spt))]
 
 
-def standard_error(m: dict[str, Any], task: str) -> float | None:
-    """Standard error of a cell's mean, std/sqrt(n) (None with one seed)."""
-    std, n = m["std"].get(task), m["seeds"].get(task, 0)
-    return None if std is None or n < 2 else std / math.sqrt(n)
+@dataclasses.dataclass(frozen=True)
+class Welch:
+    """Welch's t-test of SPT against scratch on one task: t, its degrees of freedom and the two-sided p."""
+    difference: float  # SPT mean - scratch mean (percentage points)
+    t: float
+    df: float
+    p: float
+
+
+def welch(spt: dict[str, Any], scratch: dict[str, Any], task: str) -> Welch | None:
+    """Welch's two-sided t-test on the seeds of the two arms, from each arm's mean, sample std (ddof 1) and
+    number of seeds: t = (m_spt - m_scratch) / sqrt(v_spt + v_scratch) with v = s²/n, df (Welch-Satterthwaite)
+    = (v_spt + v_scratch)² / (v_spt²/(n_spt - 1) + v_scratch²/(n_scratch - 1)), p = 2 P(T_df > |t|). None
+    (no test) where an arm has fewer than two seeds, or where neither arm varies over its seeds and the means
+    differ (no spread to test against); equal means without spread test as p = 1."""
+    arms = [(m["accuracy"][task], m["std"].get(task), m["seeds"].get(task, 0)) for m in (spt, scratch)]
+    if any(std is None or n < 2 for _, std, n in arms):
+        return None
+    difference = arms[0][0] - arms[1][0]
+    v = [std ** 2 / n for _, std, n in arms]
+    if v[0] + v[1] == 0:
+        return Welch(difference, 0.0, float("nan"), 1.0) if difference == 0 else None
+    t = difference / math.sqrt(v[0] + v[1])
+    df = (v[0] + v[1]) ** 2 / sum(vi ** 2 / (n - 1) for vi, (_, _, n) in zip(v, arms))
+    return Welch(difference, t, df, float(2.0 * stats.t.sf(abs(t), df)))
+
+
+def holm(p: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of m p-values (Holm 1979): the i-th smallest becomes
+    max over j <= i of min(1, (m - j + 1) p_(j)); rejecting where the adjusted p < alpha holds the chance
+    of any false claim among the m at alpha."""
+    order = sorted(p, key=lambda k: (p[k], k))
+    adjusted, running = {}, 0.0
+    for i, key in enumerate(order):
+        running = max(running, min(1.0, (len(order) - i) * p[key]))
+        adjusted[key] = running
+    return adjusted
+
+
+def task_tests(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any]], task: str,
+               variants: list[str]) -> dict[str, tuple[Welch | None, float | None, str]]:
+    """variant -> (its `welch` test on `task`, its Holm-adjusted p over the tested `variants`, verdict):
+    'gain' or 'loss' where the adjusted p < ALPHA, 'noise' where not, 'untested' where `welch` is None."""
+    tests = {v: welch(spt[v], scratch[v], task) for v in variants}
+    adjusted = holm({v: w.p for v, w in tests.items() if w is not None})
+    out = {}
+    for v, w in tests.items():
+        if w is None:
+            out[v] = (None, None, "untested")
+        else:
+            clear = adjusted[v] < ALPHA
+            out[v] = (w, adjusted[v], "noise" if not clear else "gain" if w.difference > 0 else "loss")
+    return out
 
 
 def verdict(spt: dict[str, Any], scratch: dict[str, Any], task: str) -> str:
-    """'gain', 'loss' or 'noise': whether SPT - scratch lies beyond twice the standard error of the difference
-    of the means ('noise' too where either arm has one seed)."""
-    se = [standard_error(m, task) for m in (spt, scratch)]
-    if None in se:
-        return "noise"
-    difference, bound = spt["accuracy"][task] - scratch["accuracy"][task], 2.0 * math.hypot(*se)
-    return "gain" if difference > bound else "loss" if difference < -bound else "noise"
+    """'gain', 'loss', 'noise' or 'untested' for one comparison on its own (no correction: a family of one)."""
+    return task_tests({"v": spt}, {"v": scratch}, task, ["v"])["v"][2]
+
+
+def _p(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2g}" if value >= 0.001 else f"{value:.1e}"
+
+
+def welch_table(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any]], tasks: list[str]) -> list[str]:
+    """Per variant and task: Welch's t (df), its two-sided p, the Holm-adjusted p over the task's variants,
+    and the verdict at ALPHA."""
+    both = sorted(set(spt) & set(scratch))
+    per_task = {t: task_tests(spt, scratch, t, [v for v in both if t in spt[v]["accuracy"]
+                                                 and t in scratch[v]["accuracy"]]) for t in tasks}
+
+    def cell(v: str, t: str) -> str:
+        if v not in per_task[t]:
+            return "—"
+        w, adjusted, said = per_task[t][v]
+        if w is None:
+            return "untested (an arm has one seed or no spread)"
+        return f"t {w.t:+.2f} (df {w.df:.1f}), p {_p(w.p)}, Holm {_p(adjusted)}: {said}"
+
+    return ["", f"Welch's two-sided t-test of SPT against scratch on the seeds of each arm (unequal variances, "
+                f"Welch-Satterthwaite df), per task; Holm-adjusted over the variants compared on that task; a "
+                f"gain or loss is claimed only where the adjusted p < {ALPHA:g}.", "",
+            *_header(["Variant", *(TASK_TITLES[t] for t in tasks)]),
+            *(_row([v, *(cell(v, t) for t in tasks)]) for v in both)]
 
 
 def kendall_tau(xs: list[float], ys: list[float]) -> float | None:
@@ -173,23 +250,26 @@ def _count(n: int, one: str, many: str) -> str:
 
 def findings(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any]],
              speed: dict[str, float] | None = None, device: str = "") -> list[str]:
-    """What the gain table says, per task both arms scored: the count of clear gains and losses, the mean
-    gain, softmax's distance from S4D in each arm, the agreement of the attention variants' order, and
+    """What the gain table says, per task both arms scored: the count of clear gains and losses (`task_tests`:
+    Welch, Holm-corrected), the mean gain, softmax's distance from S4D in each arm, the agreement of the attention variants' order, and
     (given `speed`, variant -> speed relative to softmax on `device`) the Pareto-optimal variants."""
-    lines = ["", "What it says, per task (computed from the cells above): a gain or loss is clear when it exceeds "
-                 "twice the standard error of the difference of the means, sqrt(s²/n + s²/n); rank agreement is "
-                 "Kendall's tau-b over the attention variants (S4D out) between the two arms.", ""]
+    lines = ["", "What it says, per task (computed from the cells above): a gain or loss is clear when Welch's "
+                 f"two-sided t-test on the seeds, Holm-corrected over the variants compared on the task, gives "
+                 f"p < {ALPHA:g}; rank agreement is Kendall's tau-b over the attention variants (S4D out) between "
+                 "the two arms.", ""]
     for task in LRA_TASKS:
         both = sorted(v for v in set(spt) & set(scratch) if task in spt[v]["accuracy"] and task in scratch[v]["accuracy"])
         if not both:
             continue
-        verdicts = {v: verdict(spt[v], scratch[v], task) for v in both}
+        verdicts = {v: said for v, (_, _, said) in task_tests(spt, scratch, task, both).items()}
         gains = {v: spt[v]["accuracy"][task] - scratch[v]["accuracy"][task] for v in both}
         low, high = min(gains, key=gains.get), max(gains, key=gains.get)
-        counts = {k: sum(1 for x in verdicts.values() if x == k) for k in ("gain", "loss", "noise")}
+        counts = {k: sum(1 for x in verdicts.values() if x == k) for k in ("gain", "loss", "noise", "untested")}
         parts = [f"{len(both)} variants compared: {_count(counts['gain'], 'clear gain', 'clear gains')}, "
                  f"{_count(counts['loss'], 'clear loss', 'clear losses')}, "
-                 f"{counts['noise']} within noise; mean gain {sum(gains.values()) / len(gains):+.2f} "
+                 f"{counts['noise']} within noise"
+                 + (f", {counts['untested']} untested (one seed or no spread)" if counts["untested"] else "")
+                 + f" (Holm, p < {ALPHA:g}); mean gain {sum(gains.values()) / len(gains):+.2f} "
                  f"({low} {gains[low]:+.2f} to {high} {gains[high]:+.2f})"]
         if BASELINE in both and SSM in both:
             gap = [arm[SSM]["accuracy"][task] - arm[BASELINE]["accuracy"][task] for arm in (scratch, spt)]

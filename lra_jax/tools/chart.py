@@ -9,10 +9,14 @@ sample std over seeds; diverged runs are never results and are named. A variant'
 tasks' test means (%) over ListOps, Text, Retrieval, Image and Pathfinder (Path-X on its own), per scale.
 
 Main panel (the paper's Figure 3, measured): x = train-step speed at --length relative to softmax on the
---device of the --bench files, bubble = peak memory measured there relative to softmax's, y = LRA score
-with a bar of ±1 std of a single-seed score; full-scale points solid, mini-scale hollow. The LRA paper's
-models (experiments/reference/lra_paper.json: Table 2 speed and memory at 4K relative to the Transformer,
-Table 1 accuracy averaged over the tasks our point is scored on) on the same axes, joined to ours.
+--device of the --bench files (each variant over the softmax of its own bench file; a file without one
+borrows the softmax of the file nearest in date, and the note under the panel and the table say which),
+bubble = the step's memory there relative to softmax's, labelled for what the bench recorded (a measured
+device peak, or XLA's compiled estimate), y = LRA score with a bar of ±1 std of a single-seed score;
+full-scale points solid, mini-scale hollow, every variant its own colour and marker. The LRA paper's
+models (experiments/reference/lra_paper.json, full scale: Table 2 speed and memory at 4K relative to the
+Transformer, Table 1 accuracy averaged over the tasks our point is scored on) on the same axes, joined by
+a dotted line only to our full-scale point of the same variant, never across scales.
 Secondary panels, also relative to softmax: --cpu_bench (measured on a CPU) and --modeled (the TPU
 compiler's modeled step on the paper's hardware, labelled modeled). s4d, the state-space yardstick, is a
 diamond. Writes lra_chart.png, lra_chart.svg, lra_results.md (per scale: the scores and every device's
@@ -26,7 +30,9 @@ recorded commit, and the values drawn).
 redraws in memory with the flags the manifest in --out recorded (flags given beside --check replace them)
 and prints one line per input added, removed or changed and per output that differs from the fresh draw;
 it exits 1 when there is any, 0 when the committed chart is up to date. Image bytes are not compared (they
-differ between matplotlib versions): the values drawn are.
+differ between matplotlib versions): the values drawn are, and each image must decode (the PNG with
+Pillow, the SVG as XML) and carry the sha256 of the manifest's drawn values, written into it when drawn;
+a replaced, damaged or foreign image is one line naming it and the command that redraws it.
 """
 
 from __future__ import annotations
