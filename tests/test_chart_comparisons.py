@@ -318,3 +318,19 @@ def test_a_results_json_that_is_not_an_object_is_one_warning_and_skipped(runs, t
         assert line.startswith("warning: skipping") and f"not a JSON object but {what}" in line, line
     with open(paths["md"], encoding="utf-8") as f:
         assert "| softmax |" in f.read()
+
+
+def test_a_cell_made_from_uncommitted_code_is_marked_and_named(tmp_path):
+    root = tmp_path / "runs"
+    for seed, commit in ((0, "abc1234"), (1, "abc1234+changes")):
+        result = {"task": "listops", "variant": "softmax", "test_accuracy": 0.4, "val_accuracy": 0.4, "scale": "mini",
+                  "versions": {"lra_jax_commit": commit}, "config": {"seed": seed, "scale": "mini"}}
+        (run_dir(root, "listops", "softmax", seed, "mini", "") / "results.json").write_text(json.dumps(result))
+    write_result(root, "listops", "linear", 0, 0.3, scale="mini")
+    measured = measure(root)
+    assert measured["softmax"]["chosen"]["listops"].uncommitted == 1
+    lines = lra_results.scale_table("mini", measured, [])
+    rows = table_rows("\n".join(lines))
+    assert rows["softmax"][1] == "40.00 ± 0.00‡" and rows["linear"][1] == "30.00"
+    assert any(line.startswith("‡ Made, in part, from code with uncommitted changes") and "softmax ListOps" in line
+               for line in lines)

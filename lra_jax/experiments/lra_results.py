@@ -200,10 +200,27 @@ def _speed_cells(variant: str, speeds) -> list[str]:
     return [_significant(speed.relative_speed), _fmt(memory, 2)]
 
 
+UNCOMMITTED = "‡"  # a cell with a run made from code with uncommitted changes
+
+
+def _task_cell(m: dict[str, Any], task: str) -> str:
+    """A task's mean ± std, marked UNCOMMITTED where a run behind it was made from uncommitted code."""
+    chosen = m.get("chosen", {}).get(task)
+    return _pm(m["accuracy"].get(task), m["std"].get(task), UNCOMMITTED if chosen and chosen.uncommitted else "")
+
+
+def uncommitted_note(measured: dict[str, dict[str, Any]]) -> list[str]:
+    """The footnote naming the cells marked UNCOMMITTED ([] when there are none)."""
+    cells = [f"{v} {TASK_TITLES.get(t, t)}" for v, m in sorted(measured.items())
+             for t, s in sorted(m.get("chosen", {}).items()) if s.uncommitted]
+    return ["", f"{UNCOMMITTED} Made, in part, from code with uncommitted changes (the run's commit says "
+                f"`+changes`): not reproducible from any commit. Cells: {', '.join(cells)}."] if cells else []
+
+
 def _variant_row(variant: str, m: dict[str, Any], devices: list) -> str:
     """One variant's row of a scale's results table: tasks, score, Path-X, seeds, per device speed and memory."""
     name = f"{variant} ({REFERENCE_VARIANTS[variant]})" if variant in REFERENCE_VARIANTS else variant
-    return _row([name, *(_pm(m["accuracy"].get(t), m["std"].get(t)) for t in LRA_TASKS),
+    return _row([name, *(_task_cell(m, t) for t in LRA_TASKS),
                  _pm(m["score"], m["score_std"], "*" if m["missing"] else ""),
                  _pm(m["path_x"], m["std"].get("path_x")), _seeds_cell(m),
                  *(cell for d in devices for cell in _speed_cells(variant, d)), ", ".join(m["missing"]) or "—"])
@@ -248,6 +265,7 @@ def scale_table(scale: str, measured: dict[str, dict[str, Any]], devices: list) 
                       "Missing tasks"])
     order = sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
     lines += [_variant_row(v, measured[v], devices) for v in order]
+    lines += uncommitted_note(measured)
     for d in devices:
         absent = [v for v in order if v not in d.speeds]
         if absent:

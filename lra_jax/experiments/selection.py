@@ -46,6 +46,12 @@ class Result:
     device: str | None = None  # results.json "devices": "<count> x <kind>", e.g. "1 x NVIDIA H200"
     dtype: str | None = None  # the compute dtype (config.model.dtype)
     steps_per_second: float | None = None
+    commit: str | None = None  # the lra_jax commit that ended the run; "...+changes": uncommitted code
+
+    @property
+    def uncommitted(self) -> bool:
+        """Whether the run was made from code with uncommitted changes (not reproducible from a commit)."""
+        return (self.commit or "").endswith("+changes")
 
     @property
     def diverged(self) -> bool:
@@ -80,7 +86,8 @@ def read_result(path: str) -> Result:
                   pretrain_seconds=(r.get("pretrain") or {}).get("seconds"),
                   pretrain_loss=(r.get("pretrain") or {}).get("final_train_loss"),
                   device=_device(r.get("devices")), dtype=config.get("model", {}).get("dtype"),
-                  steps_per_second=r.get("steps_per_second"))
+                  steps_per_second=r.get("steps_per_second"),
+                  commit=(r.get("versions") or {}).get("lra_jax_commit") if isinstance(r.get("versions"), dict) else None)
 
 
 def _device(devices: dict | None) -> str | None:
@@ -127,6 +134,7 @@ class Selection:
     devices: tuple[str, ...] = ()  # of the chosen point's runs, each once (`Result.device`)
     dtypes: tuple[str, ...] = ()  # likewise, their compute dtypes
     steps_per_second: float | None = None  # mean over `seeds`; None where a run does not record it
+    uncommitted: int = 0  # of the chosen point's runs, those made from code with uncommitted changes
 
     @property
     def n(self) -> int:
@@ -199,7 +207,8 @@ def select(results: list[Result]) -> Selection | None:
                      pretrain_seconds=seed_mean("pretrain_seconds"), pretrain_loss=seed_mean("pretrain_loss"),
                      devices=tuple(sorted({runs[s].device for s in seeds if runs[s].device})),
                      dtypes=tuple(sorted({runs[s].dtype for s in seeds if runs[s].dtype})),
-                     steps_per_second=seed_mean("steps_per_second"))
+                     steps_per_second=seed_mean("steps_per_second"),
+                     uncommitted=sum(runs[s].uncommitted for s in seeds))
 
 
 def cells(results: list[Result]) -> dict[tuple[str, str | None, str], list[Result]]:

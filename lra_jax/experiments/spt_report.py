@@ -26,10 +26,12 @@ from lra_jax.experiments.lra_results import (
     LRA_TASKS,
     REFERENCE_VARIANTS,
     TASK_TITLES,
+    UNCOMMITTED,
     _header,
     _row,
     base_scale,
     is_pretrained,
+    uncommitted_note,
 )
 
 Scores = dict[str, dict[str, dict[str, Any]]]  # series -> variant -> `lra_results.aggregate` entry
@@ -95,10 +97,14 @@ def gain_table(scores: Scores, main=None) -> list[str]:
                   *_header(["Variant", *(TASK_TITLES[t] for t in tasks), "Score"])]
         for v in both:
             cells = [_gain(spt[v]["accuracy"].get(t), scratch[v]["accuracy"].get(t), spt[v]["std"].get(t),
-                           scratch[v]["std"].get(t)) for t in tasks]
+                           scratch[v]["std"].get(t)) + (UNCOMMITTED if any(
+                               (arm[v]["chosen"].get(t) and arm[v]["chosen"][t].uncommitted) for arm in (spt, scratch))
+                           else "") for t in tasks]
             cells.append(_gain(spt[v]["score"], scratch[v]["score"], spt[v]["score_std"], scratch[v]["score_std"])
                          if same_tasks(spt[v], scratch[v]) else "—")
             lines.append(_row([v, *cells]))
+        lines += uncommitted_note({f"{v} ({arm})": m for arm, group in (("SPT", spt), ("from scratch", scratch))
+                                   for v, m in group.items() if v in both})
         lines += welch_table(spt, scratch, tasks)
         lines += findings(spt, scratch, speed, main.device if main else "")
         lines += pretraining_compute(spt, tasks)

@@ -231,11 +231,7 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
         return finished
 
     splits = task.load(config.data, config.max_len)
-    empty = [name for name, (_, labels) in splits.items() if len(labels) == 0]
-    if empty:  # found now, not after all of training
-        raise DataError(f"the {config.task} data has no examples in its {', '.join(empty)} split"
-                        f"{'s' if len(empty) > 1 else ''} ({config.data.data_dir or 'generated data'}); fill "
-                        f"{'them' if len(empty) > 1 else 'it'}, or pass another --config.data.data_dir")
+    check_not_empty(config, splits, ["train"])
     pretrained = None
     if config.pretrain.objective != "none":  # on the training split alone, before validation is drawn
         pretrained = _pretrain(config, task, splits["train"], stage_dir, mesh, versions)
@@ -244,6 +240,7 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
             return None
         if restored is None:  # fine-tuning starts from the pretrained encoder and a new head
             state = pretrain.transfer_encoder(pretrained["state"], state)
+    check_not_empty(config, splits, ["val", "test"])  # after pretraining, which never reads them
     if start and primary:
         print(f"{workdir}: resuming from step {start}")
     splits["val"] = validation_subset(splits["val"], config.val_examples, config.seed)
@@ -337,6 +334,15 @@ def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_
         run_dir.write_json(results_path, record)
         print(f"pretraining ({config.pretrain.objective}) done at step {step}; fine-tuning from its encoder")
     return {"state": state, "record": record}
+
+
+def check_not_empty(config: Settings, splits: dict[str, tasks.Split], names: list[str]) -> None:
+    """DataError naming the splits of `names` that hold no example: found before training, not at its end."""
+    empty = [name for name in names if len(splits[name][1]) == 0]
+    if empty:
+        raise DataError(f"the {config.task} data has no examples in its {', '.join(empty)} split"
+                        f"{'s' if len(empty) > 1 else ''} ({config.data.data_dir or 'generated data'}); fill "
+                        f"{'them' if len(empty) > 1 else 'it'}, or pass another --config.data.data_dir")
 
 
 def pretrain_key(config: Config) -> jax.Array:
