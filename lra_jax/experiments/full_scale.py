@@ -368,7 +368,8 @@ def run_stage(scale: str, root: str, scratch: str, tasks: list[str], variants: l
     rows = sweep_run.run_sweep(now_admitted, runner, stop, log=log, slots=slots)
     for line in report(runs):
         log(line)
-    skipped = [r.name for r in runs if r not in now_admitted()]
+    started = now_admitted()
+    skipped = [r.name for r in runs if r not in started]
     if skipped:
         log(f"not started, as their estimated time did not fit in the time box: {', '.join(skipped)}")
     if stop.requested:
