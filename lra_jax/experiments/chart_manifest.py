@@ -221,10 +221,10 @@ def _first_difference(old: str, new: str) -> str:
     return f"{len(old_lines)} lines, a fresh draw has {len(new_lines)}"
 
 
-def problems(out: str, fresh_manifest: dict[str, Any], fresh_table: str) -> list[str]:
+def problems(out: str, fresh_manifest: dict[str, Any], fresh_tables: dict[str, str]) -> list[str]:
     """One line per way the chart files in `out` disagree with a fresh draw ([] when they all agree): an
     input added, removed or changed, a chart image missing, damaged or drawn from other values
-    (`image_problems`), the table or the drawn values differing."""
+    (`image_problems`), a table (`fresh_tables`: file name -> text) or the drawn values differing."""
     manifest_path = os.path.join(out, MANIFEST_NAME)
     try:
         with open(manifest_path, encoding="utf-8") as f:
@@ -242,13 +242,15 @@ def problems(out: str, fresh_manifest: dict[str, Any], fresh_table: str) -> list
                      f"the check ran `{fresh_manifest['command']}`")
     found += _input_problems(committed.get("inputs", []), fresh_manifest["inputs"])
     found += _panel_problems(display_path(manifest_path), committed.get("panels", []), fresh_manifest["panels"])
-    table_path = os.path.join(out, TABLE_NAME)
-    try:
-        with open(table_path, encoding="utf-8") as f:
-            table = f.read()
-    except OSError:
-        return found + [f"output missing: {display_path(table_path)}"]
-    if table != fresh_table:
-        found.append(f"output differs: {display_path(table_path)} ({_first_difference(table, fresh_table)} "
-                     "from a fresh draw)")
+    for name, fresh_table in fresh_tables.items():
+        table_path = os.path.join(out, name)
+        try:
+            with open(table_path, encoding="utf-8") as f:
+                table = f.read()
+        except OSError:
+            found.append(f"output missing: {display_path(table_path)}")
+            continue
+        if table != fresh_table:
+            found.append(f"output differs: {display_path(table_path)} ({_first_difference(table, fresh_table)} "
+                         "from a fresh draw)")
     return found

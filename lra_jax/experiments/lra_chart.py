@@ -23,7 +23,7 @@ matplotlib.use("Agg")  # files only: no window, whatever backend the machine has
 import matplotlib.pyplot as plt
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import chart_manifest, chart_panels, selection, spt_report, table2_report
+from lra_jax.experiments import chart_manifest, chart_panels, results_summary, selection, spt_report, table2_report
 from lra_jax.experiments.chart_manifest import ChartOptions
 from lra_jax.experiments.chart_panels import Panel, ordered_scales, scale_line
 from lra_jax.experiments.chart_speeds import BASELINE, DeviceSpeeds, device_speeds, ratio_note
@@ -212,7 +212,7 @@ def read_scores(options: ChartOptions) -> tuple[dict[str, dict[str, dict[str, An
 
 
 def render(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE):
-    """Everything `options` draw, in memory: (figure, table text, manifest record)."""
+    """Everything `options` draw, in memory: (figure, {table file name: its text}, manifest record)."""
     scores, note, inputs = read_scores(options)
     note = "\n".join(filter(None, [note, spt_report.unmatched_note(scores)]))
     if note:
@@ -241,16 +241,19 @@ def render(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE
               "fails when an input or this file changes.")
     table = markdown_table(scores, main, cpu, reference, note, ssm_reference, header=header,
                            pretraining=pretraining, spt_reference=spt_reference)
-    return fig, table, record
+    short = results_summary.summary(scores, main, header.replace(
+        "from the inputs", f"beside {chart_manifest.TABLE_NAME} (the full table) from the inputs", 1))
+    return fig, {chart_manifest.TABLE_NAME: table, results_summary.NAME: short}, record
 
 
 def make_chart(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE) -> dict[str, str]:
-    """Draws what `options` say and writes the chart, its table and its manifest (`chart_manifest`) into
-    `options.out`; returns the paths."""
-    fig, table, record = render(options, ssm_reference_path)
+    """Draws what `options` say and writes the chart, its table, the short table (`results_summary`) and
+    the manifest (`chart_manifest`) into `options.out`; returns their paths."""
+    fig, tables, record = render(options, ssm_reference_path)
     os.makedirs(options.out, exist_ok=True)
     paths = save(fig, options.out, record["drawn_sha256"])
-    for key, name, text in (("md", chart_manifest.TABLE_NAME, table),
+    for key, name, text in (("md", chart_manifest.TABLE_NAME, tables[chart_manifest.TABLE_NAME]),
+                            ("summary", results_summary.NAME, tables[results_summary.NAME]),
                             ("inputs", chart_manifest.MANIFEST_NAME, chart_manifest.manifest_text(record))):
         paths[key] = os.path.join(options.out, name)
         with open(paths[key], "w", encoding="utf-8") as f:
@@ -261,6 +264,6 @@ def make_chart(options: ChartOptions, ssm_reference_path: str | None = SSM_REFER
 def check_chart(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE) -> list[str]:
     """Redraws in memory what `options` draw and returns one line per disagreement with the files in
     `options.out` (`chart_manifest.problems`); [] when the committed chart is up to date."""
-    fig, table, record = render(options, ssm_reference_path)
+    fig, tables, record = render(options, ssm_reference_path)
     plt.close(fig)
-    return chart_manifest.problems(options.out, record, table)
+    return chart_manifest.problems(options.out, record, tables)

@@ -46,7 +46,15 @@ class Result:
     device: str | None = None  # results.json "devices": "<count> x <kind>", e.g. "1 x NVIDIA H200"
     dtype: str | None = None  # the compute dtype (config.model.dtype)
     steps_per_second: float | None = None
+    num_train_steps: int | None = None
     commit: str | None = None  # the lra_jax commit that ended the run; "...+changes": uncommitted code
+
+    @property
+    def train_seconds(self) -> float | None:
+        """The training's compute, steps ÷ the measured steps/s (compilation and evaluation excluded)."""
+        if not self.num_train_steps or not self.steps_per_second:
+            return None
+        return self.num_train_steps / self.steps_per_second
 
     @property
     def uncommitted(self) -> bool:
@@ -86,7 +94,7 @@ def read_result(path: str) -> Result:
                   pretrain_seconds=(r.get("pretrain") or {}).get("seconds"),
                   pretrain_loss=(r.get("pretrain") or {}).get("final_train_loss"),
                   device=_device(r.get("devices")), dtype=config.get("model", {}).get("dtype"),
-                  steps_per_second=r.get("steps_per_second"),
+                  steps_per_second=r.get("steps_per_second"), num_train_steps=r.get("num_train_steps"),
                   commit=(r.get("versions") or {}).get("lra_jax_commit") if isinstance(r.get("versions"), dict) else None)
 
 
@@ -134,6 +142,7 @@ class Selection:
     devices: tuple[str, ...] = ()  # of the chosen point's runs, each once (`Result.device`)
     dtypes: tuple[str, ...] = ()  # likewise, their compute dtypes
     steps_per_second: float | None = None  # mean over `seeds`; None where a run does not record it
+    train_seconds: float | None = None  # likewise (`Result.train_seconds`)
     uncommitted: int = 0  # of the chosen point's runs, those made from code with uncommitted changes
 
     @property
@@ -207,7 +216,7 @@ def select(results: list[Result]) -> Selection | None:
                      pretrain_seconds=seed_mean("pretrain_seconds"), pretrain_loss=seed_mean("pretrain_loss"),
                      devices=tuple(sorted({runs[s].device for s in seeds if runs[s].device})),
                      dtypes=tuple(sorted({runs[s].dtype for s in seeds if runs[s].dtype})),
-                     steps_per_second=seed_mean("steps_per_second"),
+                     steps_per_second=seed_mean("steps_per_second"), train_seconds=seed_mean("train_seconds"),
                      uncommitted=sum(runs[s].uncommitted for s in seeds))
 
 
