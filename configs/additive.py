@@ -8,7 +8,7 @@ batch * query_chunk * n * emb_dim floats, which XLA fuses into the sum over d so
 usually not stored at all. Left unset it is 1 on CPU (the fastest there at every size measured)
 and 64 on GPU/TPU; override with `--config.attention.query_chunk=8`.
 
-Expected: mini ListOps test accuracy 0.363 (majority class 0.167; seed 0,
+One run, one machine: mini ListOps test accuracy 0.363 (majority class 0.167; 2-core CPU, seed 0,
 experiments/mini-lra/listops-mini/additive). The elementwise tanh over n * n * emb_dim values makes
 it the slowest variant on CPU. The LRA paper has no additive-attention entry.
 

@@ -4,7 +4,7 @@
     python -m lra_jax.train --config=configs/bigbird.py                  # full-scale ListOps
 
 The random block layout is drawn from the init key (config.seed) and saved with the model.
-Expected: mini ListOps test accuracy 0.372 (majority class 0.167; 2-core CPU, seed 0); LRA paper
+One run, one machine: mini ListOps test accuracy 0.372 (majority class 0.167; 2-core CPU, seed 0); LRA paper
 Table 1 (BigBird): 36.05 on ListOps.
 """
 

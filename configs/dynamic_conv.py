@@ -6,7 +6,7 @@
 Every position predicts its own kernel (heads x `kernel_size`, softmax over the width) from its input.
 `kernel_size` 31, the paper's widest; GLU input projection; weight dropout = config.model.attention_dropout_rate.
 
-Expected: mini ListOps test accuracy 0.365 (majority class 0.167; 2-core CPU, seed 0; from
+One run, one machine: mini ListOps test accuracy 0.365 (majority class 0.167; 2-core CPU, seed 0; from
 `python -m lra_jax.tools.sweep --variants=dynamic_conv --tasks=listops --root=experiments/mini-lra`); the LRA paper has no
 convolution entry.
 """

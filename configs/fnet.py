@@ -6,7 +6,7 @@
 `out_proj=True` adds a learned output projection after the transform; `--config.attention.out_proj=False`
 gives the paper's parameter-free Fourier sublayer.
 
-Expected: mini ListOps test accuracy 0.343 (majority class 0.167; 2-core CPU, seed 0);
+One run, one machine: mini ListOps test accuracy 0.343 (majority class 0.167; 2-core CPU, seed 0);
 the LRA paper has no FNet entry.
 """
 

@@ -5,7 +5,7 @@
 
 `expansion=2`: the gated channels are 2 * emb_dim, split into two halves of emb_dim.
 
-Expected: mini ListOps test accuracy 0.345 (majority class 0.167; 2-core CPU, seed 0);
+One run, one machine: mini ListOps test accuracy 0.345 (majority class 0.167; 2-core CPU, seed 0);
 the LRA paper has no gMLP entry.
 """
 

@@ -6,7 +6,7 @@
 `kernel_size` 31, the paper's widest kernel (its encoders use 3, 7, 15, 31, 31, 31, 31); one kernel per
 head (config.model.num_heads); GLU input projection; weight dropout = config.model.attention_dropout_rate.
 
-Expected: mini ListOps test accuracy 0.366 (majority class 0.167; 2-core CPU, seed 0; from
+One run, one machine: mini ListOps test accuracy 0.366 (majority class 0.167; 2-core CPU, seed 0; from
 `python -m lra_jax.tools.sweep --variants=lightweight_conv --tasks=listops --root=experiments/mini-lra`); the LRA paper has no
 convolution entry.
 """

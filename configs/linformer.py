@@ -3,7 +3,7 @@
     python -m lra_jax.train --config=configs/linformer.py:listops,mini --workdir=runs/linformer-mini
     python -m lra_jax.train --config=configs/linformer.py              # full-scale ListOps
 
-Expected: mini ListOps test accuracy 0.358 (majority class 0.167; 2-core CPU, seed 0); full-scale
+One run, one machine: mini ListOps test accuracy 0.358 (majority class 0.167; 2-core CPU, seed 0); full-scale
 ListOps, LRA paper Table 1: 35.70 test accuracy.
 """
 

@@ -4,7 +4,7 @@
     python -m lra_jax.train --config=configs/local.py                  # full-scale ListOps
 
 Unlike the LRA code's blocked "local attention", every query sees the `window` tokens on each side
-of it. Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, seed 0); LRA
+of it. One run, one machine: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, seed 0); LRA
 paper Table 1 (its blocked variant): 15.82 on ListOps.
 """
 

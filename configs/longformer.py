@@ -4,7 +4,7 @@
     python -m lra_jax.train --config=configs/longformer.py                  # full-scale ListOps
 
 The first `num_global` positions are global (1: the CLS token), with their own Q/K/V projections;
-the LRA code had no global token. Expected: mini ListOps test accuracy 0.389 (majority class 0.167;
+the LRA code had no global token. One run, one machine: mini ListOps test accuracy 0.389 (majority class 0.167;
 2-core CPU, seed 0); LRA paper Table 1 (Longformer): 35.63 on ListOps.
 """
 

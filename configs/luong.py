@@ -3,7 +3,7 @@
     python -m lra_jax.train --config=configs/luong.py:listops,mini --workdir=runs/luong-mini
     python -m lra_jax.train --config=configs/luong.py              # full-scale ListOps
 
-Expected: mini ListOps test accuracy 0.357 (majority class 0.167; 2-core CPU, seed 0);
+One run, one machine: mini ListOps test accuracy 0.357 (majority class 0.167; 2-core CPU, seed 0);
 the LRA paper has no Luong-attention entry.
 
 On GPU and TPU it runs softmax's flash kernels over the keys W_a k, so every full-scale task fits as

@@ -5,7 +5,7 @@
 
 `hidden` is the width of the MLP along the length (the paper's D_S): 256 at full scale, 64 at mini.
 
-Expected: mini ListOps test accuracy 0.383 (majority class 0.167; 2-core CPU, seed 0);
+One run, one machine: mini ListOps test accuracy 0.383 (majority class 0.167; 2-core CPU, seed 0);
 the LRA paper has no MLP-Mixer entry.
 """
 

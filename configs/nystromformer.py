@@ -7,7 +7,7 @@
 35, the depthwise value convolution of the authors' LRA configs (mlpen/Nystromformer, LRA/code/lra_config.py).
 `pinv_iterations`: 6, the paper's.
 
-Expected: mini ListOps test accuracy 0.353 (majority class 0.167; 2-core CPU, seed 0; from
+One run, one machine: mini ListOps test accuracy 0.353 (majority class 0.167; 2-core CPU, seed 0; from
 `python -m lra_jax.tools.sweep --variants=nystromformer --tasks=listops --root=experiments/mini-lra`); full-scale ListOps:
 not yet measured.
 """

@@ -6,7 +6,7 @@
 Chunks of 128 tokens (32 at mini scale), num_buckets derived from max_len so that a bucket holds
 about one chunk, 2 hash rounds (see lra_jax/attention/hashing.py for the sources).
 
-Expected: mini ListOps test accuracy 0.348 (majority class 0.167; 2-core CPU, seed 0; from
+One run, one machine: mini ListOps test accuracy 0.348 (majority class 0.167; 2-core CPU, seed 0; from
 `python -m lra_jax.tools.sweep --variants=reformer --tasks=listops --root=experiments/mini-lra`).
 Full-scale ListOps, LRA paper Table 1 (the LRA code's Reformer): 37.27.
 """

@@ -6,7 +6,7 @@
 Full scale: 16 clusters of ceil(2001 / 16) = 126 tokens (about the `local` window), centroid EMA
 decay 0.999 (the paper's). Mini: 8 clusters of ceil(129 / 8) = 17 tokens.
 
-Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, seed 0; from
+One run, one machine: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, seed 0; from
 `python -m lra_jax.tools.sweep --variants=routing --tasks=listops --root=experiments/mini-lra`).
 """
 

@@ -27,7 +27,7 @@ ListOps and Image keep the paper's batch of 50, which the trainer cannot split o
 Mini scale keeps each task's mini model and optimiser, as for every variant, with the S4D layer
 in place of attention (and the same SSM rule).
 
-Expected: docs/s4d.md and experiments/charts/lra_results.md (mini ListOps and Pathfinder, from
+Results: docs/s4d.md and experiments/charts/lra_results.md (mini ListOps and Pathfinder, from
 `python -m lra_jax.tools.sweep --variants=s4d --tasks=listops,pathfinder --scales=mini --root=experiments/mini-lra`).
 """
 

@@ -6,7 +6,7 @@
 Full scale: blocks of 50 tokens (the LRA code's block_size), 5 Sinkhorn iterations, temperature 1.0.
 Mini: blocks of 16 tokens (9 blocks at length 129).
 
-Expected: mini ListOps test accuracy 0.400 (majority class 0.167; 2-core CPU, seed 0; from
+One run, one machine: mini ListOps test accuracy 0.400 (majority class 0.167; 2-core CPU, seed 0; from
 `python -m lra_jax.tools.sweep --variants=sinkhorn --tasks=listops --root=experiments/mini-lra`).
 """
 

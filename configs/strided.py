@@ -4,7 +4,7 @@
     python -m lra_jax.train --config=configs/strided.py                  # full-scale ListOps
 
 Half the heads attend within their block of `stride` tokens, half to every `stride`-th token.
-Expected: mini ListOps test accuracy 0.340 (majority class 0.167; 2-core CPU, seed 0); LRA paper
+One run, one machine: mini ListOps test accuracy 0.340 (majority class 0.167; 2-core CPU, seed 0); LRA paper
 Table 1 (Sparse Trans.): 17.07 on ListOps.
 """
 

@@ -7,7 +7,7 @@ Other modes: `--config.attention.mode=random` (learned R; add `--config.attentio
 for fixed random), `--config.attention.mode=factorized_random --config.attention.factor=8`; mix in
 dot-product logits with e.g. `--config.attention.mix=1.0`.
 
-Expected: mini ListOps test accuracy 0.379 (majority class 0.167; dense mode, 2-core CPU,
+One run, one machine: mini ListOps test accuracy 0.379 (majority class 0.167; dense mode, 2-core CPU,
 seed 0); full-scale ListOps, LRA paper Table 1: 36.99 test accuracy.
 
 On a GPU or TPU the dense and factorized modes run softmax's flash kernels (their logits are products

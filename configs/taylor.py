@@ -5,7 +5,7 @@
 
 `scale` is the fixed temperature on q^.k^ (1: the paper's first-order expansion).
 
-Expected: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, seed 0; from
+One run, one machine: mini ListOps test accuracy 0.364 (majority class 0.167; 2-core CPU, seed 0; from
 `python -m lra_jax.tools.sweep --variants=taylor --tasks=listops --root=experiments/mini-lra`); the LRA paper has no
 Taylor entry.
 """

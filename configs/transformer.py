@@ -3,7 +3,7 @@
     python -m lra_jax.train --config=configs/transformer.py:listops,mini
     python -m lra_jax.train --config=configs/transformer.py            # full-scale ListOps
 
-Expected: mini ListOps test accuracy 0.362 (majority class 0.167; 2-core CPU, seed 0); full-scale
+One run, one machine: mini ListOps test accuracy 0.362 (majority class 0.167; 2-core CPU, seed 0); full-scale
 ListOps, LRA paper Table 1: 36.37 test accuracy.
 """
 

@@ -37,3 +37,20 @@ def test_a_console_script_entry_runs_the_command(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 2 and "error: unknown variant nonesuch" in done.stderr, done.stderr[-2000:]
+
+
+def test_every_command_has_a_short_name_and_the_readme_lists_it():
+    """Every module of lra_jax/tools (and the trainer, the data preparation) is a console script, and
+    the README's command table names each module beside its script: "every command is a module, also
+    installed under a short name" stays true as commands are added."""
+    with open(os.path.join(config_paths.REPO_ROOT, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    modules = {target.split(":")[0]: script for script, target in scripts.items()}
+    tools = os.path.join(config_paths.REPO_ROOT, "lra_jax", "tools")
+    commands = {"lra_jax.train", "lra_jax.data.prepare"} | {
+        f"lra_jax.tools.{name[:-3]}" for name in os.listdir(tools) if name.endswith(".py") and name != "__init__.py"}
+    assert commands - set(modules) == set(), f"commands without a console script: {sorted(commands - set(modules))}"
+    with open(os.path.join(config_paths.REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    for module, script in modules.items():
+        assert f"| `python -m {module}` | `{script}` |" in readme, f"README's command table lacks {module} ({script})"

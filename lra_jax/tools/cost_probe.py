@@ -74,6 +74,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.cost_probe`, `lra-cost-probe`)."""
     define_flags()
     app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == "__main__":
+    cli()

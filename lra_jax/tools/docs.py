@@ -1,7 +1,9 @@
 r"""The docs pages generated from the registry and the committed JSON (`lra_jax.experiments.docs_pages`).
 
-    python -m lra_jax.tools.docs            # write docs/variants.md and docs/results/*.md
+    python -m lra_jax.tools.docs            # write docs/variants.md, docs/results/*.md, README.md's results
     python -m lra_jax.tools.docs --check    # write nothing; exit 1 naming every page that differs
+
+README.md's results table is the chart's short table (`lra_jax.experiments.readme_results`).
 """
 
 import sys
@@ -9,7 +11,7 @@ import sys
 from absl import app, flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import docs_pages
+from lra_jax.experiments import docs_pages, readme_results
 
 FLAGS = flags.FLAGS
 
@@ -24,8 +26,11 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
+        readme, readme_text = readme_results.current(FLAGS.root)
         if FLAGS.check:
             stale = docs_pages.stale(FLAGS.docs_dir, FLAGS.root)
+            with open(readme, encoding="utf-8") as f:
+                stale += [readme] if f.read() != readme_text else []
             for path in stale:
                 print(f"error: {path} differs from what `python -m lra_jax.tools.docs` generates from the "
                       "code and the committed JSON (edited by hand, or its JSON changed); run it and commit",
@@ -36,6 +41,9 @@ def main(argv: list[str]) -> None:
             return
         for path in docs_pages.write(FLAGS.docs_dir, FLAGS.root):
             print(f"wrote {path}")
+        with open(readme, "w", encoding="utf-8") as f:
+            f.write(readme_text)
+        print(f"wrote {readme}'s results table")
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -112,7 +112,7 @@ def main(argv: list[str]) -> None:
 
 
 def cli() -> None:
-    """The command (`python -m lra_jax.tools.full_scale`)."""
+    """The command (`python -m lra_jax.tools.full_scale`, `lra-full-scale`)."""
     define_flags()
     app.run(main)
 

@@ -66,6 +66,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.gpu_memory`, `lra-gpu-memory`)."""
     define_flags()
     app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == "__main__":
+    cli()

@@ -42,5 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.table2`, `lra-table2`)."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

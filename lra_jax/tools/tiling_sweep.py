@@ -100,5 +100,10 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command (`python -m lra_jax.tools.tiling_sweep`, `lra-tiling-sweep`)."""
     main()
+
+
+if __name__ == "__main__":
+    cli()
