@@ -1,7 +1,9 @@
 """Train one LRA model: `python -m lra_jax.train --config=configs/linformer.py:listops,mini`.
 
-Flags only: the work is `trainer.train_and_evaluate(config, workdir)`. With `--estimate` it trains
-nothing and prints the run's projected training time instead (`step_timing.projected_training`).
+Flags only: the work is `trainer.train_and_evaluate(config, workdir)`; a full-scale config on a CPU is
+trained with a warning and its alternatives (`cpu_advice`). With `--estimate` it trains
+nothing and prints the run's projected training time instead (`step_timing.projected_training`): a
+sentence and a table, or with `--json` one JSON line (what `sweep --estimate` reads).
 Overrides: `--config.model.num_layers=2 --config.attention.k=64`.
 
 Exit status: 0 finished; 2 bad input; 3 diverged; 75 (`errors.INTERRUPTED`) stopped by SIGTERM or Ctrl-C,
@@ -22,7 +24,7 @@ from lra_jax.config import checks as config_errors
 from lra_jax.config import settings as config_settings
 from lra_jax.data.tasks import default_cache_dir
 from lra_jax.errors import INTERRUPTED, LraError
-from lra_jax.measure import step_timing
+from lra_jax.measure import cpu_advice, step_timing
 from lra_jax.training import distributed, trainer
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/linformer.py:listops,mini",
@@ -37,7 +39,9 @@ flags.DEFINE_string("coordinator_address", None, "HOST:PORT of process 0, the sa
 flags.DEFINE_integer("num_processes", None, "How many processes the run has; implies --distributed.")
 flags.DEFINE_integer("process_id", None, "This process's id, 0 to num_processes - 1; implies --distributed.")
 flags.DEFINE_bool("estimate", False, "Train nothing: time a few train steps on random tokens of the config's "
-                  "shape (no data needed) and print the projected training time as one JSON line.")
+                  "shape (no data needed) and print the projected training time.")
+flags.DEFINE_bool("json", False, "With --estimate: print the projection as one JSON line instead of a sentence "
+                  "and a table.")
 FLAGS = flags.FLAGS
 
 
@@ -45,11 +49,21 @@ def default_workdir(config) -> str:
     return os.path.join("runs", f"{config.attention.name}-{config.task}-{config.scale}")
 
 
+def config_file() -> str:
+    """The --config file as given, without its argument: 'configs/linformer.py'."""
+    spec = config_flags.get_config_filename(FLAGS["config"])
+    return spec if spec.endswith(".py") else spec.rsplit(":", 1)[0]
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.config is None:
         raise app.UsageError("--config is required, e.g. --config=configs/linformer.py:listops,mini")
+    if FLAGS.json and not FLAGS.estimate:
+        print("error: --json goes with --estimate (the projection as one JSON line); a run writes its results to "
+              "<workdir>/results.json", file=sys.stderr)
+        sys.exit(2)
     logging.set_verbosity(logging.WARNING)
     try:
         explicit = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
@@ -64,11 +78,17 @@ def main(argv: list[str]) -> None:
     try:
         config_settings.from_config(FLAGS.config)  # a bad value is one line, before anything is built
         if FLAGS.estimate:
-            print(json.dumps(step_timing.projected_training(FLAGS.config)))
+            projection = step_timing.projected_training(FLAGS.config)
+            print(json.dumps(projection) if FLAGS.json else step_timing.projection_report(projection))
             return
+        advice = cpu_advice.FullScaleOnCpu(FLAGS.config.task, FLAGS.config.scale, config_file())
         if jax.process_index() == 0:
             print(f"workdir: {workdir}")
-        if trainer.train_and_evaluate(FLAGS.config, workdir) is None:  # it said where it stopped
+            if advice.applies:
+                print(advice.before_training(), file=sys.stderr, flush=True)
+        results = trainer.train_and_evaluate(FLAGS.config, workdir,
+                                             on_step_time=advice.projection if advice.applies else None)
+        if results is None:  # stopped; it said where
             sys.exit(INTERRUPTED)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from lra_jax.experiments.choices import config_files
 from lra_jax.tools import fits
 
 GIB = 2**30
@@ -84,10 +85,30 @@ def test_the_summary_gives_each_target_its_outcomes_largest_step_and_the_steps_t
     out = capsys.readouterr().out.splitlines()
     h100 = next(line for line in out if line.startswith("h100 ")).split()
     a100 = next(line for line in out if line.startswith("a100 ")).split()
-    assert h100[1:7] == ["3/308", "2", "1", "0", "0", "0"], h100
-    assert " ".join(h100[7:]) == "70.00 of 80.00 (luong retrieval train) luong pathx eval a8"
-    assert a100[1:7] == ["2/308", "1", "0", "1", "0", "1"], a100
-    assert " ".join(a100[7:]) == "1.00 of 80.00 (s4d image eval) additive pathx train X"
+    steps = str(len(config_files()) * len(fits.shapes()) * 2)  # every variant x shape x train, eval
+    assert h100[1:9] == ["3", "of", steps, "2", "1", "0", "0", "0"], h100
+    assert " ".join(h100[9:]) == "70.00 of 80.00 (luong retrieval train) luong pathx eval a8"
+    assert a100[1:9] == ["2", "of", steps, "1", "0", "1", "0", "1"], a100
+    assert " ".join(a100[9:]) == "1.00 of 80.00 (s4d image eval) additive pathx train X"
+
+
+def test_the_summary_names_its_columns_in_words_and_says_what_a_partial_row_means(tmp_path, capsys):
+    """A target with 1 of its steps compiled reads as 'not compiled yet', not as a failure."""
+    path = write(tmp_path / "a.json", "python -m lra_jax.tools.compile --targets=h200 --scale=full",
+                 [row("softmax", "listops", "h200", "train")])
+    assert fits.main([path, "--summary", "--targets=h200"]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0].split("  ")
+    assert [h.strip() for h in header if h.strip()][:7] == [
+        "target", "compiled", "fit", "accumulate", "too big", "errors", "other batch"]
+    variants = len(config_files())
+    assert f"1 of {variants * 7 * 2}" in out
+    legend = " ".join(out.split())
+    assert f"of the {variants * 7 * 2} there are ({variants} variants x 7 task shapes x train, eval" in legend
+    assert "Fewer is not a failure: the others were not compiled for that target yet" in legend
+    assert "python -m lra_jax.tools.compile --targets=<target>" in legend
+    for word in ("fit:", "accumulate (aN):", "too big (X):", "errors (E):", "other batch (~):"):
+        assert word in legend
 
 
 def test_a_reader_that_stops_early_ends_the_command_without_a_traceback():

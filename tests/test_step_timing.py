@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from lra_jax.data import tasks
-from lra_jax.measure import step_timing
+from lra_jax.measure import step_timing, text_table, units
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,22 +30,57 @@ def test_random_batch_has_the_task_shape_ragged_lengths_and_no_ids_outside_the_v
     assert np.array_equal(tokens, step_timing.random_batch(spec, 64, 40, seed=0)["inputs"])
 
 
-def test_train_estimate_prints_a_projection_and_writes_nothing(tmp_path):
+TINY_RETRIEVAL = ["--config=configs/transformer.py:retrieval,mini", "--config.model.emb_dim=16",
+                  "--config.model.mlp_dim=16", "--config.model.num_heads=2", "--config.max_len=32",
+                  "--config.batch_size=4", "--config.num_train_steps=5000", "--config.data.data_dir=/nonexistent"]
+
+
+def estimate(*flags, workdir):
+    """`train --estimate` of TINY_RETRIEVAL (no data is read), with `flags`."""
+    return subprocess.run([sys.executable, "-m", "lra_jax.train", *TINY_RETRIEVAL, "--estimate", *flags,
+                           f"--workdir={workdir}"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_train_estimate_json_prints_a_projection_and_writes_nothing(tmp_path):
     workdir = tmp_path / "run"
-    out = subprocess.run(
-        [sys.executable, "-m", "lra_jax.train", "--config=configs/transformer.py:retrieval,mini", "--estimate",
-         f"--workdir={workdir}", "--config.model.emb_dim=16", "--config.model.mlp_dim=16",
-         "--config.model.num_heads=2", "--config.max_len=32", "--config.batch_size=4",
-         "--config.num_train_steps=500", "--config.data.data_dir=/nonexistent"],  # no data is read
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    out = estimate("--json", workdir=workdir)
     assert out.returncode == 0, out.stderr
-    estimate = json.loads(out.stdout.strip().splitlines()[-1])
-    assert (estimate["task"], estimate["variant"], estimate["max_len"], estimate["num_train_steps"]) == (
-        "retrieval", "softmax", 32, 500)
-    assert estimate["seconds_per_step"] > 0 and estimate["compile_seconds"] > 0
-    assert estimate["projected_train_seconds"] == pytest.approx(
-        estimate["compile_seconds"] + 500 * estimate["seconds_per_step"])
+    estimate_ = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (estimate_["task"], estimate_["variant"], estimate_["max_len"], estimate_["num_train_steps"]) == (
+        "retrieval", "softmax", 32, 5000)
+    assert estimate_["seconds_per_step"] > 0 and estimate_["compile_seconds"] > 0
+    assert estimate_["projected_train_seconds"] == pytest.approx(
+        estimate_["compile_seconds"] + 5000 * estimate_["seconds_per_step"])
     assert not workdir.exists()
+
+
+def test_train_estimate_says_the_projection_in_a_sentence_and_a_table_of_units(tmp_path):
+    out = estimate(workdir=tmp_path / "run")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert re.fullmatch(r"softmax on retrieval \(mini scale\): about [0-9.,]+ (ms|s|min|h) of training on this cpu "
+                        r"\(\d+ devices?\), 5,000 steps at [0-9.]+ (ms|s) a step after [0-9.]+ (ms|s|min) of "
+                        r"compilation; evaluation and data preparation not included\.", lines[0]), lines[0]
+    rows = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in lines[2:-2])
+    assert rows["train steps"] == "5,000" and rows["sequence length"] == "32 tokens"
+    assert re.fullmatch(r"[0-9.]+ (MiB|GiB) \(XLA's compiled estimate\)", rows["step memory"])
+    assert lines[-1] == "(--json prints these figures as one JSON line)"
+    assert "{" not in out.stdout
+
+
+def test_durations_are_given_in_the_unit_a_reader_wants():
+    assert [units.duration(s) for s in (0.0053, 0.41, 41.04, 150, 204915)] == [
+        "5.3 ms", "410 ms", "41 s", "2.5 min", "56.9 h"]
+    assert units.duration(None) == "-"
+
+
+def test_text_tables_align_their_columns_and_let_a_short_rows_last_cell_run_on():
+    rows = [("a", "0.500", "5,000"), ("bbbb", "41.000", "12"), ("c", "failed: out of memory")]
+    assert text_table.table(("run", "s/step", "steps"), rows, align="lrr").splitlines() == [
+        "run   s/step  steps",
+        "a      0.500  5,000",
+        "bbbb  41.000     12",
+        "c     failed: out of memory"]
 
 
 @pytest.mark.parametrize("keeps_freed", [True, False])

@@ -3,6 +3,7 @@ parallel runs on pinned devices and signal forwarding (no training)."""
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -198,6 +199,30 @@ def test_emit_distributed_gives_the_multi_host_form(tmp_path):
     assert line.startswith("python -m lra_jax.train --config=configs/") and line.endswith(" --distributed")
 
 
+def test_dry_run_prints_commands_to_paste_into_a_shell_and_the_totals(tmp_path):
+    """Each planned run's state, name and its train command with the interpreter, quoted (a root with a
+    space), then the total as the product of the axes, split into finished and to run."""
+    root = tmp_path / "my runs"
+    (done,) = [r for r in make_plan(root, grid=[f"{LR}=1e-3,5e-3"], seeds=("0", "1"))
+               if r.name == f"listops-mini/softmax/{LR}=1e-3/seed0"]
+    FakeRunner()(done.command, None)
+    out = subprocess.run([sys.executable, "-m", "lra_jax.tools.sweep", "--variants=softmax,linformer",
+                          "--tasks=listops", "--seeds=0,1", f"--grid={LR}=1e-3,5e-3", f"--root={root}", "--dry_run",
+                          "--", "--config.num_train_steps=4"],
+                         cwd=sweep_plan.REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    state, name, command = lines[0].split(None, 2)
+    assert (state, name) == ("done", done.name)
+    assert shlex.split(command) == ["python", "-m", "lra_jax.train", "--config=configs/transformer.py:listops,mini",
+                                    f"--workdir={done.workdir}", "--config.seed=0", f"--config.{LR}=1e-3",
+                                    "--config.num_train_steps=4"]
+    assert [line.split()[0] for line in lines[1:8]] == ["new"] * 7
+    assert lines[8] == ("total: 8 runs (2 variants x 1 task x 1 scale x 2 grid points x 2 seeds): 1 done; "
+                        "7 to run (0 to resume from their checkpoints, 7 new)")
+    assert lines[9].startswith("(run the commands from ")
+
+
 CHILD = """
 import signal, sys, time
 def stop(signum, frame):
@@ -244,7 +269,7 @@ def test_estimate_times_each_unfinished_run_shape_once_and_totals_per_task(tmp_p
     rows = sweep_report.estimate_runs(runs, capture, log=lambda line: None)
     # seeds and learning rates do not change the step: one `train --estimate` per variant
     assert [workdir_of(c) for c in calls] == [runs[1].workdir, runs[4].workdir]
-    assert all(c[-1] == "--estimate" for c in calls)
+    assert all(c[-2:] == ["--estimate", "--json"] for c in calls)  # the projection as one JSON line
     assert [r["status"] for r in rows] == ["ok"] * 3 + ["failed"] * 4
     assert rows[3]["error"] == "exit status 2: error: out of memory"
     table = sweep_report.estimate_table(rows, parallel=2)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -102,6 +103,19 @@ def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, dat
     assert any("test/accuracy" in m for m in lines)
     assert os.listdir(os.path.join(workdir, "tensorboard"))
     assert last_params(config, workdir)[0] == 12
+
+
+def test_the_progress_bars_best_val_is_the_best_validation_the_last_line_gives(tmp_path, data_cache, capsys):
+    """The bar shows best_val after its step's validation: with one validation, at the last step, the
+    bar ends on that figure (it showed the best before it, 0.000), the same as the run's last line."""
+    config = tiny_config(data_cache, "linformer", k=8)
+    config.eval_every = config.num_train_steps
+    results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    out = capsys.readouterr()
+    bar = re.findall(r"best_val=([-0-9.]+)", out.err)[-1]
+    last_line = float(re.search(r"best validation ([0-9.]+) at step 12", out.out).group(1))
+    assert last_line == pytest.approx(results["val_accuracy"], abs=1e-4) and results["val_accuracy"] > 0
+    assert bar == f"{results['val_accuracy']:.3f}"
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,11 @@ class Run:
         'listops-mini/softmax/spt'."""
         return f"{self.task}-{self.scale}/{self.variant}" + ("/spt" if self.pretrain == "spt" else "")
 
+    def shell_command(self, *extra: str) -> str:
+        """The train command (and `extra` flags) as one line to paste into a shell: `python -m lra_jax.train
+        ...`, each argument quoted where the shell needs it."""
+        return shlex.join(["python", *self.command[1:], *extra])
+
     def state(self) -> str:
         """'done', 'diverged' (stopped on a non-finite loss: final, like done), 'stale' (finished
         or diverged with a config that differs in `changes`), 'resume' (has checkpoints, or

@@ -1,7 +1,8 @@
-"""What a sweep prints (the library of `python -m lra_jax.tools.sweep`): the projected training time of
-its runs from `train --estimate` (`estimate_runs`, `estimate_table`), the summary of a sweep that ran
-(`summary_table`), the grid point chosen per cell on validation accuracy (`selection_table`) and, with
-`--pretrain=none,spt`, each (variant, task) from scratch beside self-pretrained (`pretraining_table`).
+"""What a sweep prints (the library of `python -m lra_jax.tools.sweep`): the plan (`plan_lines`), the
+projected training time of its runs from `train --estimate` (`estimate_runs`, `estimate_table`), the
+summary of a sweep that ran (`summary_table`), the grid point chosen per cell on validation accuracy
+(`selection_table`) and, with `--pretrain=none,spt`, each (variant, task) from scratch beside
+self-pretrained (`pretraining_table`).
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
+from collections import Counter
 from collections.abc import Callable
 
 from lra_jax.experiments import selection
 from lra_jax.experiments.progress import print_now
 from lra_jax.experiments.sweep_plan import FINAL, REPO, Run, shape_key
+from lra_jax.measure.text_table import table
 
 
 def estimate_runs(runs: list[Run], capture: Callable[[list[str], str], tuple[int, str]],
@@ -26,7 +29,7 @@ def estimate_runs(runs: list[Run], capture: Callable[[list[str], str], tuple[int
             continue
         key = shape_key(r)
         if key not in measured:
-            code, output = capture([*r.command, "--estimate"], cwd)
+            code, output = capture([*r.command, "--estimate", "--json"], cwd)
             lines = output.strip().splitlines()
             try:
                 measured[key] = {"status": "ok", **json.loads(lines[-1])}
@@ -53,32 +56,53 @@ def capture_output(command: list[str], cwd: str) -> tuple[int, str]:
 
 def estimate_table(rows: list[dict], parallel: int = 1) -> str:
     """Per run: seconds per step, steps and projected minutes; then the total per task and overall."""
-    width = max([len(r["run"]) + (len(" (pretraining)") if r.get("pretrain_steps") else 0) for r in rows] + [3])
-    lines = [f"{'run':<{width}}  {'s/step':>8} {'steps':>6} {'minutes':>8}"]
+    cells = []
     per_task: dict[str, float] = {}
     pretraining = 0.0
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"{r['run']:<{width}}  failed: {r['error']}")
+            cells.append((r["run"], f"failed: {r['error']}"))
             continue
         if r.get("pretrain_steps"):
             pretraining += r["projected_pretrain_seconds"] / 60
-            lines.append(f"{r['run'] + ' (pretraining)':<{width}}  {r['seconds_per_step']:>8.3f} "
-                         f"{r['pretrain_steps']:>6} {r['projected_pretrain_seconds'] / 60:>8.1f}")
+            cells.append((r["run"] + " (pretraining)", f"{r['seconds_per_step']:.3f}", f"{r['pretrain_steps']:,}",
+                          f"{r['projected_pretrain_seconds'] / 60:,.1f}"))
         minutes = r["projected_train_seconds"] / 60
         per_task[r["run"].split("/")[0]] = per_task.get(r["run"].split("/")[0], 0.0) + minutes
-        lines.append(f"{r['run']:<{width}}  {r['seconds_per_step']:>8.3f} {r['num_train_steps']:>6} {minutes:>8.1f}")
-    lines += [f"{task}: {minutes:.0f} min" for task, minutes in per_task.items()]
+        cells.append((r["run"], f"{r['seconds_per_step']:.3f}", f"{r['num_train_steps']:,}", f"{minutes:,.1f}"))
+    lines = [table(("run", "s/step", "steps", "minutes"), cells, align="lrrr")]
+    lines += [f"{task}: {minutes:,.0f} min" for task, minutes in per_task.items()]
     if pretraining:
-        lines.append(f"pretraining: {pretraining:.0f} min, modeled (each pretraining step timed as its run's "
+        lines.append(f"pretraining: {pretraining:,.0f} min, modeled (each pretraining step timed as its run's "
                      "fine-tuning step)")
     total = sum(per_task.values()) + pretraining
     failed = sum(r["status"] != "ok" for r in rows)
-    lines.append(f"total: {total:.0f} min of training ({total / 60:.1f} h) in one process at a time"
-                 + (f", about {total / parallel / 60:.1f} h of wall time with --parallel={parallel}"
+    lines.append(f"total: {total:,.0f} min of training ({total / 60:,.1f} h) in one process at a time"
+                 + (f", about {total / parallel / 60:,.1f} h of wall time with --parallel={parallel}"
                     if parallel > 1 else "")
                  + (f"; {failed} runs failed to compile or run and are not counted" if failed else ""))
     return "\n".join(lines)
+
+
+def plan_lines(runs: list[Run], now: list[Run]) -> list[str]:
+    """`sweep --dry_run`: per run planned now, its state, name and train command as a shell line; then
+    the totals: the grid's runs as a product of its axes, and how many are finished and how many to run."""
+    states = [r.state() for r in now]
+    lines = [f"{state:<8} {r.name:<48} {r.shell_command()}" for r, state in zip(now, states)]
+    axes = [("variant", {r.variant for r in runs}), ("task", {r.task for r in runs}),
+            ("scale", {r.scale for r in runs}), ("pretraining arm", {r.pretrain for r in runs}),
+            ("grid point", {r.point for r in runs}), ("seed", {r.seed for r in runs})]
+    product = " x ".join(f"{len(values)} {name}{'s' if len(values) != 1 else ''}" for name, values in axes
+                         if name != "pretraining arm" or len(values) > 1)
+    count = Counter(states)
+    finished = ", ".join(f"{count[s]} {s}" for s in FINAL if count[s] or s == "done")
+    totals = (f"total: {len(runs)} runs ({product}): {finished}; {count['resume'] + count['new']} to run "
+              f"({count['resume']} to resume from their checkpoints, {count['new']} new)")
+    if len(now) < len(runs):
+        totals += (f"; {len(runs) - len(now)} not planned now (with two_stage a cell's other seeds run only at "
+                   "the grid point its first seed chooses)")
+    return [*lines, totals, f"(run the commands from {REPO}: their config paths start there)"]
+
 
 def summary_table(summary: list[dict]) -> str:
     width = max([len(s["run"]) for s in summary] + [3])

@@ -1,8 +1,8 @@
 """How long one compiled train step of a config takes, on random tokens of the config's shape.
 
-Used by `bench` (the LRA Table 2 protocol) and by `train --estimate` / `sweep --estimate`
-(a run's projected training time). No dataset is read: the step's cost depends on the
-shapes only (batch, max_len, dual), not on the token values.
+Used by `bench` (the LRA Table 2 protocol) and by `train --estimate` / `sweep --estimate`: a run's
+projected training time (`projected_training`), for a reader by `projection_report`. No dataset is
+read: the step's cost depends on the shapes only (batch, max_len, dual), not on the token values.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from lra_jax import compat
 from lra_jax.data import tasks
 from lra_jax.data.tasks import TaskSpec
 from lra_jax.measure import host_memory
+from lra_jax.measure.text_table import table
+from lra_jax.measure.units import GIB, duration, gib
 from lra_jax.training import memory, trainer
 from lra_jax.training.steps import make_train_step
 
@@ -131,12 +133,35 @@ def projected_training(config: ml_collections.ConfigDict, *, warmup: int = 1, st
 
     Evaluation, data preparation and checkpointing are not included.
     """
-    timing = time_train_step(config, tasks.get_task(config.task), trainer.make_mesh(), warmup=warmup, steps=steps)
+    mesh = trainer.make_mesh()
+    timing = time_train_step(config, tasks.get_task(config.task), mesh, warmup=warmup, steps=steps)
     return {
         "task": config.task, "scale": config.scale, "variant": config.attention.name,
         "batch_size": config.batch_size, "max_len": config.max_len, "num_train_steps": config.num_train_steps,
         "seconds_per_step": timing["seconds_per_step"], "compile_seconds": timing["compile_seconds"],
         "projected_train_seconds": timing["compile_seconds"] + config.num_train_steps * timing["seconds_per_step"],
         "compiled_step_memory_bytes": timing["compiled_step_memory_bytes"],
-        "timed_steps": steps, "device": jax.devices()[0].device_kind,
+        "timed_steps": steps, "device": jax.devices()[0].device_kind, "num_devices": mesh.size,
     }
+
+
+def projection_report(projection: dict[str, Any]) -> str:
+    """`projected_training`'s figures for a reader: one sentence, then a table of them in units."""
+    devices = projection.get("num_devices", 1)
+    on = f"this {projection['device']} ({devices} device{'s' if devices != 1 else ''})"
+    steps, per_step = projection["num_train_steps"], projection["seconds_per_step"]
+    memory = projection["compiled_step_memory_bytes"]
+    sentence = (f"{projection['variant']} on {projection['task']} ({projection['scale']} scale): about "
+                f"{duration(projection['projected_train_seconds'])} of training on {on}, {steps:,} steps at "
+                f"{duration(per_step)} a step after {duration(projection['compile_seconds'])} of compilation; "
+                "evaluation and data preparation not included.")
+    rows = [("projected training", duration(projection["projected_train_seconds"])),
+            ("train steps", f"{steps:,}"),
+            ("time per step", f"{duration(per_step)} (mean of {projection['timed_steps']} timed steps)"),
+            ("compilation", duration(projection["compile_seconds"])),
+            ("batch size", f"{projection['batch_size']:,}"),
+            ("sequence length", f"{projection['max_len']:,} tokens"),
+            ("step memory", "not reported by XLA" if memory is None else
+             (f"{gib(memory)} GiB" if memory >= GIB / 10 else f"{memory / 2**20:,.1f} MiB") + " (XLA's compiled estimate)"),
+            ("device", on)]
+    return "\n".join([sentence, "", table((), rows), "", "(--json prints these figures as one JSON line)"])

@@ -15,8 +15,10 @@ compiled at the nearest batch they do (the trainer refuses the config's). Only r
 the same step, the last file read wins (files in the order given; globbed ones by the date and time of
 their last write, then name; a JSON from before compile wrote the time has its day only, which sorts
 before any time of that day).
-`--summary` prints one line per target instead: how its steps came out, the largest that fits as
-configured, and the steps that need accumulation or more memory. The end says how much of the matrix `compile` runs by default (every variant and task on its default
+`--summary` prints one line per target instead: how many of its steps are compiled (of every variant x
+shape x train, eval: fewer means not compiled yet, not failed), how they came out, the largest that fits
+as configured, and the steps that need accumulation or more memory; a legend under it says what each
+column counts. The end says how much of the matrix `compile` runs by default (every variant and task on its default
 targets, train and eval) has been compiled. Every figure is the compiler's, never a measurement.
 """
 
@@ -27,6 +29,7 @@ import glob
 import json
 import os
 import sys
+import textwrap
 from typing import Any
 
 from lra_jax.data.tasks import TASKS
@@ -35,6 +38,7 @@ from lra_jax.experiments import compile_step, lowering
 from lra_jax.experiments.choices import config_files
 from lra_jax.experiments.compile_matrix import DEFAULT_TARGETS
 from lra_jax.experiments.compile_step import MODES
+from lra_jax.measure.text_table import table as text_table
 from lra_jax.measure.units import gib
 
 DEFAULT_GLOB = "experiments/results/compile-*.json"
@@ -113,9 +117,9 @@ def coverage(rows: dict[Key, dict[str, Any]], variants: list[str], columns: list
 
 def summary(rows: dict[Key, dict[str, Any]], targets: list[str], variants: list[str], columns: list[str]) -> str:
     """One line per target: steps compiled, how they came out, the largest step that fits as configured
-    (GiB of the device's), and every step that needs accumulation or does not fit."""
-    lines = ["target         compiled   fit  accum  X  E  ~  largest as configured, GiB per device            "
-             "needs accumulation (aN) or more memory (X)"]
+    (GiB of the device's), and every step that needs accumulation or does not fit; a legend under it."""
+    steps = len(variants) * len(columns) * len(MODES)
+    cells = []
     for target in targets:
         keys = [(v, c, target, m) for v in variants for c in columns for m in MODES]
         marks = {k: cell(rows.get(k)) for k in keys}
@@ -125,10 +129,24 @@ def summary(rows: dict[Key, dict[str, Any]], targets: list[str], variants: list[
         biggest = (f"{gib(largest['memory']['total'])} of {gib(largest['device_memory'])} "
                    f"({largest['variant']} {largest['task']} {largest['mode']})") if largest else "-"
         unfit = [f"{k[0]} {k[1]} {k[3]} {m}" for k, m in marks.items() if m[0] in "aX"]
-        compiled = f"{sum(m != '.' for m in marks.values())}/{len(keys)}"
-        lines.append(f"{target:<14} {compiled:>8} {n[FIT]:>5} {n[ACCUMULATED]:>6} {n[UNFIT]:>2} {n[ERRORS]:>2} "
-                     f"{n[REBATCHED]:>2}  {biggest:<48} {', '.join(unfit) or '-'}")
-    return "\n".join(lines)
+        cells.append((target, f"{sum(m != '.' for m in marks.values())} of {steps}", n[FIT], n[ACCUMULATED],
+                      n[UNFIT], n[ERRORS], n[REBATCHED], biggest, ", ".join(unfit) or "-"))
+    header = ("target", "compiled", "fit", "accumulate", "too big", "errors", "other batch",
+              "largest as configured, GiB per device", "needs accumulation (aN) or more memory (X)")
+    legend = [
+        f"compiled: the target's steps found in the files read, of the {steps} there are ({len(variants)} variants "
+        f"x {len(columns)} task shapes x train, eval; files made with overrides such as --lengths are not counted). "
+        "Fewer is not a failure: the others were not compiled for that target yet. To compile them:",
+        "    python -m lra_jax.tools.compile --targets=<target> --variants=all --tasks=all --scale=full "
+        "--out=experiments/results/compile-full-<target>.json",
+        "Of the steps compiled: fit: fits as configured; accumulate (aN): fits with gradient accumulation over "
+        "N micro-batches (compile printed the overrides); too big (X): does not fit, and no accumulation that "
+        "fits was planned; errors (E): did not compile; other batch (~): compiled at the nearest batch the "
+        "target's devices divide, not the config's (which the trainer refuses), and counted in one of the "
+        "columns before it too."]
+    wrapped = [line if line.startswith(" ") else textwrap.fill(line, width=110, break_on_hyphens=False)
+               for line in legend]
+    return text_table(header, cells, align="lrrrrrr") + "\n\n" + "\n".join(wrapped)
 
 
 def by_date(paths: list[str]) -> list[str]:

@@ -4,7 +4,7 @@ or emitted for a cluster; with a grid, each (variant, task) is reported at the p
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=mini --seeds=0,1,2 --root=runs/sweep
     python -m lra_jax.tools.sweep --variants=all --tasks=pathfinder --seeds=0,1,2 \
         --grid=optimizer.learning_rate=1e-3,5e-3 --protocol=two_stage --parallel=2 --root=runs/sweep
-    python -m lra_jax.tools.sweep --variants=softmax,linformer --tasks=listops --dry_run   # show the plan
+    python -m lra_jax.tools.sweep --variants=softmax,linformer --tasks=listops --dry_run   # the commands, totals
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=mini --estimate      # how long it will take
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --emit > commands.txt
     python -m lra_jax.tools.sweep --variants=all --tasks=all --scales=full --emit --distributed   # multi-host form
@@ -58,7 +58,7 @@ scripts/slurm_sweep.sbatch (one task per run, resources from --partition, --acco
 `--status` gives each run's state from its results.json and Slurm's view (lra_jax.experiments.slurm).
 A task that gets SIGTERM (its time limit, a preemption) checkpoints, requeues itself and resumes.
 
-`--estimate` runs `train --estimate` once for each distinct run shape (runs that differ only in seed
+`--estimate` runs `train --estimate --json` once for each distinct run shape (runs that differ only in seed
 or optimizer settings share one): the train step is compiled and timed on random tokens, and each
 run's training time is projected as compilation + num_train_steps x seconds per step (evaluation and
 data preparation excluded). With `--target=tpu-v5e:2x2` (a compile target) nothing is timed here: each
@@ -69,7 +69,6 @@ compiler's modeled step time (`lra_jax.experiments.sweep_modeled`), labelled mod
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 
 from absl import app, flags
@@ -88,6 +87,7 @@ from lra_jax.experiments.sweep_report import (
     capture_output,
     estimate_runs,
     estimate_table,
+    plan_lines,
     pretraining_table,
     selection_table,
     summary_table,
@@ -122,7 +122,8 @@ def define_flags() -> None:
     flags.DEFINE_bool("emit", False, "Print one train command per unfinished run (for a cluster) and exit.")
     flags.DEFINE_bool("distributed", False, "With --emit: the multi-host form, each command with --distributed, "
                       "to be run on every host of a TPU VM slice or every node of a Slurm job at once.")
-    flags.DEFINE_bool("dry_run", False, "Print the plan (done / resume / new / waiting) and exit.")
+    flags.DEFINE_bool("dry_run", False, "Print the plan and exit: each run's state (done / resume / new) and train "
+                      "command, ready to paste into a shell, then the totals (runs, done, to run; waiting cells).")
     flags.DEFINE_bool("estimate", False, "Train nothing: time a few steps of each distinct unfinished run "
                       "shape on random tokens (`train --estimate`, no data needed) and print each run's "
                       "projected training time and the total.")
@@ -172,7 +173,7 @@ def main(argv: list[str]) -> None:
             elif r.state() == "diverged":
                 print(f"note: {r.name} {r.divergence()}; not emitted", file=sys.stderr)
             elif r.state() != "done":
-                print(shlex.join(["python", *r.command[1:], *(["--distributed"] if FLAGS.distributed else [])]))
+                print(r.shell_command(*(["--distributed"] if FLAGS.distributed else [])))
         if pending:
             print(f"note: {pending}; emit again once those runs are finished", file=sys.stderr)
         return
@@ -187,8 +188,7 @@ def main(argv: list[str]) -> None:
                   "as the chosen one is not known yet)")
         sys.exit(1 if any(r["status"] != "ok" for r in rows) else 0)
     if FLAGS.dry_run:
-        for r in now:
-            print(f"{r.state():<8} {r.name:<48} {shlex.join(r.command[1:])}")
+        print("\n".join(plan_lines(runs, now)))
         if pending:
             print(f"waiting  {pending}")
         return

@@ -25,8 +25,10 @@ import contextlib
 import itertools
 import os
 import signal
+import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -56,6 +58,7 @@ from lra_jax.training import (
 )
 
 Config = Settings | ml_collections.ConfigDict
+StepTimeHook = Callable[[float, int], str | None]  # (seconds per step, steps left) -> a line to print, or None
 
 def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) -> dict[str, float]:
     """Accuracy and mean loss over a whole split, once (each process feeds its rows of each batch).
@@ -175,10 +178,14 @@ def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks
     return tokens[chosen], labels[chosen]
 
 
-def train_and_evaluate(config: Config, workdir: str) -> dict[str, Any] | None:
+def train_and_evaluate(config: Config, workdir: str, *, on_step_time: StepTimeHook | None = None
+                       ) -> dict[str, Any] | None:
     """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM or
     SIGINT (a checkpoint saved). One process trains in a workdir at a time (`run_dir.locked`), and a workdir
     holding another config's run is refused (`run_dir.check_config`).
+
+    `on_step_time(seconds_per_step, steps_left)`: called once the first steps are timed (`_FirstSteps`),
+    with the steps left in the whole run (pretraining and fine-tuning); a line it returns is printed.
 
     With several processes (`jax.distributed`), all run this together on a shared `workdir`;
     process 0 alone prints and writes metrics, config.json and results.json. A full disk raises
@@ -194,7 +201,7 @@ def train_and_evaluate(config: Config, workdir: str) -> dict[str, Any] | None:
     try:
         # one process per workdir; the steps' kernels run per device on its rows (`kernels.sharding`)
         with run_dir.locked(workdir), compat.abstract_mesh(mesh):
-            return _train_and_evaluate(settings, workdir, mesh)
+            return _train_and_evaluate(settings, workdir, mesh, on_step_time)
     except OSError as error:
         if run_dir.permission_denied(error):
             raise run_dir.not_writable(workdir, error) from None
@@ -206,7 +213,8 @@ def train_and_evaluate(config: Config, workdir: str) -> dict[str, Any] | None:
                        "to resume") from None
 
 
-def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str, Any] | None:
+def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time: StepTimeHook | None
+                        ) -> dict[str, Any] | None:
     primary = jax.process_index() == 0
     # The code that runs: read before the run writes anything (its own files may be tracked by git).
     versions = provenance.library_versions()
@@ -234,7 +242,8 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
     check_not_empty(config, splits, ["train"])
     pretrained = None
     if config.pretrain.objective != "none":  # on the training split alone, before validation is drawn
-        pretrained = _pretrain(config, task, splits["train"], stage_dir, mesh, versions)
+        pretrained = _pretrain(config, task, splits["train"], stage_dir, mesh, versions,
+                               _adding_steps(on_step_time, config.num_train_steps - start))
         if pretrained is None:
             checkpoints.close()
             return None
@@ -243,7 +252,10 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
     check_not_empty(config, splits, ["val", "test"])  # after pretraining, which never reads them
     if start and primary:
         print(f"{workdir}: resuming from step {start}")
+    val_size = len(splits["val"][1])
     splits["val"] = validation_subset(splits["val"], config.val_examples, config.seed)
+    validated_on = ("" if len(splits["val"][1]) == val_size else
+                    f", on {len(splits['val'][1]):,} of the {val_size:,} validation examples")
     eval_step = steps.make_eval_step(graphdef)
     batches = pipeline.prefetch_to_mesh(
         pipeline.train_batches(*splits["train"], batch_size=config.batch_size, seed=config.seed,
@@ -268,7 +280,8 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
         return best["accuracy"]
 
     loop = _Loop(config, "train", config.num_train_steps, workdir, checkpoints, writer,
-                 optimizer.make_schedule(config.optimizer), versions, validate)
+                 optimizer.make_schedule(config.optimizer), versions, validate,
+                 best_val=best["accuracy"] if best["step"] >= 0 else None, on_step_time=on_step_time)
     state, step, timing = loop.run(state, train_step, first, batches, start)
     if step < config.num_train_steps:
         return None
@@ -288,12 +301,12 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh) -> dict[str,
     if primary:
         run_dir.write_json(results_path, results)
         print(f"test accuracy {test['accuracy']:.4f} (best validation {best['accuracy']:.4f} at step "
-              f"{best['step']}); results in {results_path}")
+              f"{best['step']}{validated_on}); results in {results_path}")
     return results
 
 
 def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_dir: str, mesh: Mesh,
-              versions: dict[str, str]) -> dict[str, Any] | None:
+              versions: dict[str, str], on_step_time: StepTimeHook | None = None) -> dict[str, Any] | None:
     """The self-pretraining stage (`training.pretrain`) in `stage_dir`, resumed from what is there:
     {"state": its final state, "record": its record}, or None if stopped by SIGTERM. It is given
     the training split alone; its checkpoints, metrics and record (`pretrain.STAGE_RECORD`) are its own."""
@@ -321,7 +334,8 @@ def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_
     memory.check_fits(memory.peak_memory(train_step), config)
     writer = metrics.MetricsWriter(stage_dir, start_step=start, enabled=primary)
     loop = _Loop(config, "pretrain", num_steps, stage_dir, checkpoints, writer,
-                 optimizer.make_schedule(config.pretrain_optimizer), versions, record=pretrain.STAGE_RECORD)
+                 optimizer.make_schedule(config.pretrain_optimizer), versions, record=pretrain.STAGE_RECORD,
+                 on_step_time=on_step_time)
     state, step, timing = loop.run(state, train_step, first, batches, start)
     if step < num_steps:
         return None
@@ -334,6 +348,11 @@ def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_
         run_dir.write_json(results_path, record)
         print(f"pretraining ({config.pretrain.objective}) done at step {step}; fine-tuning from its encoder")
     return {"state": state, "record": record}
+
+
+def _adding_steps(hook: StepTimeHook | None, later: int) -> StepTimeHook | None:
+    """`hook` told of `later` more steps left: a stage's projection covers the stages after it."""
+    return None if hook is None else lambda seconds, left: hook(seconds, left + later)
 
 
 def check_not_empty(config: Settings, splits: dict[str, tasks.Split], names: list[str]) -> None:
@@ -355,22 +374,28 @@ class _Loop:
 
     At most two steps in flight; every `log_every` steps the window's mean metrics under
     "<name>/..."; every `eval_every` steps `validate(step, state)` (fine-tuning only; it returns the
-    best validation accuracy so far, for the progress bar); every `checkpoint_every` steps the last
-    checkpoint, with the window's unlogged metrics. A SIGTERM saves the step in flight and stops;
-    a non-finite step raises TrainingDiverged with the stage's record (`record`) saying so."""
+    best validation accuracy so far, which the progress bar shows as best_val once that validation is
+    done: the figure the run's last line gives; `best_val` is the best before this loop, None if none);
+    every `checkpoint_every` steps the last checkpoint, with the window's unlogged metrics. A SIGTERM
+    saves the step in flight and stops; a non-finite step raises TrainingDiverged with the stage's
+    record (`record`) saying so. `on_step_time` is `train_and_evaluate`'s (`_FirstSteps`)."""
 
     def __init__(self, config: Settings, name: str, num_steps: int, workdir: str,
                  checkpoints: checkpointing.Checkpoints, writer: metrics.MetricsWriter, schedule, versions,
-                 validate=None, record: str = "results.json"):
+                 validate=None, record: str = "results.json", best_val: float | None = None,
+                 on_step_time: StepTimeHook | None = None):
         self.config, self.name, self.num_steps, self.workdir = config, name, num_steps, workdir
         self.checkpoints, self.writer, self.schedule, self.versions = checkpoints, writer, schedule, versions
-        self.validate, self.record = validate, record
+        self.validate, self.record, self.best_val, self.on_step_time = validate, record, best_val, on_step_time
 
     def run(self, state, train_step, first, batches, start: int):
         """-> (state, the step it ended at, {"steps_per_second", "last_loss"}); the stage's files are
         closed when it stops before num_steps (then it prints how to resume)."""
         config, checkpoints, writer, primary = self.config, self.checkpoints, self.writer, jax.process_index() == 0
-        best_val, last_loss = -1.0, None
+        last_loss = None
+        shown = {"loss": "-", "acc": "-"}  # the progress bar's figures, as of the last log and validation
+        if self.validate is not None:
+            shown["best_val"] = "-" if self.best_val is None else f"{self.best_val:.3f}"
         # a run resumed mid-window logs what it would have: the saved metrics as the step gave them (float32)
         window = [{key: np.float32(value) for key, value in m.items()} for m in checkpoints.unlogged_metrics()]
         train_seconds, timed_steps, steps_since_tick = 0.0, 0, 0
@@ -378,6 +403,7 @@ class _Loop:
         progress = tqdm(total=self.num_steps, initial=start, unit="step", dynamic_ncols=True,
                         desc=desc, mininterval=1.0, disable=not primary)
         step = start
+        first_steps = _FirstSteps(self.on_step_time, start, self.num_steps) if self.on_step_time and primary else None
         try:
             with _StopSignal() as stop:
                 tick = time.perf_counter()
@@ -391,6 +417,8 @@ class _Loop:
                     steps_since_tick += 1
                     window.append(step_metrics)
                     progress.update(1)
+                    if first_steps is not None:
+                        first_steps.after(step, state, progress)
                     last = step == self.num_steps
                     log, validate, save = (last or step % every == 0 for every in
                                            (config.log_every, config.eval_every, config.checkpoint_every))
@@ -409,11 +437,10 @@ class _Loop:
                                             f"{self.name}/grad_norm": summary["grad_norm"],
                                             f"{self.name}/skipped_updates": summary["skipped"],
                                             f"{self.name}/learning_rate": float(self.schedule(step))})
-                        progress.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
-                                             **({} if self.validate is None else
-                                                {"best_val": f"{max(best_val, 0):.3f}"}))
+                        shown.update(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}")
                     if validate:
-                        best_val = self.validate(step, state)
+                        shown["best_val"] = f"{self.validate(step, state):.3f}"
+                    progress.set_postfix(shown)  # after this step's validation: the bar never shows a stale best
                     if save:
                         checkpoints.save_last(step, state, unlogged(window))
                     tick = time.perf_counter()
@@ -443,6 +470,28 @@ class _Loop:
             checkpoints.close()
         steps_per_second = timed_steps / train_seconds if timed_steps else None
         return state, step, {"steps_per_second": steps_per_second, "last_loss": last_loss}
+
+
+class _FirstSteps:
+    """Times a stage's steps 2 to 1 + `count` once (the first may pay one-time costs) and gives `report` the
+    seconds per step and the steps left; a line it returns is printed above the progress bar."""
+
+    def __init__(self, report: StepTimeHook, start: int, num_steps: int, count: int = 2):
+        self.report, self.num_steps = report, num_steps
+        self.first, self.last = start + 1, start + 1 + count
+        self.began = 0.0
+
+    def after(self, step: int, state, progress: tqdm) -> None:
+        """Called after each step: waits for step `first` and step `last` (once each), reports at `last`."""
+        if step not in (self.first, self.last):
+            return
+        jax.block_until_ready(state)
+        if step == self.first:
+            self.began = time.perf_counter()
+            return
+        line = self.report((time.perf_counter() - self.began) / (self.last - self.first), self.num_steps - step)
+        if line:
+            progress.write(line, file=sys.stderr)
 
 
 def check_finite(step_metrics: dict[str, jax.Array], step: int, workdir: str,
