@@ -64,8 +64,10 @@ def test_score_spread_is_the_std_of_a_single_seed_score(tmp_path):
     assert softmax["score"] == pytest.approx(53.75) and softmax["score_std"] == pytest.approx(6.25)
     table = lra_results.markdown_table({"full": measure(root)}, None, None, None)
     cells = table_rows(table)["softmax"]
-    assert cells[1:3] == ["40.00 ± 10.00", "67.50 ± 7.50"] and cells[6] == "53.75 ± 6.25*"
-    assert cells[8] == "3"  # seeds: alike on every task, one number
+    # the columns are the tasks some variant ran; the others are named once under the table
+    assert cells[1:3] == ["40.00 ± 10.00", "67.50 ± 7.50"] and cells[3] == "53.75 ± 6.25*"
+    assert cells[4] == "3"  # seeds: alike on every task, one number
+    assert "Not scored at this scale: Retrieval, Image, Pathfinder, Path-X." in table
     assert "## Selected grid points" not in table  # no grid anywhere
 
 
@@ -170,25 +172,28 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     assert softmax_cells[1:8] == ["45.00 ± 7.07", "55.00 ± 7.07", "65.00 ± 7.07", "75.00 ± 7.07", "85.00 ± 7.07",
                                   "65.00 ± 3.16", "50.00"]
     assert softmax_cells[8] == "2/2/2/2/2/1"  # seeds per task present, Path-X last
-    assert softmax_cells[9:11] == ["1", "4.00"]  # speed relative to softmax and GiB at 1024
     linear_cells = rows["linear"]
-    assert linear_cells[6] == "40.00*" and linear_cells[9:11] == ["20", "1.00"]
-    assert linear_cells[-1] == "retrieval, image, pathfinder"
+    assert linear_cells[6] == "40.00*" and linear_cells[3:6] == ["—", "—", "—"]  # the tasks it did not run
+    # speed relative to softmax and GiB at 1024: a table of their own, the rows in score order
+    speeds = table_rows(table.split("## Speed and memory\n")[1].split("\n## ")[0])
+    assert speeds["softmax"][1:3] == ["1", "4.00"] and speeds["linear"][1:3] == ["20", "1.00"]
+    assert list(speeds)[1:] == list(rows)[1:3]
     assert "× softmax @1024 (fake-accelerator)" in table
     # where each speed came from, with the file, the softmax it is divided by and what the memory is
-    assert "| linear | 400 | 20 | 20 | the same file | 1.00 | measured peak | 0.25 | " in table
+    assert "| linear | 400 | 20 | 20 | the same file |" in table
+    assert "| linear | 1.00 | measured peak | 0.25 | " in table
     assert "Left out, diverged (not results): taylor listops seed 1 (step 12)." in table
     assert "sample std over seeds (ddof 1" in table and "never on test" in table
     # GitHub renders a table only when its delimiter row has one cell per header cell
     lines = table.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("|---")]
-    # ours, full scale against the paper (one table per task: the five and Path-X), speed sources, the LRA
-    # paper's, the S4D paper's
-    assert len(heads) == 10
+    # ours, speed and memory, full scale against the paper (one table per task: the five and Path-X), speed
+    # sources (speed, memory), the LRA paper's (Table 1, Table 2), the S4D paper's
+    assert len(heads) == 13
     for i in heads:
         assert lines[i].count("---") == len(lines[i - 1].split("|")) - 2
     # the published panel's table comes from experiments/reference with its source
-    assert "Transformer | softmax | 36.37" in table and "arXiv:2011.04006" in table
+    assert "Transformer (softmax) | 36.37" in table and "arXiv:2011.04006" in table
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
     assert "full scale (solid)" in svg and "scored on fewer tasks" in svg  # legend entries
@@ -205,8 +210,8 @@ def test_state_space_reference_is_drawn_apart(tmp_path):
     paths = chart(root, tmp_path / "out", bench=bench, length=1024)
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
-    assert "| s4d (the reference: a state-space model, not attention) | 80.00" in table
-    assert "| S4D-Lin | s4d | 60.52 | 86.97 | 90.96 | 87.93 | 93.96 | FAIL | 84.07 | 78.39 |" in table
+    assert "| s4d † | 80.00" in table and "† s4d: the reference: a state-space model, not attention." in table
+    assert "| S4D-Lin (s4d) | 60.52 | 86.97 | 90.96 | 87.93 | 93.96 | FAIL | 84.07 | 78.39 |" in table
     assert "2206.11893" in table and "annotated-s4" in table
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
@@ -313,7 +318,9 @@ def test_min_seeds_leaves_out_and_names_the_cells_of_a_sweep_still_running(tmp_p
         table = f.read()
     assert "Left out, fewer than 3 seeds at the chosen point: softmax listops (n=1)." in table
     row = next(line for line in table.splitlines() if line.startswith("| softmax |"))
-    assert row.split(" | ")[1] == "—" and "60.00 ± 0.00" in row  # ListOps not reported, Pathfinder is
+    # ListOps not reported (no column), Pathfinder is
+    assert "| ListOps |" not in table.split("## How the scores")[0] and "60.00 ± 0.00" in row
+    assert "Not scored at this scale: ListOps, Text, Retrieval, Image, Path-X." in table
     with pytest.raises(LraError, match="fewer than 3 seeds"):
         chart(root / "listops-full", tmp_path / "out2", min_seeds=3)
 

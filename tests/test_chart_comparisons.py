@@ -329,7 +329,7 @@ def test_a_cell_made_from_uncommitted_code_is_marked_and_named(tmp_path):
     write_result(root, "listops", "linear", 0, 0.3, scale="mini")
     measured = measure(root)
     assert measured["softmax"]["chosen"]["listops"].uncommitted == 1
-    lines = lra_results.scale_table("mini", measured, [])
+    lines = lra_results.scale_table("mini", measured)
     rows = table_rows("\n".join(lines))
     assert rows["softmax"][1] == "40.00 ± 0.00‡" and rows["linear"][1] == "30.00"
     assert any(line.startswith("‡ Made, in part, from code with uncommitted changes") and "softmax ListOps" in line

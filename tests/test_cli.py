@@ -30,6 +30,7 @@ def train(*flags, tmp_path):
     (["--config=configs/linformr.py"], "config file 'configs/linformr.py' not found.*configs/linformer.py"),
     (["--config=configs/linformer.py:listops,mini", "--config.data.data_dir=/nonexistent/listops"],
      "missing ListOps files: /nonexistent/listops/basic_train.tsv.*lra_release.gz"),
+    (["--config=configs/linformer.py:listops,mini", "--json"], "--json goes with --estimate"),
 ])
 def test_bad_input_gets_one_clear_line_and_a_nonzero_exit(flags, expected, tmp_path):
     done = train(*flags, tmp_path=tmp_path)
@@ -62,9 +63,11 @@ def test_ci_runs_the_readme_install_and_test_commands():
 
     ci = open(os.path.join(REPO, ".ci", "run"), encoding="utf-8").read()
     install, quick_start = commands("Install"), commands("Quick start")
-    assert install[0] == 'pip install -e ".[test]"' and install[0] in ci, install
-    assert len(quick_start) == 2 and quick_start[0].startswith("python -m lra_jax.train"), quick_start
-    assert quick_start[1].startswith("pytest") and quick_start[1] in ci
+    assert install[0].startswith("python3 -m venv") and "-m venv" in ci, install  # a fresh virtualenv, as CI makes
+    assert install[1] == 'pip install -e ".[test]"' and install[1] in ci, install
+    assert len(quick_start) == 3 and quick_start[0].startswith("python -m lra_jax.train"), quick_start
+    assert quick_start[1] == 'pytest -q -m "not slow"', quick_start  # the fast tier, the everyday check
+    assert quick_start[2] == "pytest -q" and "pytest -q)" in ci, quick_start  # the full suite, as CI runs it
     install_page = open(os.path.join(REPO, "docs", "install.md"), encoding="utf-8").read()
     stacks = install_page.split("## Supported stacks", 1)[1].split("\n## ", 1)[0]
     table = "\n".join(line for line in stacks.splitlines() if line.startswith("|"))
@@ -94,8 +97,35 @@ def test_a_short_run_exits_zero_and_a_rerun_finishes_at_once(tmp_path):
     first = train(*SMALL, tmp_path=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     assert "test accuracy" in first.stdout and (tmp_path / "run" / "results.json").exists()
+    assert "sized for a GPU or TPU" not in first.stderr  # mini scale: no advice
     again = train(*SMALL, tmp_path=tmp_path)
     assert again.returncode == 0 and "finished at step 8" in again.stdout
+
+
+# Full-scale Linformer ListOps (the scale of `configs/linformer.py` with no argument), shrunk to seconds.
+FULL_SCALE_SHRUNK = [
+    "--config=configs/linformer.py", "--config.num_train_steps=6", "--config.eval_every=6", "--config.log_every=6",
+    "--config.checkpoint_every=6", "--config.max_len=48", "--config.batch_size=4", "--config.attention.k=8",
+    "--config.model.num_layers=1", "--config.model.num_heads=2", "--config.model.emb_dim=16",
+    "--config.model.mlp_dim=16", "--config.data.generator.num_train=64", "--config.data.generator.num_val=16",
+    "--config.data.generator.num_test=16", "--config.data.generator.min_length=10",
+    "--config.data.generator.max_length=48"]
+
+
+def test_full_scale_on_a_cpu_warns_before_the_data_and_once_more_with_the_projected_time(tmp_path):
+    """Not refused: one warning naming the alternatives before the ListOps trees are generated, and one
+    with the time the steps left take once the first steps are timed."""
+    done = train(*FULL_SCALE_SHRUNK, tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = re.split(r"[\r\n]+", done.stderr)
+    advice = [i for i, line in enumerate(lines) if "is a full-scale config, sized for a GPU or TPU" in line]
+    projected = [line for line in lines if line.startswith("warning: at ")]
+    assert len(advice) == 1 and len(projected) == 1, done.stderr[-3000:]
+    assert advice[0] < next(i for i, line in enumerate(lines) if line.startswith("ListOps:"))  # the generator's bar
+    for alternative in ("--config=configs/linformer.py:listops,mini", "--estimate", "docs/will-it-fit.md"):
+        assert alternative in lines[advice[0]], lines[advice[0]]
+    assert re.match(r"warning: at .+ a step on this CPU, the 3 steps left take about ", projected[0]), projected
+    assert "test accuracy" in done.stdout
 
 
 def test_a_diverging_run_exits_3_with_one_line_naming_the_step(tmp_path):

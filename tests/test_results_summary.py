@@ -54,6 +54,3 @@ def test_the_check_names_a_hand_edited_summary(tmp_path, monkeypatch):
     assert f"output missing: out/{results_summary.NAME}" in lra_chart.check_chart(options)
     assert (tmp_path / "out" / chart_manifest.TABLE_NAME).exists()
 
-
-def test_durations_read_as_a_person_says_them():
-    assert [results_summary.duration(s) for s in (None, 45, 150, 9000)] == ["—", "45 s", "2.5 min", "2.5 h"]

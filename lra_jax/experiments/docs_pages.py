@@ -2,10 +2,12 @@
 
 `pages()` returns {path under docs/: text} for the variants page (from the attention registry) and the
 results pages (from the committed bench JSON under experiments/results/, rendered by the bench's own
-report form, `bench_report.table`, and the chart's table as the chart command wrote it). Each table has one generated header naming the command, the device
-and the commit recorded in its JSON; every sentence that interprets a table is a value computed here
-from the same JSON. `stale(docs_dir)` lists the pages whose committed text differs from what the code
-and the JSON give now (a hand edit, or a changed JSON), which `python -m lra_jax.tools.docs --check` and
+report form, `bench_report.table`, and the chart's table as the chart command wrote it). Each table has
+one generated header naming the command, the device and the commit recorded in its JSON; every sentence
+that interprets a table is a value computed here from the same JSON. `assets()` returns the files outside
+docs/ that the site shows (the chart), copied byte for byte, since mkdocs serves only docs_dir.
+`stale(docs_dir)` lists the pages and assets whose committed bytes differ from what the code and the JSON
+give now (a hand edit, a changed JSON, a redrawn chart), which `python -m lra_jax.tools.docs --check` and
 CI fail on.
 """
 
@@ -27,6 +29,12 @@ RESULTS = os.path.join("experiments", "results")
 GPU_BENCH = "bench-h*-b32-4096-*.json"
 CPU_BENCH = "bench-cpu-*.json"
 LRA_TABLE = os.path.join("experiments", "charts", "lra_results.md")
+# The bench's report is fixed-width text; the site sets it a little smaller than other code
+# (docs/stylesheets/extra.css, `.bench-report`) so that four lengths side by side fit the content column.
+REPORT_FENCE = "```{ .text .bench-report }"
+# Files of the repository outside docs/ that the site shows, copied into docs/ byte for byte: {path under
+# docs/: path under the repository root}. mkdocs serves only what is under docs_dir.
+ASSETS = {"assets/lra_chart.png": os.path.join("experiments", "charts", "lra_chart.png")}
 
 
 def _first_paragraph(text: str | None) -> str:
@@ -124,7 +132,7 @@ def bench_page(title: str, pattern: str, intro: str, root: str = ".") -> str:
     for path in paths:
         report = _load(path)
         relative = os.path.relpath(path, root)
-        lines += ["", f"## {os.path.basename(path)}", "", header(report, relative), "", "```text",
+        lines += ["", f"## {os.path.basename(path)}", "", header(report, relative), "", REPORT_FENCE,
                   bench_report.table(report["results"]), "```"]
         lines += [""] + claims(report["results"]) if claims(report["results"]) else []
     return "\n".join(lines) + "\n"
@@ -146,7 +154,8 @@ def cpu_results_page(root: str = ".") -> str:
 
 
 def lra_results_page(root: str = ".") -> str:
-    """The chart's own table (`python -m lra_jax.tools.chart` writes it, `--check` keeps it current), as is."""
+    """The chart above the chart's own table (`python -m lra_jax.tools.chart` writes both, `--check` keeps
+    them current), the table as is, then where the page comes from."""
     path = os.path.join(root, LRA_TABLE)
     try:
         with open(path, encoding="utf-8") as f:
@@ -154,16 +163,20 @@ def lra_results_page(root: str = ".") -> str:
     except OSError as error:
         raise LraError(f"cannot read {path} ({error}); draw the chart with `python -m lra_jax.tools.chart`") from error
     body = table.split("\n", 1)[1] if table.startswith("# ") else table
-    return "\n".join([MARK, "", "# LRA scores", "", f"The chart's table, `{LRA_TABLE}`, as the chart command "
-                       "wrote it (the chart itself is `experiments/charts/lra_chart.png`).", body])
+    return "\n".join([MARK, "", "# LRA scores", "", "[![The LRA chart: score against training speed, bubble "
+                       "area memory](../assets/lra_chart.png)](../assets/lra_chart.png)", "", body.strip("\n"), "",
+                       f"This page is `{LRA_TABLE}` as the chart command wrote it, below the chart it drew "
+                       f"(`{ASSETS['assets/lra_chart.png']}`)."]) + "\n"
 
 
 def results_index() -> str:
     return "\n".join([MARK, "", "# Results", "",
-                      "Tables generated from the committed JSON under `experiments/results/`:", "",
-                      "- [LRA scores](lra.md): the chart's table, every variant's scores, speed and memory.",
+                      "Pages generated from the committed runs and JSON under `experiments/`, never typed:", "",
+                      "- [LRA scores](lra.md): the chart and its table: every variant's scores, speed and memory, "
+                      "the grid points chosen, the published figures beside them.",
                       "- [GPU benchmark](gpu-bench.md): every variant's train step at 4K on the GPUs measured.",
-                      "- [CPU benchmark](cpu-bench.md): the same step on one CPU core."]) + "\n"
+                      "- [CPU benchmark](cpu-bench.md): the same step on one CPU core.", "",
+                      "What they do not cover yet: [limitations](../limitations.md)."]) + "\n"
 
 
 def pages(root: str = ".") -> dict[str, str]:
@@ -173,27 +186,45 @@ def pages(root: str = ".") -> dict[str, str]:
             "results/cpu-bench.md": cpu_results_page(root)}
 
 
+def assets(root: str = ".") -> dict[str, bytes]:
+    """{path under docs/: the bytes of its source} for every file of `ASSETS`."""
+    out = {}
+    for name, source in ASSETS.items():
+        try:
+            with open(os.path.join(root, source), "rb") as f:
+                out[name] = f.read()
+        except OSError as error:
+            raise LraError(f"cannot read {source} ({error}); draw the chart with `python -m lra_jax.tools.chart`") \
+                from error
+    return out
+
+
+def _generated(root: str) -> dict[str, bytes]:
+    """Every generated file of the site: the pages (UTF-8) and the assets, {path under docs/: bytes}."""
+    return {**{name: text.encode("utf-8") for name, text in pages(root).items()}, **assets(root)}
+
+
 def write(docs_dir: str, root: str = ".") -> list[str]:
     written = []
-    for name, text in pages(root).items():
+    for name, data in _generated(root).items():
         path = os.path.join(docs_dir, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(path, "wb") as f:
+            f.write(data)
         written.append(path)
     return written
 
 
 def stale(docs_dir: str, root: str = ".") -> list[str]:
-    """The generated pages whose committed text differs from what the code and JSON give now."""
+    """The generated pages and assets whose committed bytes differ from what the code and the JSON give now."""
     out = []
-    for name, text in pages(root).items():
+    for name, data in _generated(root).items():
         path = os.path.join(docs_dir, name)
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, "rb") as f:
                 committed = f.read()
         except OSError:
             committed = None
-        if committed != text:
+        if committed != data:
             out.append(path)
     return out

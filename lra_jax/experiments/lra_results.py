@@ -180,7 +180,7 @@ def _seeds_cell(m: dict[str, Any]) -> str:
 
 
 def _table_caption(measured: dict[str, dict[str, Any]]) -> str:
-    """The line under the title: what a cell holds and how its grid point was chosen."""
+    """How the scores are computed: what a cell holds and how its grid point was chosen."""
     chosen = ("where a grid was swept, each cell reports the point with the best mean validation accuracy "
               "over the seeds every point finished (see Selected grid points)" if has_grid(measured) else
               "no cell has more than one grid point, so nothing was selected")
@@ -217,13 +217,31 @@ def uncommitted_note(measured: dict[str, dict[str, Any]]) -> list[str]:
                 f"`+changes`): not reproducible from any commit. Cells: {', '.join(cells)}."] if cells else []
 
 
-def _variant_row(variant: str, m: dict[str, Any], devices: list) -> str:
-    """One variant's row of a scale's results table: tasks, score, Path-X, seeds, per device speed and memory."""
-    name = f"{variant} ({REFERENCE_VARIANTS[variant]})" if variant in REFERENCE_VARIANTS else variant
-    return _row([name, *(_task_cell(m, t) for t in LRA_TASKS),
+REFERENCE_MARK = "†"  # a row of REFERENCE_VARIANTS, explained under its table
+
+
+def _variant_name(variant: str) -> str:
+    return f"{variant} {REFERENCE_MARK}" if variant in REFERENCE_VARIANTS else variant
+
+
+def reference_note(variants) -> list[str]:
+    """The footnote naming the rows marked REFERENCE_MARK ([] when there are none)."""
+    marked = [f"{v}: {REFERENCE_VARIANTS[v]}" for v in variants if v in REFERENCE_VARIANTS]
+    return ["", f"{REFERENCE_MARK} {'; '.join(marked)}."] if marked else []
+
+
+def table_tasks(measured: dict[str, dict[str, Any]]) -> tuple[list[str], bool]:
+    """The LRA tasks that some variant of `measured` has (column order), and whether any has Path-X: a
+    scale's table shows only those columns; the others are named once under it."""
+    tasks = [t for t in LRA_TASKS if any(t in m["accuracy"] for m in measured.values())]
+    return tasks, any(m["path_x"] is not None for m in measured.values())
+
+
+def _variant_row(variant: str, m: dict[str, Any], tasks: list[str], path_x: bool) -> str:
+    """One variant's row of a scale's scores table: its tasks, score, Path-X where the table has it, seeds."""
+    return _row([_variant_name(variant), *(_task_cell(m, t) for t in tasks),
                  _pm(m["score"], m["score_std"], "*" if m["missing"] else ""),
-                 _pm(m["path_x"], m["std"].get("path_x")), _seeds_cell(m),
-                 *(cell for d in devices for cell in _speed_cells(variant, d)), ", ".join(m["missing"]) or "—"])
+                 *([_pm(m["path_x"], m["std"].get("path_x"))] if path_x else []), _seeds_cell(m)])
 
 
 def _selection_row(variant: str, task: str, s: selection.Selection) -> str:
@@ -256,16 +274,43 @@ def selected_points(measured: dict[str, dict[str, Any]], order: list[str], scale
     return lines
 
 
-def scale_table(scale: str, measured: dict[str, dict[str, Any]], devices: list) -> list[str]:
-    """One scale's results table, best score first, with every device's speed and memory columns."""
-    lines = ["", f"## Scale: {scale}", ""]
+def score_order(measured: dict[str, dict[str, Any]]) -> list[str]:
+    """The variants of one scale, best score first."""
+    return sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
+
+
+def scale_table(scale: str, measured: dict[str, dict[str, Any]]) -> list[str]:
+    """One scale's scores table, best score first: the tasks some variant ran, the score, Path-X where any
+    variant ran it, the seeds; the tasks no variant ran are named under it."""
+    tasks, path_x = table_tasks(measured)
+    lines = ["", f"## Scale: {scale}", "",
+             *_header(["Variant", *(TASK_TITLES[t] for t in tasks), "Score", *(["Path-X"] if path_x else []),
+                       "Seeds"])]
+    order = score_order(measured)
+    lines += [_variant_row(v, measured[v], tasks, path_x) for v in order]
+    absent = [TASK_TITLES[t] for t in LRA_TASKS if t not in tasks] + ([] if path_x else ["Path-X"])
+    if absent:
+        lines += ["", f"Not scored at this scale: {', '.join(absent)}." + (
+            " A score marked * is over the tasks a variant ran." if any(measured[v]["missing"] for v in order) else "")]
+    lines += reference_note(order)
+    lines += uncommitted_note(measured)
+    return lines
+
+
+def speed_table(scores: dict[str, dict[str, dict[str, Any]]], devices: list) -> list[str]:
+    """Every scored variant's speed and memory on each device (`chart_speeds.DeviceSpeeds`), in the score
+    order of the first scale; where each figure comes from is in `speed_sources`."""
+    if not devices:
+        return []
+    scales = sorted(scores, key=lambda s: (s != "full", s))
+    order = list(dict.fromkeys(v for s in scales for v in score_order(scores[s])))
     heads = [h for d in devices for h in (f"× softmax @{d.length} ({d.device})",
                                           f"{d.memory_short} @{d.length} ({d.device})")]
-    lines += _header(["Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Score", "Path-X", "Seeds", *heads,
-                      "Missing tasks"])
-    order = sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
-    lines += [_variant_row(v, measured[v], devices) for v in order]
-    lines += uncommitted_note(measured)
+    lines = ["", "## Speed and memory", "",
+             "The train step of each variant (the LRA paper's Table 2 protocol), relative to softmax on the same "
+             "device; the rows in the score order above. Where each figure comes from: the sections per device "
+             "below.", "", *_header(["Variant", *heads])]
+    lines += [_row([_variant_name(v), *(cell for d in devices for cell in _speed_cells(v, d))]) for v in order]
     for d in devices:
         absent = [v for v in order if v not in d.speeds]
         if absent:
@@ -302,10 +347,11 @@ def full_scale_against_paper(measured: dict[str, dict[str, Any]], reference: dic
 
 
 def speed_sources(devices: list) -> list[str]:
-    """Per device, every variant's measured examples/s, memory and the bench JSON it was read from, and the
-    file of the softmax its ratio divides by (`chart_speeds.device_speeds`)."""
+    """Per device, every variant's measured examples/s and the softmax its ratio divides by (one table), its
+    memory and the bench JSON it was read from (another), as `chart_speeds.device_speeds` found them."""
     lines = []
     for d in devices:
+        ordered = sorted(d.speeds.items(), key=lambda kv: -kv[1].relative_speed)
         lines += ["", f"## Speed and memory on {d.device}", "",
                   f"Train step at length {d.length}, batch {d.batch_size}, dropout {d.dropout_rate:g}, as "
                   "`impl=auto` runs it (`python -m lra_jax.tools.bench`); where several files measured a variant, "
@@ -314,33 +360,64 @@ def speed_sources(devices: list) -> list[str]:
                   "borrows the one of the file nearest in date, named here. Memory: a measured device peak, or XLA's compiled "
                   "estimate of the step (the compiler's buffer plan, not a measurement), as the Memory column says; "
                   "a ratio divides two figures of the same kind.", "",
-                  *_header(["Variant", "examples/s", "× softmax", "Softmax's examples/s", "Softmax from", "GiB",
-                            "Memory", "× softmax's memory", "File"])]
-        for variant, s in sorted(d.speeds.items(), key=lambda kv: -kv[1].relative_speed):
-            kind = {"device": "measured peak", "xla": "XLA estimate"}.get(s.memory_kind, "—")
-            lines.append(_row([variant, _significant(s.examples_per_second), _significant(s.relative_speed),
-                               _significant(s.baseline_examples_per_second),
-                               "the same file" if s.same_file else f"{s.baseline_source} (nearest in date: its "
-                               "file has no softmax step as impl=auto runs it)",
-                               _fmt(s.memory_bytes / 2**30 if s.memory_bytes else None, 2), kind,
-                               _significant(s.relative_memory), s.source]))
+                  *_header(["Variant", "examples/s", "× softmax", "Softmax's examples/s", "Softmax from"])]
+        lines += [_row([variant, _significant(s.examples_per_second), _significant(s.relative_speed),
+                        _significant(s.baseline_examples_per_second),
+                        "the same file" if s.same_file else f"{s.baseline_source} (nearest in date: its "
+                        "file has no softmax step as impl=auto runs it)"]) for variant, s in ordered]
+        lines += ["", *_header(["Variant", "GiB", "Memory", "× softmax's memory", "File"])]
+        lines += [_row([variant, _fmt(s.memory_bytes / 2**30 if s.memory_bytes else None, 2),
+                        {"device": "measured peak", "xla": "XLA estimate"}.get(s.memory_kind, "—"),
+                        _significant(s.relative_memory), s.source]) for variant, s in ordered]
     return lines
+
+
+def published_lra(reference: dict[str, Any]) -> list[str]:
+    """The LRA paper's Table 1 accuracies and, apart, its Table 2 speed and memory at 4K."""
+    lines = ["", "## Published (LRA paper)", "", reference["paper"] + ".", "",
+             *_header(["Model (variant)", *(TASK_TITLES[t] for t in LRA_TASKS), "Avg"])]
+    for r in reference["models"]:
+        acc = r["accuracy"]
+        lines.append(_row([f"{r['paper_name']} ({r['variant']})", *(_fmt(acc[t], 2) for t in LRA_TASKS),
+                           _fmt(r["avg"], 2)]))
+    lines += ["", *_header(["Model (variant)", "Speed @4K (×)", "Memory @4K (GB)"])]
+    lines += [_row([f"{r['paper_name']} ({r['variant']})", _fmt(r.get("relative_speed_4k"), 1),
+                    _fmt(r.get("memory_4k_gb"), 2)]) for r in reference["models"]]
+    return lines + ["", "Sources: " + " ".join(reference.get("source", {}).values())]
+
+
+def published_ssm(reference: dict[str, Any]) -> list[str]:
+    """The S4D paper's LRA table: the state-space yardstick, with both of its averages."""
+    lines = ["", "## Published (S4D paper): the state-space yardstick, not attention", "",
+             reference["paper"] + ". Avg (5) is the LRA score above (Path-X apart); Avg (6) is the "
+             "paper's own, with a failed Path-X counted as 50.", "",
+             *_header(["Model (variant)", *(TASK_TITLES[t] for t in LRA_TASKS), "Path-X", "Avg (5)", "Avg (6)"])]
+    for r in reference["models"]:
+        acc = r["accuracy"]
+        path_x = acc["path_x"] if isinstance(acc["path_x"], str) else _fmt(acc["path_x"], 2)
+        name = f"{r['paper_name']} ({r['variant']})" if r["variant"] else r["paper_name"]
+        lines.append(_row([name, *(_fmt(acc[t], 2) for t in LRA_TASKS), path_x, _fmt(r["avg5"], 2),
+                           _fmt(r["avg6"], 2)]))
+    return lines + ["", "Sources: " + " ".join(reference.get("source", {}).values())]
 
 
 def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, reference: dict[str, Any] | None,
                    note: str = "", ssm_reference: dict[str, Any] | None = None, header: str = "",
                    pretraining: list[str] = (), spt_reference: dict[str, Any] | None = None) -> str:
-    """Per scale: every variant's per-task accuracy, score, Path-X, seeds and speed and memory on each device
-    (`chart_speeds.DeviceSpeeds`: the main panel's, the CPU's), best score first; full-scale scores beside the
-    paper's; where each speed comes from; the grid points chosen; the published figures. `header`: a
-    paragraph under the title (how the file was made); `pretraining`: the self-pretraining sections
-    (`spt_report.gain_table`), followed by `spt_reference`'s published figures where there are any."""
-    lines = ["# LRA results", ""]
-    lines += [header, ""] if header else []
-    lines += [_table_caption({v: m for s in scores.values() for v, m in s.items()})]
+    """The results first: per scale, every variant's per-task accuracy, score, Path-X and seeds, best score
+    first; then every variant's speed and memory on each device (`chart_speeds.DeviceSpeeds`: the main
+    panel's, the CPU's); how the scores are computed; the self-pretraining sections (`pretraining`, from
+    `spt_report.gain_table`, followed by `spt_reference`'s published figures where there are any);
+    full-scale scores beside the paper's; where each speed comes from; the grid points chosen; the published
+    figures; last, `header`: how the file was made."""
+    lines = ["# LRA results"]
     devices = [d for d in (main, cpu) if d is not None]
-    for scale in sorted(scores, key=lambda s: (s != "full", s)):
-        lines += scale_table(scale, scores[scale], devices)
+    ordered = sorted(scores, key=lambda s: (s != "full", s))
+    for scale in ordered:
+        lines += scale_table(scale, scores[scale])
+    lines += speed_table(scores, devices)
+    lines += ["", "## How the scores are computed", "",
+              _table_caption({v: m for s in scores.values() for v, m in s.items()})]
     for part in note.splitlines():
         lines += ["", part]
     lines += pretraining
@@ -349,31 +426,14 @@ def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, refe
     if "full" in scores:
         lines += full_scale_against_paper(scores["full"], reference)
     lines += speed_sources(devices)
-    for scale in sorted(scores, key=lambda s: (s != "full", s)):
-        order = sorted(scores[scale], key=lambda v: -(scores[scale][v]["score"] or -1))
-        lines += selected_points(scores[scale], order, scale)
+    for scale in ordered:
+        lines += selected_points(scores[scale], score_order(scores[scale]), scale)
     if reference:
-        lines += ["", "## Published (LRA paper)", "", reference["paper"] + ".", "",
-                  *_header(["Model", "Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Avg",
-                            "Speed @4K (×)", "Memory @4K (GB)"])]
-        for r in reference["models"]:
-            acc = r["accuracy"]
-            lines.append(_row([r["paper_name"], r["variant"], *(_fmt(acc[t], 2) for t in LRA_TASKS),
-                               _fmt(r["avg"], 2), _fmt(r.get("relative_speed_4k"), 1),
-                               _fmt(r.get("memory_4k_gb"), 2)]))
-        lines += ["", "Sources: " + " ".join(reference.get("source", {}).values())]
+        lines += published_lra(reference)
     if ssm_reference:
-        lines += ["", "## Published (S4D paper): the state-space yardstick, not attention", "",
-                  ssm_reference["paper"] + ". Avg (5) is the LRA score above (Path-X apart); Avg (6) is the "
-                  "paper's own, with a failed Path-X counted as 50.", "",
-                  *_header(["Model", "Variant", *(TASK_TITLES[t] for t in LRA_TASKS), "Path-X", "Avg (5)",
-                            "Avg (6)"])]
-        for r in ssm_reference["models"]:
-            acc = r["accuracy"]
-            path_x = acc["path_x"] if isinstance(acc["path_x"], str) else _fmt(acc["path_x"], 2)
-            lines.append(_row([r["paper_name"], r["variant"] or "—", *(_fmt(acc[t], 2) for t in LRA_TASKS),
-                               path_x, _fmt(r["avg5"], 2), _fmt(r["avg6"], 2)]))
-        lines += ["", "Sources: " + " ".join(ssm_reference.get("source", {}).values())]
+        lines += published_ssm(ssm_reference)
+    if header:
+        lines += ["", "## How this file was made", "", header]
     return "\n".join(lines) + "\n"
 
 def published_spt(reference: dict[str, Any]) -> list[str]:

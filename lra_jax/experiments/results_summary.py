@@ -13,19 +13,9 @@ from typing import Any
 
 from lra_jax.experiments.chart_speeds import DeviceSpeeds
 from lra_jax.experiments.lra_results import LRA_TASKS, TASK_TITLES, base_scale, is_pretrained
+from lra_jax.measure.units import duration
 
 NAME = "lra_summary.md"
-
-
-def duration(seconds: float | None) -> str:
-    """45 -> '45 s', 150 -> '2.5 min', 9000 -> '2.5 h'; '—' when unknown."""
-    if seconds is None:
-        return "—"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _score(mean: float | None, std: float | None) -> str:
@@ -71,5 +61,5 @@ def summary(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | N
             cells = [_score(m["accuracy"].get(t), m["std"].get(t)) for t in tasks]
             lines.append("| " + " | ".join([variant, *cells, _score(m["score"], m["score_std"]),
                                             *_speed(main, variant), base_scale(name), _hardware(m),
-                                            duration(_train_time(m))]) + " |")
+                                            duration(_train_time(m), missing="—")]) + " |")
     return "\n".join(lines) + "\n"

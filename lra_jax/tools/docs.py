@@ -1,7 +1,8 @@
 r"""The docs pages generated from the registry and the committed JSON (`lra_jax.experiments.docs_pages`).
 
-    python -m lra_jax.tools.docs            # write docs/variants.md, docs/results/*.md, README.md's results
-    python -m lra_jax.tools.docs --check    # write nothing; exit 1 naming every page that differs
+    python -m lra_jax.tools.docs            # write docs/variants.md, docs/results/*.md, docs/assets/ (the
+                                            # chart the site shows), README.md's results
+    python -m lra_jax.tools.docs --check    # write nothing; exit 1 naming every page or asset that differs
 
 README.md's results table is the chart's short table (`lra_jax.experiments.readme_results`).
 """
@@ -33,7 +34,7 @@ def main(argv: list[str]) -> None:
                 stale += [readme] if f.read() != readme_text else []
             for path in stale:
                 print(f"error: {path} differs from what `python -m lra_jax.tools.docs` generates from the "
-                      "code and the committed JSON (edited by hand, or its JSON changed); run it and commit",
+                      "code, the committed JSON and the chart (edited by hand, or its source changed); run it and commit",
                       file=sys.stderr)
             if stale:
                 sys.exit(1)
