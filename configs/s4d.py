@@ -33,7 +33,7 @@ Results: docs/s4d.md and experiments/charts/lra_results.md (mini ListOps and Pat
 
 from lra_jax.config import task_defaults
 
-# (layers, width H, dropout, learning rate, weight decay, batch, epochs, training examples)
+RECIPE = ("layers", "width", "dropout", "rate", "decay", "batch", "epochs", "examples")  # width: H
 PAPER = {
     "listops": (8, 128, 0.0, 0.01, 0.05, 50, 40, 96_000),
     "text": (6, 256, 0.0, 0.01, 0.05, 16, 32, 25_000),
@@ -52,18 +52,10 @@ def get_config(arg: str | None = None):
     if scale == "full" and task == "pathx":
         attention["dt_min"] = 0.0001
     config = task_defaults.get_config(arg, attention=attention)
+    if scale == "full":
+        task_defaults.state_space_recipe(config, **dict(zip(RECIPE, PAPER[task])))
     with config.unlocked():
-        if scale == "full":
-            layers, width, dropout, rate, decay, batch, epochs, examples = PAPER[task]
-            config.model.update(num_layers=layers, emb_dim=width, num_heads=1, mlp_dim=0, dropout_rate=dropout,
-                                attention_dropout_rate=dropout, cls_token=False, pooling="mean")
-            if task == "text":
-                config.max_len = 4096
-            config.batch_size = batch
-            epoch = examples // batch
-            config.num_train_steps = epochs * epoch
-            config.eval_every = config.checkpoint_every = epoch
-            config.optimizer.update(schedule="cosine", learning_rate=rate, weight_decay=decay, warmup_steps=epoch,
-                                    b1=0.9, b2=0.999, eps=1e-8)
+        if scale == "full" and task == "text":
+            config.max_len = 4096
         config.optimizer.ssm_max_learning_rate = SSM_MAX_LEARNING_RATE
     return config

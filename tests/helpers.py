@@ -30,6 +30,12 @@ SMALL = {
     "lightweight_conv": dict(kernel_size=5),
     "dynamic_conv": dict(kernel_size=5),
     "s4d": dict(state_size=8),
+    "lru": dict(state_size=8, r_min=0.5),
+    "s5": dict(state_size=8, blocks=2),
+    "s6": dict(state_size=4, expand=1, chunk=8),
+    "gla": dict(chunk=8, gate_rank=4),  # chunks of 8 over 24-32 tokens: the chunked form with several chunks
+    "ssd": dict(state_size=4, expand=1, head_size=8, chunk=8),
+    "hyena": dict(filter_features=4, filter_hidden=16),
 }
 
 # float32 machine epsilon (2^-23): tolerances below are multiples of it, scaled to the

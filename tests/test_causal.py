@@ -150,20 +150,25 @@ def test_a_causal_layer_runs_xla_and_says_why():
 
 @pytest.mark.parametrize("name", [n for n in registry.names() if n not in CAUSAL])
 def test_other_variants_refuse_causal_and_name_those_that_take_it(name):
-    with pytest.raises(ConfigError, match=r"no causal form; causal layers are additive \(causal=True\), linear "
-                                          r"\(causal=True\), local \(causal=True\), luong \(causal=True\), "
-                                          r"s4d \(bidirectional=False\), softmax"):
+    with pytest.raises(ConfigError, match=r"no causal form; causal layers are additive \(causal=True\), "
+                                          r"gla \(bidirectional=False\), hyena \(bidirectional=False\), linear \(causal=True\), local \(causal=True\), "
+                                          r"lru \(bidirectional=False\), luong \(causal=True\), "
+                                          r"s4d \(bidirectional=False\), s5 \(bidirectional=False\), "
+                                          r"s6 \(bidirectional=False\), softmax \(causal=True\), ssd \(bidirectional=False\)"):
         build(name)
 
 
 def causal_config(name="softmax", **attention):
-    config = tiny_config("", name, **({"causal": True} if name != "s4d" else {}), **attention)
+    config = tiny_config("", name, **({} if "bidirectional" in attention else {"causal": True}), **attention)
     config.model.update(pooling="mean", cls_token=False)
     config.pretrain.update(objective="causal", num_steps=3)
     return config
 
 
-@pytest.mark.parametrize("name, attention", [("softmax", {}), ("additive", {}), ("s4d", {"bidirectional": False})])
+@pytest.mark.parametrize("name, attention", [("softmax", {}), ("additive", {}), ("s4d", {"bidirectional": False}),
+                                             ("lru", {"bidirectional": False}), ("s5", {"bidirectional": False}),
+                                             ("s6", {"bidirectional": False}), ("gla", {"bidirectional": False}),
+                                             ("ssd", {"bidirectional": False}), ("hyena", {"bidirectional": False})])
 def test_next_token_pretraining_is_accepted_for_causal_layers(name, attention):
     assert config_settings.from_config(causal_config(name, **attention)).pretrain.objective == "causal"
 

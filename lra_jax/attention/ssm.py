@@ -106,8 +106,51 @@ def fft_convolution(u: Float[Array, "b n h"], kernel: Float[Array, "k h n"]) -> 
     return jnp.fft.irfft(u_f * k_f, n=2 * n, axis=1)[:, :n]
 
 
+class SSMBlock(TokenMixer):
+    """The block around a state-space mixer (S4D, S5, LRU): out = GLU(W gelu(ssm(u)) + b), or W gelu(ssm(u)) + b
+    without the GLU, with dropout on gelu(ssm(u)) in training; `ssm` maps the zero-padded input [b n d] to
+    y [b n d] in float32. Bidirectional by default (LRA); `bidirectional=False` is the causal form.
+
+    Args:
+      bidirectional: the subclass adds its backward direction (`directions` is 2), else 1.
+      glu: output projection d -> 2d followed by a GLU (the S4D paper's); False: a d -> d projection.
+      **common: shared settings of `TokenMixer`; `dropout_rate` is the dropout on gelu(y).
+    """
+
+    uses_attention_dropout = False  # no attention weights; the dropout acts on the activations
+
+    @classmethod
+    def causal_form(cls) -> str:
+        """Causal without the backward direction (its causal=True is refused: one setting, one meaning)."""
+        return "bidirectional=False"
+
+    def __init__(self, dim: int, num_heads: int, *, bidirectional: bool = True, glu: bool = True, rngs: nnx.Rngs,
+                 **common):
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        self.bidirectional, self.glu = bidirectional, glu
+        self.causal = not bidirectional
+        self.directions = 2 if bidirectional else 1
+        self.activation_dropout = Dropout(self.dropout_rate)
+
+    def build_output(self, rngs: nnx.Rngs) -> None:
+        """The output projection, drawn last by each subclass so that its parameters' draws keep their order."""
+        self.out = nnx.Linear(self.dim, 2 * self.dim if self.glu else self.dim, dtype=self.dtype, rngs=rngs)
+
+    def ssm(self, u: Float[Array, "b n d"]) -> Float[Array, "b n d"]:
+        raise NotImplementedError
+
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
+        y = jax.nn.gelu(self.ssm(zero_padding(x, mask)))
+        y = self.activation_dropout(y, deterministic=deterministic, rngs=rngs).astype(x.dtype)
+        y = self.out(y)
+        if self.glu:
+            value, gate = jnp.split(y, 2, axis=-1)
+            y = value * jax.nn.sigmoid(gate)
+        return zero_padding(y, mask)
+
+
 @register("s4d")
-class S4D(TokenMixer):
+class S4D(SSMBlock):
     """Bidirectional S4D-Lin layer: per-channel diagonal SSM kernels, FFT convolution, GELU, GLU.
 
     Args:
@@ -124,7 +167,6 @@ class S4D(TokenMixer):
       ConfigError: on an odd or too small state size or an empty or non-positive step range.
     """
 
-    uses_attention_dropout = False  # no attention weights; the dropout acts on the activations
     cost_exponent = 1.0  # O(n N) Vandermonde kernel + O(n log n) FFT convolution
 
     @classmethod
@@ -141,23 +183,16 @@ class S4D(TokenMixer):
         projection = matmul_flops(batch * n, dim, 2 * dim if settings["glu"] else dim)
         return projection + vandermonde + convolution
 
-    @classmethod
-    def causal_form(cls) -> str:
-        """Causal without the backward kernel (its causal=True is refused: one setting, one meaning)."""
-        return "bidirectional=False"
-
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 64, dt_min: float = 1e-3,
                  dt_max: float = 1e-1, bidirectional: bool = True, glu: bool = True, rngs: nnx.Rngs,
                  **common):
-        super().__init__(dim, num_heads, rngs=rngs, **common)
+        super().__init__(dim, num_heads, bidirectional=bidirectional, glu=glu, rngs=rngs, **common)
         if state_size < 2 or state_size % 2:
             raise ConfigError(f"s4d needs an even state_size >= 2 (N/2 conjugate pairs), got {state_size}")
         if not 0 < dt_min <= dt_max:
             raise ConfigError(f"s4d needs 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
         self.state_size, self.dt_min, self.dt_max = state_size, dt_min, dt_max
-        self.bidirectional, self.glu = bidirectional, glu
-        self.causal = not bidirectional  # the forward kernel alone sums over s <= t
-        modes, kernels = state_size // 2, 2 if bidirectional else 1
+        modes, kernels = state_size // 2, self.directions
         self.log_dt = SSMParam(jax.random.uniform(rngs.params(), (dim,), minval=math.log(dt_min),
                                                   maxval=math.log(dt_max)))
         self.log_a_real = SSMParam(jnp.full((dim, modes), math.log(0.5)))  # Re A = -1/2
@@ -165,8 +200,7 @@ class S4D(TokenMixer):
         # complex standard normal: real and imaginary parts N(0, 1/2); [kernels, H, N/2, (re, im)]
         self.c = nnx.Param(jax.random.normal(rngs.params(), (kernels, dim, modes, 2)) * np.sqrt(0.5))
         self.d = nnx.Param(jax.random.normal(rngs.params(), (dim,)))
-        self.activation_dropout = Dropout(self.dropout_rate)
-        self.out = nnx.Linear(dim, 2 * dim if glu else dim, dtype=self.dtype, rngs=rngs)
+        self.build_output(rngs)
 
     def kernel(self, length: int) -> Float[Array, "k h n"]:
         """The SSM convolution kernels (forward, then backward if bidirectional) for `length` steps."""
@@ -178,12 +212,3 @@ class S4D(TokenMixer):
         """y = K * u + D u in float32, before the activation; u's padded rows must already be zero."""
         u = u.astype(jnp.float32)
         return fft_convolution(u, self.kernel(u.shape[1])) + self.d[...] * u
-
-    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
-        y = jax.nn.gelu(self.ssm(zero_padding(x, mask)))
-        y = self.activation_dropout(y, deterministic=deterministic, rngs=rngs).astype(x.dtype)
-        y = self.out(y)
-        if self.glu:
-            value, gate = jnp.split(y, 2, axis=-1)
-            y = value * jax.nn.sigmoid(gate)
-        return zero_padding(y, mask)

@@ -237,17 +237,22 @@ def check_pretrain(s: Settings) -> None:
              ">= 0 (0: the fine-tuning rate)")
     _at_least("pretrain.warmup_steps", p.warmup_steps, 0)
     # Next-token prediction needs every layer causal (docs/self-pretraining.md).
+    forms = causal_forms()
     _require("pretrain.objective", p.objective, p.objective != "causal" or causal_layers(s),
              "masked for this layer: causal needs a causal layer, --config.attention.causal=True "
-             f"({', '.join(n for n, form in causal_forms().items() if form == 'causal=True')}) or "
-             "attention.name='s4d' with --config.attention.bidirectional=False")
+             f"({', '.join(n for n, form in forms.items() if form == 'causal=True')}) or "
+             + " or ".join(f"attention.name='{n}' with --config.attention.{form}"
+                           for n, form in forms.items() if form != "causal=True"))
 
 
 def causal_layers(s: Settings) -> bool:
-    """Whether the configured layers mix only earlier positions: attention.causal=True (the variant
-    checks that it can), or S4D without its backward kernel."""
-    a = s.attention
-    return a.get("causal") is True or (s.variant == "s4d" and a.get("bidirectional") is False)
+    """Whether the configured layers mix only earlier positions: the variant's causal form
+    (`TokenMixer.causal_form`, a setting such as causal=True or bidirectional=False) is set."""
+    form = causal_forms().get(s.variant)
+    if form is None:
+        return False
+    key, value = form.split("=")
+    return s.attention.get(key) is {"True": True, "False": False}[value]
 
 
 def check_optimizer(opt: OptimizerSettings) -> None:

@@ -270,3 +270,21 @@ def get_config(arg: str | None = None, attention: dict | None = None) -> ml_coll
     config.attention.update(attention or {})
     config.lock()
     return config
+
+
+def state_space_recipe(config: ml_collections.ConfigDict, *, layers: int, width: int, dropout: float, rate: float,
+                       decay: float, batch: int, epochs: int, examples: int) -> None:
+    """A state-space paper's full-scale LRA recipe on `config` (S4D's and S5's authors publish one per task):
+    `layers` blocks of width `width` with one head, no feed-forward sublayer (the layer's GLU is the
+    position-wise part), mean pooling without a CLS token, `dropout` everywhere, `batch` examples a step for
+    `epochs` epochs of `examples`, AdamW at `rate` with weight decay `decay` and cosine decay after one epoch
+    of warm-up, evaluated and checkpointed once an epoch."""
+    with config.unlocked():
+        config.model.update(num_layers=layers, emb_dim=width, num_heads=1, mlp_dim=0, dropout_rate=dropout,
+                            attention_dropout_rate=dropout, cls_token=False, pooling="mean")
+        config.batch_size = batch
+        epoch = examples // batch
+        config.num_train_steps = epochs * epoch
+        config.eval_every = config.checkpoint_every = epoch
+        config.optimizer.update(schedule="cosine", learning_rate=rate, weight_decay=decay, warmup_steps=epoch,
+                                b1=0.9, b2=0.999, eps=1e-8)

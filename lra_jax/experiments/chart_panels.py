@@ -47,17 +47,20 @@ PAPER_SCALE = "full"  # the LRA paper's models ran at the paper's full scale, th
 # far from those; black is the state-space reference's.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
            "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b",
-           "#ce6dbd", "#1b9e77", "#e7298a", "#5254a3", "#ad494a", "#a55194", "#8ca252", "#bd9e39")
+           "#ce6dbd", "#1b9e77", "#e7298a", "#5254a3", "#ad494a", "#a55194", "#8ca252", "#bd9e39", "#31a354",
+           "#756bb1", "#e6550d", "#3182bd")
 # One filled marker per variant, never two alike; the square (the paper's) and the diamond (the reference's)
 # are taken. (n, 1, angle) is an n-pointed star, (n, 0, angle) a regular n-gon.
 MARKERS = ("o", "^", "v", "<", ">", "p", "h", "H", "8", "*", "P", "X", "d", (4, 1, 0), (6, 1, 0), (3, 1, 0),
-           (7, 0, 0), (7, 1, 0), (8, 1, 0), (4, 1, 45), (10, 1, 0), (9, 0, 0), (5, 1, 36), (3, 1, 60))
+           (7, 0, 0), (7, 1, 0), (8, 1, 0), (4, 1, 45), (10, 1, 0), (9, 0, 0), (5, 1, 36), (3, 1, 60), (5, 1, 0),
+           (6, 1, 30), (9, 1, 0), (12, 1, 0), (5, 0, 36), (3, 1, 30))
 
 
 def variant_styles(variants=()) -> dict[str, tuple[str, Any]]:
     """variant -> (colour, marker) for every registered attention variant and any other name in `variants`,
     each pair of its own (no colour and no marker shared), assigned in the registry's order so that a
-    variant looks the same in every chart."""
+    variant looks the same in every chart drawn from one registry (a new variant moves those after it:
+    redraw the committed chart, as `chart --check` asks)."""
     names = [v for v in registry.names() if v not in REFERENCE_VARIANTS]
     names += sorted(set(variants) - set(names) - set(REFERENCE_VARIANTS))
     return {v: (PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)]) for i, v in enumerate(names)}

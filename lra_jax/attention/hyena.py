@@ -1,0 +1,149 @@
+"""Hyena (Poli et al. 2023, "Hyena Hierarchy: Towards Larger Convolutional Language Models",
+arXiv:2302.10866), a token mixer: long convolutions with implicitly parameterised filters, interleaved
+with data-controlled gates.
+
+The operator of order N (Sec. 3.1, eq. 7): from N + 1 projections (v, x_1 .. x_N) of the input, each
+through a short depthwise convolution,
+
+    z^1 = v,    z^{i+1} = x_i ⊙ (h_i * z^i),    y = out_proj(z^{N+1}),
+
+where each h_i is a long filter with a value per lag and channel, generated (Sec. 3.3, eq. 8) as
+
+    h_t = window(t) · FFN(PE(t)),   PE(t) = [t / L, cos(2π k t / L), sin(2π k t / L)]_{k=1..K},
+    window(t) = exp(-α |t|) + bias,
+
+an MLP with sine activations over a positional encoding, L = `max_len`, α spread from slow to fast decay
+across the channels. The convolution is computed by FFT over 2n points (`ssm.fft_convolution`): linear,
+never circular, O(n log n).
+
+Bidirectional (LRA): each filter has a causal part (lags 0 .. n-1) and an anti-causal part (lags -1 ..
+-(n-1), a second set of FFN outputs), so every position mixes the whole sequence. Padded positions of every
+projection are zeroed before each convolution, and the filter at a lag does not depend on the sequence's
+length, so appended padding changes nothing at real positions. `bidirectional=False` is the causal form.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float
+
+from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, fft_flops, matmul_flops, zero_padding
+from lra_jax.attention.registry import register
+from lra_jax.attention.selective import causal_depthwise_conv
+from lra_jax.attention.ssm import fft_convolution
+from lra_jax.errors import ConfigError
+
+
+def direct_convolution(u: Float[Array, "b n h"], kernel: Float[Array, "k h n"]) -> Float[Array, "b n h"]:
+    """The sums `ssm.fft_convolution` computes, term by term (O(n²)): the reference of the FFT form."""
+    n = u.shape[1]
+    lag = jnp.arange(n)[:, None] - jnp.arange(n)[None, :]  # t - s
+    weights = jnp.where(lag >= 0, kernel[0][:, jnp.clip(lag, 0, n - 1)], 0.0)  # [h t s]
+    if kernel.shape[0] == 2:
+        weights = weights + jnp.where(lag < 0, kernel[1][:, jnp.clip(-lag - 1, 0, n - 1)], 0.0)
+    return jnp.einsum("hts,bsh->bth", weights, u)
+
+
+class ImplicitFilter(nnx.Module):
+    """The long filters of eq. 8: [k, channels, n] for lags 0 .. n-1 (k = 2 with the anti-causal part)."""
+
+    def __init__(self, channels: int, directions: int, max_len: int, *, features: int, hidden: int,
+                 frequency: float, rngs: nnx.Rngs):
+        self.channels, self.directions, self.max_len, self.features, self.frequency = (channels, directions, max_len,
+                                                                                       features, frequency)
+        self.layers = nnx.List([nnx.Linear(1 + 2 * features, hidden, rngs=rngs), nnx.Linear(hidden, hidden, rngs=rngs),
+                                nnx.Linear(hidden, directions * channels, rngs=rngs)])
+        self.bias = nnx.Param(jnp.zeros((channels,)))
+
+    def decay(self) -> Float[Array, "h"]:
+        """-α per channel, slow to fast: the window falls to 1e-2 within L .. L / 10 lags."""
+        return jnp.linspace(math.log(1e-2) / self.max_len, 10 * math.log(1e-2) / self.max_len, self.channels)
+
+    def __call__(self, n: int) -> Float[Array, "k h n"]:
+        t = jnp.arange(n, dtype=jnp.float32)[:, None]
+        k = jnp.arange(1, self.features + 1, dtype=jnp.float32)[None, :]
+        angle = 2 * math.pi * k * t / self.max_len
+        h = jnp.concatenate([t / self.max_len, jnp.cos(angle), jnp.sin(angle)], axis=-1)  # PE(t), [n 1+2K]
+        for layer in self.layers[:-1]:
+            h = jnp.sin(self.frequency * layer(h))
+        h = self.layers[-1](h).reshape(n, self.directions, self.channels)
+        lags = t + jnp.arange(self.directions, dtype=jnp.float32)  # the anti-causal part starts at lag -1
+        window = jnp.exp(self.decay()[None, None, :] * lags[:, :, None]) + self.bias[...]  # [n k h]
+        return jnp.transpose(h * window, (1, 2, 0))
+
+
+@register("hyena")
+class Hyena(TokenMixer):
+    """The Hyena operator of order `order`, bidirectional: see the module docstring.
+
+    Args:
+      dim: model width d; num_heads: accepted for the contract; unused.
+      max_len: L, the longest sequence (the positional encoding's period).
+      order: N, the number of long convolutions and gates (2 in the paper).
+      short_kernel: the short depthwise convolution's length (3).
+      filter_features: K, the positional encoding's frequencies; filter_hidden: the filter MLP's width;
+      filter_frequency: the sine activation's frequency.
+      bidirectional: the anti-causal part of the filters (LRA); False gives the causal layer.
+    """
+
+    uses_attention_dropout = False
+    cost_exponent = 1.0
+
+    @classmethod
+    def causal_form(cls) -> str:
+        return "bidirectional=False"
+
+    @classmethod
+    def forward_flops(cls, batch, n, dim, num_heads, settings):
+        """The projections in ((N + 1) d) and out, the short convolution (a multiply-add per tap), the filter
+        MLP (per lag), the gates, and per order the FFT convolution: rfft of the input and the filter and irfft
+        over 2n points (`core.fft_flops`), and the product of the transforms (a complex multiply, 6 FLOPs)."""
+        order, tokens = settings["order"], batch * n
+        width = (order + 1) * dim
+        hidden, features = settings["filter_hidden"], settings["filter_features"]
+        directions = 2 if settings["bidirectional"] else 1
+        mlp = matmul_flops(n, 1 + 2 * features, hidden) + matmul_flops(n, hidden, hidden) + matmul_flops(
+            n, hidden, directions * order * dim)
+        convolution = order * (fft_flops(2 * n, 2 * batch * dim + dim, real=True) + 6 * batch * (n + 1) * dim)
+        return (matmul_flops(tokens, dim, width) + matmul_flops(tokens, dim, dim) + 2 * tokens * width *
+                settings["short_kernel"] + mlp + convolution + order * tokens * dim)
+
+    def __init__(self, dim: int, num_heads: int, *, order: int = 2, short_kernel: int = 3, filter_features: int = 8,
+                 filter_hidden: int = 64, filter_frequency: float = 1.0, bidirectional: bool = True,
+                 rngs: nnx.Rngs, **common):
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        if self.max_len is None:
+            raise ConfigError("hyena needs max_len (its filters' positional encoding has period max_len)")
+        if min(order, short_kernel, filter_features, filter_hidden) < 1:
+            raise ConfigError(f"hyena needs order, short_kernel, filter_features and filter_hidden >= 1, got "
+                              f"order={order}, short_kernel={short_kernel}, filter_features={filter_features}, "
+                              f"filter_hidden={filter_hidden}")
+        self.order, self.short_kernel, self.filter_features = order, short_kernel, filter_features
+        self.filter_hidden, self.filter_frequency, self.bidirectional = filter_hidden, filter_frequency, bidirectional
+        self.causal = not bidirectional
+        width = (order + 1) * dim
+        self.in_proj = nnx.Linear(dim, width, dtype=self.dtype, rngs=rngs)
+        bound = 1.0 / math.sqrt(short_kernel)
+        self.short_filter = nnx.Param(jax.random.uniform(rngs.params(), (short_kernel, width), minval=-bound,
+                                                         maxval=bound))
+        self.filters = ImplicitFilter(order * dim, 2 if bidirectional else 1, self.max_len, features=filter_features,
+                                      hidden=filter_hidden, frequency=filter_frequency, rngs=rngs)
+        self.out_proj = nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs)
+
+    def mix(self, x: Tokens, mask: TokenMask, convolve=fft_convolution) -> Float[Array, "b n d"]:
+        """z^{N+1} [b n d] in float32; `convolve` is the long convolution (`direct_convolution` in tests)."""
+        real = mask[..., None].astype(jnp.float32)
+        projections = causal_depthwise_conv(self.in_proj(x).astype(jnp.float32) * real, self.short_filter[...])
+        v, *gates = jnp.split(projections * real, self.order + 1, axis=-1)
+        filters = self.filters(x.shape[1]).reshape(-1, self.order, self.dim, x.shape[1])  # [k N d n]
+        z = v
+        for i, gate in enumerate(gates):
+            z = gate * convolve(z * real, filters[:, i])
+        return z
+
+    def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:
+        return zero_padding(self.out_proj(self.mix(x, mask).astype(x.dtype)), mask)
