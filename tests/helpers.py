@@ -7,6 +7,7 @@ conftest.py, which is never imported as a module.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from flax import nnx
 
 from lra_jax.attention import registry
@@ -36,6 +37,7 @@ SMALL = {
     "gla": dict(chunk=8, gate_rank=4),  # chunks of 8 over 24-32 tokens: the chunked form with several chunks
     "ssd": dict(state_size=4, expand=1, head_size=8, chunk=8),
     "hyena": dict(filter_features=4, filter_hidden=16),
+    "mega": dict(ema_dim=4, shared_dim=8, chunk=8),  # Mega-chunk: several chunks over 24-32 tokens
 }
 
 # float32 machine epsilon (2^-23): tolerances below are multiples of it, scaled to the
@@ -125,3 +127,22 @@ def tiny_config(cache_dir, name: str = "softmax", **settings):
     config.checkpoint_every = 6
     config.log_every = 3
     return config
+
+
+def slow_except(cases, keep) -> list:
+    """`cases` for `pytest.mark.parametrize` (or a fixture's params) split between the suite's two tiers:
+    a case in `keep` stays in the fast tier, `pytest -m "not slow"`, and so does a case of several
+    values (a tuple) whose first value is in `keep`; every other case is marked `slow` and runs only in
+    the full suite, `pytest`. A case that is already a `pytest.param` keeps its id and marks. (A tuple
+    is read as the values of several arguments: not for one argument whose values are tuples.)"""
+    out = []
+    for case in cases:
+        if isinstance(case, type(pytest.param())):
+            values, marks, id_ = case.values, list(case.marks), case.id
+        else:
+            values, marks, id_ = (case if isinstance(case, tuple) else (case,)), [], None
+        if values[0] in keep if len(values) == 1 else (values in keep or values[0] in keep):
+            out.append(case)
+        else:
+            out.append(pytest.param(*values, marks=[*marks, pytest.mark.slow], id=id_))
+    return out

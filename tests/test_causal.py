@@ -152,7 +152,7 @@ def test_a_causal_layer_runs_xla_and_says_why():
 def test_other_variants_refuse_causal_and_name_those_that_take_it(name):
     with pytest.raises(ConfigError, match=r"no causal form; causal layers are additive \(causal=True\), "
                                           r"gla \(bidirectional=False\), hyena \(bidirectional=False\), linear \(causal=True\), local \(causal=True\), "
-                                          r"lru \(bidirectional=False\), luong \(causal=True\), "
+                                          r"lru \(bidirectional=False\), luong \(causal=True\), mega \(bidirectional=False\), "
                                           r"s4d \(bidirectional=False\), s5 \(bidirectional=False\), "
                                           r"s6 \(bidirectional=False\), softmax \(causal=True\), ssd \(bidirectional=False\)"):
         build(name)
@@ -168,7 +168,8 @@ def causal_config(name="softmax", **attention):
 @pytest.mark.parametrize("name, attention", [("softmax", {}), ("additive", {}), ("s4d", {"bidirectional": False}),
                                              ("lru", {"bidirectional": False}), ("s5", {"bidirectional": False}),
                                              ("s6", {"bidirectional": False}), ("gla", {"bidirectional": False}),
-                                             ("ssd", {"bidirectional": False}), ("hyena", {"bidirectional": False})])
+                                             ("ssd", {"bidirectional": False}), ("hyena", {"bidirectional": False}),
+                                             ("mega", {"bidirectional": False})])
 def test_next_token_pretraining_is_accepted_for_causal_layers(name, attention):
     assert config_settings.from_config(causal_config(name, **attention)).pretrain.objective == "causal"
 

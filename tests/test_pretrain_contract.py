@@ -63,7 +63,7 @@ def test_masked_objective_respects_padding(name):
     assert float(long_loss) == pytest.approx(float(loss), rel=tol, abs=tol)
 
 
-@pytest.mark.parametrize("name, causal", [(name, dict(bidirectional=False)) for name in ("s4d", "lru", "s5", "s6", "gla", "ssd", "hyena")]
+@pytest.mark.parametrize("name, causal", [(name, dict(bidirectional=False)) for name in ("s4d", "lru", "s5", "s6", "gla", "ssd", "hyena", "mega")]
                          + [(name, dict(causal=True)) for name in causal_variants()])
 def test_a_causal_model_sees_no_later_token(name, causal):
     model = build_token_predictor(small_settings(name, **causal), vocab_size=VOCAB, rngs=nnx.Rngs(0))

@@ -10,6 +10,7 @@ from lra_jax.attention import (  # noqa: F401
     hyena,
     kernelized,
     lowrank,
+    mega,
     mixers,
     recurrent,
     selective,
