@@ -141,7 +141,7 @@ def slow_except(cases, keep) -> list:
             values, marks, id_ = case.values, list(case.marks), case.id
         else:
             values, marks, id_ = (case if isinstance(case, tuple) else (case,)), [], None
-        if values[0] in keep if len(values) == 1 else (values in keep or values[0] in keep):
+        if any(values[0] == k or (len(values) > 1 and values == k) for k in keep):
             out.append(case)
         else:
             out.append(pytest.param(*values, marks=[*marks, pytest.mark.slow], id=id_))

@@ -68,6 +68,7 @@ def build_from_file(tmp_path, **overrides):
     return config, build_model(config, vocab_size=20, num_classes=10, rngs=nnx.Rngs(0))
 
 
+@pytest.mark.slow
 def test_a_new_variant_runs_its_kernel_from_one_class_and_one_config_file(tempered_softmax, tmp_path):
     with kernels.target_platform("gpu", interpret=True):
         config, model = build_from_file(tmp_path)
@@ -88,6 +89,7 @@ def test_a_new_variant_runs_its_kernel_from_one_class_and_one_config_file(temper
                  1e-4, "the kernel against the variant's XLA form")
 
 
+@pytest.mark.slow
 def test_the_new_variant_meets_the_contract_on_its_kernel(tempered_softmax):
     """Padded outputs are zero and finite; real outputs ignore padding content and trailing padding;
     the kernel applies the attention dropout in training."""

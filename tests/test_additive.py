@@ -76,6 +76,7 @@ def test_chunked_logits_equal_unchunked(chunk):
     assert_close(np.asarray(grad), np.asarray(grad_full), GRAD_TOL)
 
 
+@pytest.mark.slow
 def test_additive_temp_memory_stays_far_below_the_full_tanh_tensor():
     n, dim = 2048, 64  # one head of width 64: the full tanh tensor is n * n * 64 floats = 1 GiB
 

@@ -12,7 +12,7 @@ import tempfile
 
 import orbax.checkpoint as ocp
 import pytest
-from helpers import child_xla_flags, tiny_config
+from helpers import child_xla_flags, slow_except, tiny_config
 
 from lra_jax.training import run_dir, trainer
 
@@ -43,7 +43,8 @@ def refused(done, workdir, expected: str) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("flag,expected", [
+# Each case starts `python -m lra_jax.train`: the fast tier keeps one.
+@pytest.mark.parametrize("flag,expected", slow_except([
     ("--config.optimizer.learning_rate=-0.01", "--config.optimizer.learning_rate=-0.01 is out of range: it must be > 0"),
     ("--config.num_train_steps=0", "--config.num_train_steps=0 is out of range: it must be an integer >= 1"),
     ("--config.eval_every=0", "--config.eval_every=0 is out of range: it must be an integer >= 1"),
@@ -51,13 +52,14 @@ def refused(done, workdir, expected: str) -> str:
     ("--config.grad_accum_steps=3", "--config.batch_size=32 is not a multiple of the 1 devices times grad_accum_steps 3"),
     ("--config.model.dropout_rate=1.0", "--config.model.dropout_rate=1.0 is out of range: it must be in [0, 1)"),
     ("--config.optimizer.schedule=linear", "--config.optimizer.schedule='linear' is out of range: it must be one of"),
-])
+], keep={"--config.num_train_steps=0"}))
 def test_a_bad_value_is_one_line_before_anything_is_built(flag, expected, tmp_path):
     done = train(MINI, flag, workdir=tmp_path / "run", cache=tmp_path / "cache")
     refused(done, tmp_path / "run", expected)
     assert not os.path.exists(tmp_path / "run") and not os.path.exists(tmp_path / "cache" / "listops")
 
 
+@pytest.mark.slow
 def test_a_workdir_that_is_a_file_or_under_one_is_one_line(tmp_path):
     (tmp_path / "file").write_text("x")
     refused(train(MINI, workdir=tmp_path / "file", cache=tmp_path / "cache"), tmp_path / "file",
@@ -66,6 +68,7 @@ def test_a_workdir_that_is_a_file_or_under_one_is_one_line(tmp_path):
             f"{tmp_path / 'file'} is a file, not a directory")
 
 
+@pytest.mark.slow
 def test_a_workdir_with_other_files_is_refused(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "thesis.tex").write_text("x")
@@ -90,6 +93,7 @@ def shared_dir():
 
 
 @pytest.mark.parametrize("kind", ["new", "empty", "run"])
+@pytest.mark.slow
 def test_an_unwritable_workdir_is_one_line_that_deletes_nothing(kind, shared_dir):
     """Run as user nobody: root passes every permission check, so chmod alone proves nothing as root."""
     workdir = os.path.join(shared_dir, "run")
@@ -106,6 +110,7 @@ def test_an_unwritable_workdir_is_one_line_that_deletes_nothing(kind, shared_dir
     assert (kind == "new") != os.path.isdir(os.path.join(workdir, "checkpoints"))
 
 
+@pytest.mark.slow
 def test_write_permission_lost_mid_run_is_one_line_and_keeps_the_checkpoints(tmp_path, data_cache, monkeypatch):
     """Orbax's second save fails as a refused write does (its status PERMISSION_DENIED). Simulated:
     as root no real permission is refused, and a filesystem with files open for writing cannot be
@@ -129,12 +134,14 @@ def test_write_permission_lost_mid_run_is_one_line_and_keeps_the_checkpoints(tmp
     assert not os.path.exists(os.path.join(workdir, "results.json"))
 
 
+@pytest.mark.slow
 def test_missing_listops_data_names_the_key_that_works(tmp_path):
     line = refused(train(MINI, "--config.data.data_dir=/nonexistent/listops", workdir=tmp_path / "run",
                          cache=tmp_path / "cache"), tmp_path / "run", "missing ListOps files")
     assert "--config.data.data_dir=<...>/lra_release/listops-1000" in line
 
 
+@pytest.mark.slow
 def test_a_damaged_listops_line_is_named_by_its_file_and_line(tmp_path):
     data = tmp_path / "listops"
     data.mkdir()

@@ -20,6 +20,7 @@ TINY = {"batch_size": 4, "steps": 5, "warmup": 1, "dtype": "float32", "scan_laye
         "seed": 0, "num_layers": 1, "num_heads": 2, "emb_dim": 16, "mlp_dim": 32, "protocol": False}
 
 
+@pytest.mark.slow
 def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeypatch):
     monkeypatch.setenv("LRA_JAX_CACHE", str(tmp_path / "cache"))  # the cells' compilation cache
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")  # cells compile in 3 s, not 10
@@ -141,6 +142,7 @@ def test_a_killed_benchmark_keeps_what_it_measured(tmp_path):
     assert [(r["variant"], r["length"]) for r in report["results"]] == [("softmax", 1024), ("softmax", 2048)]
 
 
+@pytest.mark.slow
 def test_a_crashed_or_timed_out_cell_is_recorded_and_the_report_written(tmp_path, monkeypatch):
     ok = {"status": "ok", "steps_per_second": 2.0, "examples_per_second": 8.0, "peak_memory_bytes": 1000}
     children = {  # what each variant's process does instead of measuring

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from helpers import assert_close, build_small, reassociation_tol, tiny_config
+from helpers import assert_close, build_small, reassociation_tol, slow_except, tiny_config
 from lra_jax import kernels
 from lra_jax.attention import kernelized, registry
 from lra_jax.attention.core import causal_variants
@@ -37,7 +37,7 @@ def test_the_causal_variants_are_those_with_a_weight_per_pair_a_causal_band_or_a
     assert CAUSAL == ["additive", "linear", "local", "luong", "softmax", "strided", "synthesizer", "taylor"]
 
 
-@pytest.mark.parametrize("name", CAUSAL)
+@pytest.mark.parametrize("name", slow_except(CAUSAL, keep={"softmax", "linear"}))
 def test_a_causal_layer_sees_no_later_position(name):
     model = build(name)
     x, mask = tokens(0), jnp.ones((2, N), bool)
@@ -48,6 +48,7 @@ def test_a_causal_layer_sees_no_later_position(name):
 
 
 @pytest.mark.parametrize("name", CAUSAL)
+@pytest.mark.slow
 def test_a_causal_layer_keeps_the_padding_contract(name):
     model = build(name)
     x = tokens(2)
@@ -117,6 +118,7 @@ def kernel_average_reference(phi_q, phi_k, v):
 
 
 @pytest.mark.parametrize("chunk", [1, 6, 20, 64])  # one position, a ragged last chunk, exact, all in one
+@pytest.mark.slow
 def test_causal_kernel_attention_is_the_prefix_average_in_any_chunking(chunk):
     rng = np.random.default_rng(5)
     phi_q, phi_k = (jnp.asarray(rng.uniform(0.0, 2.0, (2, N, HEADS, 5)), jnp.float32) for _ in range(2))

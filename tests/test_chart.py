@@ -133,6 +133,7 @@ def test_caption_says_how_points_were_chosen(grid, runs):
     assert "n = 1 to 2 seeds per task" in plain
 
 
+@pytest.mark.slow
 def test_error_bars_are_one_single_seed_score_std(runs, tmp_path):
     """A bar where every task has two seeds or more, in the bubble's colour (black for s4d); none with one seed."""
     for task in FIVE:
@@ -199,6 +200,7 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     assert "full scale (solid)" in svg and "scored on fewer tasks" in svg  # legend entries
 
 
+@pytest.mark.slow
 def test_state_space_reference_is_drawn_apart(tmp_path):
     """s4d is not attention: a labelled row and a diamond on our panel, its published score as a line."""
     root = tmp_path / "runs"
@@ -308,6 +310,7 @@ def test_crowded_labels_do_not_overlap_and_stay_inside_the_axes():
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_min_seeds_leaves_out_and_names_the_cells_of_a_sweep_still_running(tmp_path):
     root = tmp_path / "runs"
     for seed in range(3):
@@ -325,6 +328,7 @@ def test_min_seeds_leaves_out_and_names_the_cells_of_a_sweep_still_running(tmp_p
         chart(root / "listops-full", tmp_path / "out2", min_seeds=3)
 
 
+@pytest.mark.slow
 def test_a_modeled_panel_from_a_table2_compile_json(runs, tmp_path):
     """--modeled adds the TPU compiler's modeled speed as a middle panel, labelled modeled, its own bars."""
     bench = tmp_path / "bench.json"

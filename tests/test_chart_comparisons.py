@@ -67,6 +67,7 @@ def test_each_speed_is_divided_by_the_softmax_of_its_own_file_and_the_chart_says
                                "impl=auto runs it)"
 
 
+@pytest.mark.slow
 def test_the_bubble_says_it_is_xla_s_estimate_where_the_bench_measured_no_peak(runs, tmp_path):
     """A bench result with XLA's compiled estimate only (the committed H200 files): the bubble and the table call
     it an estimate, not a measured peak; a result recording a device peak ("peak_memory_source") is measured."""
@@ -107,6 +108,7 @@ def mixed_scales(tmp_path):
     return root, bench
 
 
+@pytest.mark.slow
 def test_full_scale_solid_mini_hollow_and_the_paper_on_the_same_axes(tmp_path):
     root, bench = mixed_scales(tmp_path)
     paths = chart(root, tmp_path / "out", bench=bench, length=4096)
@@ -133,6 +135,7 @@ def test_full_scale_solid_mini_hollow_and_the_paper_on_the_same_axes(tmp_path):
     assert 'id="paper-line-performer"' in svg and "paper-line-linear" not in svg  # no line across scales
 
 
+@pytest.mark.slow
 def test_no_two_labels_of_the_drawn_chart_overlap(tmp_path):
     """The whole chart from fixture inputs: ten variants crowded at nearly the same speed and score, both
     scales, the paper's points and a CPU panel; no two label boxes overlap on any panel."""
@@ -164,6 +167,7 @@ def test_no_two_labels_of_the_drawn_chart_overlap(tmp_path):
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scratch(tmp_path):
     """Runs whose results.json records a pretraining objective form their own cells: never selected against
     the runs from scratch, drawn at their own score with an arrow from scratch, their gain in the table."""
@@ -197,6 +201,7 @@ def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scra
         assert "self-pretrained" in f.read()  # the arrow's legend entry
 
 
+@pytest.mark.slow
 def test_every_panel_title_stays_inside_the_figure(tmp_path):
     """The lower panels (CPU and modeled, half the width each) name every series drawn in their titles, here
     both scales and the self-pretrained arm: the lines are broken so that none runs off the figure's edge."""
@@ -254,6 +259,7 @@ def test_the_full_scale_section_gives_each_task_its_table_with_device_precision_
     assert pathfinder.index("| softmax") < pathfinder.index("| linear"), "softmax first"
 
 
+@pytest.mark.slow
 def test_every_variant_has_a_colour_and_a_marker_of_its_own(tmp_path):
     """22 variants drawn from a 20-colour palette shared colours (synthesizer took additive's); now no two
     share a colour or a marker, none takes the paper's square or grey or the reference's diamond or black."""

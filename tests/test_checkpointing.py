@@ -42,11 +42,13 @@ def finished(tmp_path_factory, data_cache):
     return config, workdir
 
 
+@pytest.mark.slow
 def test_the_last_two_checkpoints_are_kept(finished):
     _, workdir = finished
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints", "last"))) == ["12", "8"]
 
 
+@pytest.mark.slow
 def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_exactly(finished, tmp_path, capfd):
     config, undisturbed = finished
     workdir = str(tmp_path / "run")
@@ -72,6 +74,7 @@ def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_exactly(
         assert resumed[key] == expected[key], key
 
 
+@pytest.mark.slow
 def test_when_no_checkpoint_restores_the_run_stops_with_one_line_and_moves_nothing(finished, tmp_path, capfd):
     config, undisturbed = finished
     workdir = str(tmp_path / "run")
@@ -92,6 +95,7 @@ def test_when_no_checkpoint_restores_the_run_stops_with_one_line_and_moves_nothi
     assert "Traceback" not in capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_damaged_results_json_is_reported_and_the_run_ends_again(finished, tmp_path, capfd):
     config, undisturbed = finished
     workdir = str(tmp_path / "run")
@@ -112,6 +116,7 @@ def test_a_damaged_results_json_is_reported_and_the_run_ends_again(finished, tmp
     assert lines(workdir) == lines(undisturbed)  # the test line is written once, not twice
 
 
+@pytest.mark.slow
 def test_a_truncated_metrics_file_keeps_its_whole_lines_and_the_original(finished, tmp_path, capfd):
     config, undisturbed = finished
     workdir = str(tmp_path / "run")
@@ -133,6 +138,7 @@ def test_a_truncated_metrics_file_keeps_its_whole_lines_and_the_original(finishe
     assert lines(workdir) == lines(undisturbed)
 
 
+@pytest.mark.slow
 def test_a_damaged_best_checkpoint_stops_the_run_with_one_line(finished, tmp_path, capfd):
     config, undisturbed = finished
     workdir = str(tmp_path / "run")

@@ -32,6 +32,7 @@ def train(*flags, tmp_path):
      "missing ListOps files: /nonexistent/listops/basic_train.tsv.*lra_release.gz"),
     (["--config=configs/linformer.py:listops,mini", "--json"], "--json goes with --estimate"),
 ])
+@pytest.mark.slow
 def test_bad_input_gets_one_clear_line_and_a_nonzero_exit(flags, expected, tmp_path):
     done = train(*flags, tmp_path=tmp_path)
     assert done.returncode != 0
@@ -40,6 +41,7 @@ def test_bad_input_gets_one_clear_line_and_a_nonzero_exit(flags, expected, tmp_p
     assert len(errors) == 1 and re.search(expected, errors[0]), done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_config_path_given_from_another_directory_names_the_repository_file(tmp_path):
     env = dict(os.environ, LRA_JAX_CACHE=str(tmp_path / "cache"), JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
@@ -92,6 +94,7 @@ def test_every_console_script_is_in_the_readme_command_table():
     assert not missing, f"console scripts missing from the README's command table: {missing}"
 
 
+@pytest.mark.slow
 def test_a_short_run_exits_zero_and_a_rerun_finishes_at_once(tmp_path):
     """Exit status 0 after training and after the rerun that finds the run finished."""
     first = train(*SMALL, tmp_path=tmp_path)
@@ -112,6 +115,7 @@ FULL_SCALE_SHRUNK = [
     "--config.data.generator.max_length=48"]
 
 
+@pytest.mark.slow
 def test_full_scale_on_a_cpu_warns_before_the_data_and_once_more_with_the_projected_time(tmp_path):
     """Not refused: one warning naming the alternatives before the ListOps trees are generated, and one
     with the time the steps left take once the first steps are timed."""
@@ -128,6 +132,7 @@ def test_full_scale_on_a_cpu_warns_before_the_data_and_once_more_with_the_projec
     assert "test accuracy" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_diverging_run_exits_3_with_one_line_naming_the_step(tmp_path):
     done = train(*SMALL, "--config.optimizer.learning_rate=1e6", tmp_path=tmp_path)
     assert done.returncode == 3, done.stderr[-2000:]
@@ -153,6 +158,7 @@ def test_the_gpu_check_benches_every_variant_with_a_triton_kernel():
     ("--config.model.num_heads=3", "--config.model.num_heads=3 is out of range: it must be a divisor of "
                                    "model.emb_dim=64"),
 ])
+@pytest.mark.slow
 def test_a_bad_seed_or_head_count_is_one_line_naming_the_key(override, says, tmp_path):
     done = train(*SMALL, override, tmp_path=tmp_path)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
@@ -160,6 +166,7 @@ def test_a_bad_seed_or_head_count_is_one_line_naming_the_key(override, says, tmp
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_an_empty_test_split_is_refused_before_training(tmp_path):
     data = tmp_path / "listops"
     data.mkdir()

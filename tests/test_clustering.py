@@ -77,6 +77,7 @@ def test_one_cluster_holding_every_token_is_softmax_forward_and_gradient(n=9):
 
 
 @pytest.mark.parametrize("n, clusters, window", [(12, 3, 4), (13, 2, 5), (10, 4, 4)])
+@pytest.mark.slow
 def test_small_clusters_match_a_dense_cluster_reference(n, clusters, window):
     q, k, v, mask = qkv_and_mask(n, [n, n - 4, 2], HEADS, HEAD_DIM, seed=n + clusters)
     layer = routing(clusters, window)
@@ -100,6 +101,7 @@ def numpy_ema(centroids, q, k, mask, decay):
     return new
 
 
+@pytest.mark.slow
 def test_training_moves_centroids_by_the_ema_of_real_tokens_only():
     q, k, v, mask = qkv_and_mask(6, [6, 3], HEADS, HEAD_DIM, seed=4)
     layer = routing(3, 2, decay=0.9)
@@ -126,6 +128,7 @@ def test_training_moves_centroids_by_the_ema_of_real_tokens_only():
     assert_close(np.asarray(layer2.centroids[...]), after, TOL)
 
 
+@pytest.mark.slow
 def test_a_trainer_style_jit_step_carries_the_updated_centroids():
     """As steps.make_train_step: split, merge inside jax.jit, split the non-Param state back out."""
     x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 10, HEADS * HEAD_DIM)), jnp.float32)
@@ -166,6 +169,7 @@ def layer_centroids(model):
     return np.asarray(blocks.attention.centroids[...])
 
 
+@pytest.mark.slow
 def test_scanned_encoder_training_step_updates_every_layers_centroids():
     """A jitted value_and_grad step that merges the model (as the trainer does) carries new centroids
     out of the encoder's lax.scan over layers (the Python loop of layers is covered by
@@ -193,6 +197,7 @@ def test_scanned_encoder_training_step_updates_every_layers_centroids():
     assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
 
 
+@pytest.mark.slow
 def test_the_trainers_step_carries_centroids():
     model, tokens = small_model(scan_layers=False)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)

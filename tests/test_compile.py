@@ -425,6 +425,7 @@ def mini(variant: str, task: str = "listops"):
 
 @pytest.mark.parametrize("name, kernel", [("tpu-v5e:1x1", "pallas-mosaic-splash"), ("h100", "pallas-triton")])
 @pytest.mark.parametrize("variant", ["softmax", "performer", "local"])
+@pytest.mark.slow
 def test_mini_train_steps_compile_with_their_kernels_and_fit(variant, name, kernel):
     target = target_or_skip(name)
     (row,) = compile_step.compile_config(variant, "listops", mini(variant), target, modes=("train",))
@@ -439,6 +440,7 @@ def test_mini_train_steps_compile_with_their_kernels_and_fit(variant, name, kern
         assert row.modeled_seconds > 0
 
 
+@pytest.mark.slow
 def test_a_step_on_our_mosaic_kernel_counts_it_and_gets_a_roofline():
     """With attention dropout, mini softmax trains on our Mosaic flash kernel, whose calls carry their cost
     estimates: the FLOPs are complete (mini layers are unrolled), and the row has a roofline time where
@@ -456,6 +458,7 @@ def test_a_step_on_our_mosaic_kernel_counts_it_and_gets_a_roofline():
     assert row.roofline_seconds > 0
 
 
+@pytest.mark.slow
 def test_splash_eval_step_compiles_on_a_four_chip_slice():
     """jit cannot partition a Mosaic call over several chips; the kernel runs per chip (`kernels.sharding`)."""
     target = target_or_skip("tpu-v5e:2x2")
@@ -464,6 +467,7 @@ def test_splash_eval_step_compiles_on_a_four_chip_slice():
 
 
 @pytest.mark.parametrize("name", ["tpu-v5e:1x1", "h100"])
+@pytest.mark.slow
 def test_a_full_scale_train_step_compiles_and_fits(name):
     """Full-scale Image (1,024 tokens, batch 256) with Linformer (no kernel), on one chip: over the
     4-chip slice the same compile takes three times as long (143 s against 50 s here), and slices of
@@ -481,6 +485,7 @@ def test_a_full_scale_train_step_compiles_and_fits(name):
         assert row.modeled_note.startswith("not modeled")
 
 
+@pytest.mark.slow
 def test_fit_planning_finds_the_batch_that_fits_and_compiles_it():
     """An H100 with its memory cut below the mini eval step's (so below the train step's too): one
     accumulation makes both fit, the eval step running in the train step's micro-batches."""

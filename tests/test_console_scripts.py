@@ -10,6 +10,8 @@ import subprocess
 import sys
 import tomllib
 
+import pytest
+
 from lra_jax.config import paths as config_paths
 
 
@@ -30,6 +32,7 @@ def test_console_scripts_name_the_commands():
             f"{script}: `python -m {module}` should run {function}() too"
 
 
+@pytest.mark.slow
 def test_a_console_script_entry_runs_the_command(tmp_path):
     code = ("import sys; sys.argv = ['lra-sweep', '--variants=nonesuch', '--dry_run'];"
             "from lra_jax.tools.sweep import cli; cli()")

@@ -85,6 +85,7 @@ def fill_the_disk_after_the_first_save(monkeypatch, disk: str, remount) -> None:
     monkeypatch.setattr(checkpointing.Checkpoints, "save_last", save_then_fill_the_disk)
 
 
+@pytest.mark.slow
 def test_a_save_that_would_not_fit_stops_before_writing_and_the_run_resumes_exactly(
         undisturbed, small_disk, capfd, monkeypatch):
     config, expected = undisturbed
@@ -104,6 +105,7 @@ def test_a_save_that_would_not_fit_stops_before_writing_and_the_run_resumes_exac
         assert results["test_accuracy"] == json.load(f)["test_accuracy"]
 
 
+@pytest.mark.slow
 def test_a_save_that_fails_for_lack_of_space_leaves_no_debris_and_the_run_resumes_exactly(
         undisturbed, small_disk, capfd, monkeypatch):
     config, expected = undisturbed
@@ -158,6 +160,7 @@ def test_a_writer_thread_still_running_when_the_save_fails_leaves_no_debris(tmp_
     assert os.listdir(where) == []
 
 
+@pytest.mark.slow
 def test_a_writer_thread_that_reraises_its_failure_from_join_is_waited_for_quietly(tmp_path, monkeypatch):
     """Orbax's writer threads re-raise their own error from `join` (seen under load on the newest
     stack: the RESOURCE_EXHAUSTED of a best checkpoint's write escaped through the cleanup's wait

@@ -37,6 +37,7 @@ def run_train(flags, workdir, cache, devices=1, timeout=240, **env):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_two_device_run_validates_saves_and_tests_without_deadlock(tmp_path):
     # Used to abort in XLA's collective rendezvous (exit 134) when evaluation queued every eval step.
     done = run_train(MULTI_DEVICE, tmp_path / "run", tmp_path / "cache", devices=2)
@@ -122,6 +123,7 @@ def last_state(workdir):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_two_processes_match_one_process_on_two_devices_and_resume_after_sigterm(tmp_path):
     cache = tmp_path / "cache"
     workdir = tmp_path / "two"
@@ -192,6 +194,7 @@ def test_settings_from_flags_win_over_the_environment(monkeypatch):
     assert distributed.explicit_settings(None, None, None) is None  # detect the cluster
 
 
+@pytest.mark.slow
 def test_a_partial_setting_on_the_command_line_is_one_line(tmp_path):
     done = run_train(["--config=configs/linformer.py:listops,mini", "--distributed"], tmp_path / "run",
                      tmp_path / "cache", timeout=120, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID="0")

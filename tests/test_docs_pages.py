@@ -38,6 +38,7 @@ def check(root) -> subprocess.CompletedProcess:
                           env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO})
 
 
+@pytest.mark.slow
 def test_check_fails_on_a_hand_edited_page(tmp_path):
     root = _copy(tmp_path)
     assert check(root).returncode == 0

@@ -32,6 +32,7 @@ def test_the_readme_shows_the_library_in_python():
 
 
 @pytest.mark.parametrize("document,code", python_blocks(), ids=lambda value: value[:40] if "\n" in value else value)
+@pytest.mark.slow
 def test_a_documented_program_runs(document, code, tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))

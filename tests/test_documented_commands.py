@@ -93,7 +93,10 @@ def test_the_documents_show_commands():
     assert any(c.startswith("python -m lra_jax.train") for _, c in COMMANDS)
 
 
-@pytest.mark.parametrize("document,command", COMMANDS, ids=[f"{d}:{c[:60]}" for d, c in COMMANDS])
+# A command that starts a module is checked against its `--help`, a process of its own: the slow tier.
+@pytest.mark.parametrize("document,command", [
+    pytest.param(d, c, marks=pytest.mark.slow) if any(m != "pytest" for m, _ in python_invocations(c)) else (d, c)
+    for d, c in COMMANDS], ids=[f"{d}:{c[:60]}" for d, c in COMMANDS])
 def test_command_names_what_exists(document, command):
     """Modules, flags, repository paths and pip extras named by the command exist."""
     for module, args in python_invocations(command):
@@ -134,6 +137,7 @@ def test_some_commands_run():
 
 
 @pytest.mark.parametrize("document,command,module,args", RUNNABLE, ids=[f"{d}:{c[:60]}" for d, c, _, _ in RUNNABLE])
+@pytest.mark.slow
 def test_command_runs_at_tiny_scale(document, command, module, args, tmp_path):
     """Sweeps print their plan (`--dry_run`, under a fresh root); mini training runs train a few steps on a
     few generated examples in a fresh workdir; the checks run as documented."""
@@ -146,6 +150,7 @@ def test_command_runs_at_tiny_scale(document, command, module, args, tmp_path):
     assert result.returncode == 0, f"{document}: `{command}` exited {result.returncode}: {result.stderr[-2000:]}"
 
 
+@pytest.mark.slow
 def test_pytest_commands_collect():
     """Every documented pytest invocation's options are pytest's (it collects one test file)."""
     for document, command in COMMANDS:
@@ -180,6 +185,7 @@ def test_the_docs_build_strictly(tmp_path):
         assert not noise, f"`{command}` prints more than mkdocs' log: {noise[:12]}"
 
 
+@pytest.mark.slow
 def test_the_flag_check_tells_real_flags_from_others():
     """The flag lists the checks read hold a module's flags and not others (absl and argparse forms)."""
     sweep, fits = module_flags("lra_jax.tools.sweep"), module_flags("lra_jax.tools.fits")

@@ -28,6 +28,7 @@ def agreement(rate: float) -> float:
     return (1 - rate) ** 2 + rate**2
 
 
+@pytest.mark.slow
 def test_mask_of_any_shape_is_the_kernels_mask_on_attention_weights():
     probs = jnp.asarray(np.random.default_rng(0).random((2, 3, 40, 24)), jnp.float32)
     np.testing.assert_array_equal(np.asarray(counter_mask.drop(probs, SEED, 0.3)),
@@ -84,6 +85,7 @@ def test_layer_is_keyed_by_its_rngs_and_draws_a_new_mask_per_call():
         Dropout(1.0)
 
 
+@pytest.mark.slow
 def test_layer_is_unbiased_over_keys():
     """E[dropout(x)] = x: the mean over 400 keys is within 5 standard errors of x, entry by entry."""
     x = jnp.asarray(np.random.default_rng(1).standard_normal((2, 8, 16)), jnp.float32)
@@ -112,6 +114,7 @@ def with_random_bilinear(layer):
 @pytest.mark.parametrize("interpret", [True, pytest.param(False, id="compiled", marks=pytest.mark.skipif(
     not kernels.pallas_available(), reason="the compiled Triton kernel needs a GPU"))])
 @pytest.mark.parametrize("name", ["softmax", "luong", "synthesizer"])
+@pytest.mark.slow
 def test_xla_attention_drops_the_weights_the_triton_kernel_drops(name, interpret):
     """Same layer, same rngs: impl="xla" and the Triton flash kernel (interpreted here, compiled on a
     GPU) agree in training, so the two paths draw one mask. A different mask would move outputs by

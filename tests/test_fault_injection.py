@@ -11,8 +11,12 @@ import sys
 import jax
 import killed_training
 import numpy as np
+import pytest
 
 from lra_jax.training import trainer
+
+# Four training processes, three of them killed: the slow tier.
+pytestmark = pytest.mark.slow
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = 27

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from lra_jax.experiments.choices import config_files
 from lra_jax.tools import fits
 
@@ -111,6 +113,7 @@ def test_the_summary_names_its_columns_in_words_and_says_what_a_partial_row_mean
         assert word in legend
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_early_ends_the_command_without_a_traceback():
     """`python -m lra_jax.tools.fits | head -1` on the committed JSONs: head reads one line and exits."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

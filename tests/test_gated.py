@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from helpers import assert_close, reassociation_tol
+from helpers import assert_close, reassociation_tol, slow_except
 from lra_jax.attention import gated, registry, selective
 from lra_jax.errors import ConfigError
 
@@ -26,7 +26,7 @@ def gla_inputs(n=N, dk=4, dv=6):
 
 
 @pytest.mark.parametrize("strict", [False, True])
-@pytest.mark.parametrize("chunk", [1, 4, 8, 24])
+@pytest.mark.parametrize("chunk", slow_except([1, 4, 8, 24], keep={4}))
 def test_the_chunked_form_is_the_recurrence(chunk, strict):
     q, k, v, log_g = gla_inputs()
     chunked = gated.chunked_gla(q, k, v, log_g, chunk=chunk, strict=strict)
@@ -47,6 +47,7 @@ def test_the_unrolled_sum_is_the_recurrence():
                  reassociation_tol(40, depth=3))
 
 
+@pytest.mark.slow
 def test_the_bidirectional_form_adds_the_strict_backward_sum():
     q, k, v, log_g = gla_inputs(n=10)
     both = gated.bidirectional_gla(q, k, v, log_g, chunk=4, bidirectional=True)
@@ -62,6 +63,7 @@ def test_the_bidirectional_form_adds_the_strict_backward_sum():
 @pytest.mark.parametrize("name, settings", [("gla", dict(chunk=5, gate_rank=4)),
                                             ("ssd", dict(state_size=4, head_size=8, chunk=5)),
                                             ("ssd", dict(state_size=4, head_size=8, chunk=7, bidirectional=False))])
+@pytest.mark.slow
 def test_the_layers_compute_the_same_in_either_form(name, settings):
     layer = registry.build(name, dim=DIM, num_heads=2, rngs=nnx.Rngs(0), **settings)
     x = heads(4, (2, N, DIM))
@@ -69,6 +71,7 @@ def test_the_layers_compute_the_same_in_either_form(name, settings):
     assert_close(layer.mix(x, mask), layer.mix(x, mask, form=gated.recurrent_gla), reassociation_tol(N * 8, depth=6))
 
 
+@pytest.mark.slow
 def test_ssd_is_mamba2s_scalar_decay_recurrence():
     """S_t = exp(Δ_t A_h) S_{t-1} + B_tᵀ (Δ_t x_t), y_t = C_t S_t + D_h x_t per head, step by step in float64."""
     layer = registry.build("ssd", dim=DIM, num_heads=2, rngs=nnx.Rngs(0), state_size=4, head_size=8, chunk=5,
@@ -94,6 +97,7 @@ def test_ssd_is_mamba2s_scalar_decay_recurrence():
 
 
 @pytest.mark.parametrize("name, settings", [("gla", dict(chunk=8, gate_rank=4)), ("ssd", dict(head_size=8, chunk=8))])
+@pytest.mark.slow
 def test_the_causal_form_never_looks_ahead_and_the_bidirectional_does(name, settings):
     mask = jnp.ones((2, N), bool)
     u = heads(6, (2, N, DIM))

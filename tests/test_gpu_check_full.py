@@ -62,6 +62,7 @@ def metric_lines(workdir) -> list[dict]:
 @pytest.mark.one_stack("newest")  # the device machine runs the newest jax; the stage is one process tree
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
                     reason="the stage is a bash script run under coreutils' timeout")
+@pytest.mark.slow
 def test_the_stage_at_mini_scale_makes_data_checks_shares_a_device_stops_in_time_packs_and_resumes_elsewhere(tmp_path):
     root = tmp_path / "root"
     # ListOps alone first, to its end (no time box is reached): data, its check, its runs
@@ -180,6 +181,7 @@ def test_the_best_runs_per_device_is_the_fewest_within_three_percent_of_the_most
     assert device_sharing.best({1: 100.0, 2: 140.0, 4: 120.0}) == 2
 
 
+@pytest.mark.slow
 def test_the_probe_times_processes_sharing_a_core_and_the_stage_reads_its_best(tmp_path, monkeypatch):
     monkeypatch.setenv("LRA_JAX_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("XLA_FLAGS", FAST_COMPILE)

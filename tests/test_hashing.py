@@ -126,6 +126,7 @@ def dense_lsh_reference(q, v, mask, rotations, num_buckets, chunk, mask_self=Tru
         (9, 16, 4, 2, True),  # one chunk: buckets alone restrict
     ],
 )
+@pytest.mark.slow
 def test_chunked_lsh_matches_a_dense_reference_of_its_pattern(n, chunk, num_buckets, num_hashes, dedup):
     q, v, mask = qv_and_mask(n, [n, n - 4, 2, 1], seed=n + chunk)
     layer = reformer(chunk_size=chunk, num_buckets=num_buckets, num_hashes=num_hashes, dedup=dedup, seed=n)
@@ -141,6 +142,7 @@ def test_chunked_lsh_matches_a_dense_reference_of_its_pattern(n, chunk, num_buck
     assert np.abs(out - full).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_padding_sorted_last_keeps_real_chunks_whatever_the_padding():
     """Real outputs do not change with padded content nor with appended padding (4 buckets, 3 rounds)."""
     n, extra = 20, 13
@@ -156,6 +158,7 @@ def test_padding_sorted_last_keeps_real_chunks_whatever_the_padding():
 # --- self-masking ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_token_attends_to_itself_only_when_alone():
     n = 8
     u = np.random.default_rng(3).standard_normal(HEAD_DIM).astype(np.float32)
@@ -175,6 +178,7 @@ def test_a_token_attends_to_itself_only_when_alone():
 # --- randomness -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_evaluation_hashes_come_from_the_init_key_and_training_hashes_from_the_call_key():
     n = 24
     q, v, mask = qv_and_mask(n, [n, 17], seed=2)

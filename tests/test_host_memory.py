@@ -36,6 +36,7 @@ def _faults_per_step(tunables: str) -> float:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables: Linux only")
+@pytest.mark.slow
 def test_with_freed_memory_kept_a_cpu_step_faults_almost_no_pages_in():
     default = _faults_per_step("")
     if default < 1000:
@@ -82,6 +83,7 @@ print(before, resident())
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables and malloc_trim: Linux only")
+@pytest.mark.slow
 def test_release_freed_right_after_a_step_returns_its_temporaries():
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
            "GLIBC_TUNABLES": host_memory.tunables("", huge_pages=False, keep_freed=True)}

@@ -61,6 +61,7 @@ print("kernels ran per device")
 """
 
 
+@pytest.mark.slow
 def test_kernel_calls_run_per_device_under_a_four_device_mesh():
     env = dict(os.environ, XLA_FLAGS=child_xla_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", FOUR_DEVICES], cwd=os.path.join(REPO, "tests"), env=env,
@@ -76,6 +77,7 @@ def test_without_a_mesh_the_kernel_is_called_as_it_is():
     assert calls == [(4, 2)]
 
 
+@pytest.mark.slow
 def test_splash_compiles_on_a_four_chip_tpu_slice():
     """XLA refuses to partition a Mosaic call; per device, the slice compiles it."""
     reason = accelerators.available()["tpu"]
@@ -96,6 +98,7 @@ def test_splash_compiles_on_a_four_chip_tpu_slice():
     assert "tpu_custom_call" in compiled.as_text()
 
 
+@pytest.mark.slow
 def test_the_triton_kernel_compiles_per_gpu_on_a_two_gpu_host():
     """XLA:GPU accepts a Triton call over several GPUs but gathers the batch onto each; per device,
     no all-gather is left in the compiled module."""

@@ -67,6 +67,7 @@ def test_performer_approaches_softmax_as_features_grow():
     assert errors[16] > 2 * errors[4096], errors
 
 
+@pytest.mark.slow
 def test_positive_random_features_are_unbiased_for_the_softmax_kernel():
     d, m, draws = D, 64, 1000
     q, k = 0.5 * normal(1, (2, 1, 4, 1, d))
@@ -85,6 +86,7 @@ def test_positive_random_features_are_unbiased_for_the_softmax_kernel():
     np.testing.assert_allclose(np.asarray(mean), np.asarray(exact), rtol=0.05)
 
 
+@pytest.mark.slow
 def test_random_feature_rows_are_orthogonal_within_each_block():
     d, m = D, 40  # blocks of 16, 16 and a truncated block of 8 rows
     w = np.asarray(orthogonal_random_features(jax.random.key(3), m, d), np.float64)
@@ -104,6 +106,7 @@ def test_random_feature_rows_are_orthogonal_within_each_block():
     np.testing.assert_allclose((big**2).sum(axis=1).mean(), d, rtol=0.05)
 
 
+@pytest.mark.slow
 def test_extreme_padded_keys_do_not_disturb_performer():
     q, k, v, mask = qkv()
     w = orthogonal_random_features(jax.random.key(5), 64, D)
@@ -125,6 +128,7 @@ def test_extreme_padded_keys_do_not_disturb_performer():
     np.testing.assert_array_equal(np.asarray(grads[1])[~real], 0.0)  # padded keys get no gradient
 
 
+@pytest.mark.slow
 def test_performer_stabilisers_cancel_in_values_and_gradients():
     """favor_attention == the unstabilised estimate, written densely (n x n) here, with its gradients."""
     q, k, v, mask = qkv(seed=2)
@@ -169,6 +173,7 @@ def favor_estimator_float64(q, k, v, mask, w):
 
 
 @pytest.mark.parametrize("std", [0.5, 2.0, 8.0])
+@pytest.mark.slow
 def test_performer_is_the_favor_estimator_at_any_norm(std):
     """No bias as |q|, |k| grow: the only error is float32 round-off of the exponents, which is
     eps32 x |log-feature| relative (measured: 0.06-0.14 of that bound at std 0.5-16; an epsilon
@@ -208,6 +213,7 @@ def test_performer_features_are_non_trainable_state_from_the_init_key():
     assert np.abs(np.asarray(other) - np.asarray(same)).max() > 0.1
 
 
+@pytest.mark.slow
 def test_redraw_draws_fresh_features_in_training_only():
     x = normal(0, (2, 12, 32))
     mask = jnp.arange(12)[None, :] < jnp.array([9, 12])[:, None]
@@ -235,6 +241,7 @@ def test_redraw_draws_fresh_features_in_training_only():
 # ----------------------------------------------------------------------- Linear Transformer
 
 
+@pytest.mark.slow
 def test_linear_attention_equals_a_dense_reference():
     q, k, v, mask = qkv(seed=4, scale=1.0)
     mask = mask.at[1, 20:].set(False).at[1, 3].set(False)  # a hole inside a row too
@@ -263,6 +270,7 @@ def dense_taylor(q, k, v, mask, scale):
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.3])
+@pytest.mark.slow
 def test_taylor_equals_its_dense_quadratic_form(scale):
     q, k, v, mask = map(jnp.asarray, qkv_and_mask(N, [N - 9, N], H, D, seed=8))
     mask = mask.at[1, 5].set(False)  # a hole inside a row too

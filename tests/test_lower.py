@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import slow_except
 
 from lra_jax import kernels
 from lra_jax.experiments import lowering
@@ -50,7 +51,7 @@ CASES = [(name, p) for name in KERNELS for p in ("cuda", "tpu")
          if not (p == "tpu" and (name == "linear" or (name.endswith("-dropout") and name != "flash-dropout")))]
 
 
-@pytest.mark.parametrize("name,platform", CASES)
+@pytest.mark.parametrize("name,platform", slow_except(CASES, keep={("flash", "cuda"), ("flash", "tpu")}))
 def test_kernel_forward_and_backward_lower(name, platform):
     fn = KERNELS[name]
     qkv = jax.ShapeDtypeStruct((B, N, H, D), jnp.bfloat16)
@@ -66,6 +67,7 @@ def test_kernel_forward_and_backward_lower(name, platform):
 
 
 @pytest.mark.parametrize("variant", ["softmax", "local", "bigbird", "performer"])
+@pytest.mark.slow
 def test_full_scale_pathx_train_step_lowers_for_gpu_and_tpu(variant):
     """Path-X at 16,384 tokens, its config's dtype; attention dropout 0 so the train step runs the kernel."""
     module = config_files()[variant]
@@ -79,6 +81,7 @@ def test_full_scale_pathx_train_step_lowers_for_gpu_and_tpu(variant):
         assert described.startswith(f"encoder/blocks/attention={kernel}"), (platform, described)
 
 
+@pytest.mark.slow
 def test_attention_dropout_trains_with_the_triton_kernel_and_on_tpu_with_our_mosaic_kernel():
     config = lowering.load_config(config_files()["local"], "pathx", "mini")
     config.model.attention_dropout_rate = 0.1
@@ -99,6 +102,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys):
     assert capsys.readouterr().err.startswith("error: softmax's config: unknown config key --config.attention.mode")
 
 
+@pytest.mark.slow
 def test_a_config_override_reaches_the_lowered_step(capsys):
     """synthesizer's random mode (a learned n x n matrix) has no kernel: --config.attention.mode=random
     takes its cuda step from the Triton kernel (the dense mode's) to XLA."""
@@ -108,6 +112,7 @@ def test_a_config_override_reaches_the_lowered_step(capsys):
     assert kernels.TRITON in dense and kernels.TRITON not in random and "xla" in random
 
 
+@pytest.mark.slow
 def test_command_prints_a_row_per_combination_and_exits_0(capsys):
     assert lower.main(["--platforms=cuda,tpu", "--variants=linformer", "--tasks=retrieval", "--scale=mini"]) == 0
     rows = capsys.readouterr().out.strip().splitlines()

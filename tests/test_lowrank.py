@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from helpers import assert_close, qkv_and_mask, real, reassociation_tol, x_and_mask
+from helpers import assert_close, qkv_and_mask, real, reassociation_tol, slow_except, x_and_mask
 from lra_jax.attention import registry
 from lra_jax.attention.lowrank import iterative_pinv, segment_means
 from lra_jax.attention.softmax import softmax_attention
@@ -29,7 +29,7 @@ def apply(model, x, mask):
     return jax.jit(lambda x, mask: model(x, mask, deterministic=True))(x, mask)
 
 
-@pytest.mark.parametrize("share_kv", [False, True])
+@pytest.mark.parametrize("share_kv", slow_except([False, True], keep={False}))
 def test_identity_projections_with_k_equal_n_are_full_attention(share_kv):
     n = 8
     layer = linformer(max_len=n, k=n, share_kv=share_kv)
@@ -47,6 +47,7 @@ def test_identity_projections_with_k_equal_n_are_full_attention(share_kv):
     assert_close(np.asarray(apply(layer, x, mask)), np.asarray(apply(full, x, mask)), TOL)
 
 
+@pytest.mark.slow
 def test_random_projections_differ_from_full_attention():
     n = 8
     layer = linformer(max_len=n, k=4)
@@ -56,6 +57,7 @@ def test_random_projections_differ_from_full_attention():
 
 
 @pytest.mark.parametrize("share_kv", [False, True])
+@pytest.mark.slow
 def test_appended_padding_and_padded_content_change_nothing(share_kv):
     n, extra = 10, 14
     layer = linformer(max_len=n + extra + 8, k=6, share_kv=share_kv)
@@ -121,6 +123,7 @@ def test_nystromformer_with_one_token_per_landmark_is_full_attention():
     assert 1e-3 < max_error(6) < 0.1
 
 
+@pytest.mark.slow
 def test_iterative_pinv_matches_numpy_and_fewer_landmarks_differ_from_softmax():
     rng = np.random.default_rng(2)
     a = jax.nn.softmax(jnp.asarray(rng.standard_normal((3, 6, 6)), jnp.float32), axis=-1)
@@ -135,6 +138,7 @@ def test_iterative_pinv_matches_numpy_and_fewer_landmarks_differ_from_softmax():
     assert np.abs(np.asarray(out) - np.asarray(softmax_attention(q, k, v, mask))).max() > 1e-2
 
 
+@pytest.mark.slow
 def test_landmarks_are_means_over_fixed_segments_of_real_tokens():
     x = jnp.asarray(np.arange(1.0, 11.0, dtype=np.float32).reshape(1, 10, 1, 1))
     mask = jnp.asarray(np.arange(10)[None, :] < 5)  # segments of 3: {1,2,3}, {4,5 | pad}, {pad}, {pad}
@@ -145,6 +149,7 @@ def test_landmarks_are_means_over_fixed_segments_of_real_tokens():
     assert nystromformer(32, 8).segment == 4
 
 
+@pytest.mark.slow
 def test_nystromformer_value_convolution_ignores_padding():
     n = 16
     layer = nystromformer(n + 8, 6, conv_kernel=5)

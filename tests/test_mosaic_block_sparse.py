@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_close, build_small, reassociation_tol
+from helpers import assert_close, build_small, reassociation_tol, slow_except
 
 from lra_jax import kernels
 from lra_jax.kernels import masking
@@ -48,6 +48,7 @@ def _call(q, k, v, mask, pattern, rate, impl):
     ("window", 0.1, jnp.float32), ("window", 0.0, jnp.float32), ("segments", 0.1, jnp.float32),
     ("segments", 0.0, jnp.float32), ("globals", 0.1, jnp.float32), ("globals", 0.0, jnp.float32),
     ("block_mask", 0.1, jnp.float32), ("block_mask", 0.0, jnp.float32), ("block_mask", 0.1, jnp.bfloat16)])
+@pytest.mark.slow
 def test_forward_and_gradients_match_the_reference(name, rate, dtype):
     """Ragged lengths (300 of 384, 170, and a row of padding only): output and d(q, k, v) equal the
     reference's, padded query rows are 0, nothing is NaN."""
@@ -86,7 +87,7 @@ def test_the_grid_walks_only_the_tiles_a_band_can_reach():
     np.testing.assert_array_equal(traced, [8, 8])
 
 
-@pytest.mark.parametrize("name", ["local", "strided", "longformer", "bigbird"])
+@pytest.mark.parametrize("name", slow_except(["local", "strided", "longformer", "bigbird"], keep={"local"}))
 def test_sparse_layers_train_on_the_mosaic_kernel_on_tpu(name):
     with kernels.target_platform("tpu", interpret=True):
         layer = build_small(name, dim=16, num_heads=2, dropout_rate=0.1, impl="auto", max_len=64)
@@ -94,6 +95,7 @@ def test_sparse_layers_train_on_the_mosaic_kernel_on_tpu(name):
     assert layer.kernel_plan(deterministic=True).kernel == kernels.SPLASH
 
 
+@pytest.mark.slow
 def test_compiles_forward_and_backward_with_dropout_for_v5e():
     """libtpu's Mosaic compiler accepts the block-sparse kernels (scalar-prefetched layouts in the index maps,
     the element rule, BigBird's 64-blocks inside 128-tiles, the int32 hash), both passes."""

@@ -36,6 +36,7 @@ def _qkv(dtype, lengths=(130, 77), n=130, h=1, d=16):
 
 
 @pytest.mark.parametrize("dtype,rate", [(jnp.float32, 0.0), (jnp.float32, 0.1), (jnp.bfloat16, 0.1)])
+@pytest.mark.slow
 def test_forward_and_gradients_match_the_reference(dtype, rate):
     """Ragged lengths (130 pads to 256, 77), a row with real keys only in the first block, dropout drawn
     by the kernel in the forward and both backward kernels: output and d(q, k, v) equal the reference's."""
@@ -75,6 +76,7 @@ def pallas_mosaic_call(q, k, v, mask, rate, seed):
                            dropout_rate=rate, dropout_seed=seed)
 
 
+@pytest.mark.slow
 def test_same_seed_drops_the_same_weights_as_the_triton_kernel():
     """The TPU kernel and the Triton kernel (both interpreted) agree with dropout on; with a value
     matrix of one-hot rows the output is the dropped weight matrix itself, so this compares masks."""
@@ -91,6 +93,7 @@ def test_same_seed_drops_the_same_weights_as_the_triton_kernel():
     assert_close(tpu, gpu, 1e-6)
 
 
+@pytest.mark.slow
 def test_a_row_without_real_keys_is_zero_and_finite():
     q, k, v, mask = _qkv(jnp.float32, lengths=(0, 5), n=8, h=1, d=8)
     fn = lambda q, k, v: flash_attention(q, k, v, key_mask=mask, query_mask=np.ones_like(mask), impl="pallas",  # noqa: E731
@@ -112,6 +115,7 @@ def test_softmax_layer_trains_on_the_mosaic_flash_kernel_on_tpu():
     assert layer.kernel_plan(deterministic=True).kernel == kernels.SPLASH
 
 
+@pytest.mark.slow
 def test_compiles_forward_and_backward_with_dropout_for_v5e():
     """libtpu's Mosaic compiler accepts the kernel (int32 hash, blocks, scalar prefetch), both passes."""
     reason = accelerators.available()["tpu"]

@@ -31,6 +31,7 @@ def test_divide_or_zero_is_exact_for_tiny_denominators_and_zero_for_none():
     assert all(np.isfinite(np.asarray(g)).all() for g in grads)
 
 
+@pytest.mark.slow
 def test_linear_attention_is_unbiased_when_its_features_are_tiny():
     """elu(x) + 1 = e^x for x < 0: queries near -30 give features ~1e-13, where an epsilon of
     1e-6 in the normaliser would pull every output towards 0."""
@@ -44,6 +45,7 @@ def test_linear_attention_is_unbiased_when_its_features_are_tiny():
     np.testing.assert_allclose(np.asarray(linear_attention(q, k, v, mask)), dense, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_taylor_does_not_depend_on_the_norms_of_queries_and_keys():
     q, k, v = jax.random.normal(jax.random.key(1), (3, 1, 8, 2, 4))
     mask = jnp.arange(8)[None, :] < 6

@@ -71,6 +71,7 @@ def test_bad_pretraining_values_are_one_clear_line(change, message):
         config_settings.from_config(config)
 
 
+@pytest.mark.slow
 def test_fine_tuning_starts_from_the_pretrained_encoder_with_a_new_head(data_cache):
     config = pretraining_config(data_cache)
     task, mesh = tasks.get_task(config.task), trainer.make_mesh()
@@ -109,6 +110,7 @@ class Untouchable:
         raise SplitRead("len")
 
 
+@pytest.mark.slow
 def test_pretraining_never_reads_validation_or_test(data_cache, tmp_path, monkeypatch):
     config = pretraining_config(data_cache)
     task = tasks.get_task(config.task)
@@ -126,6 +128,7 @@ def test_pretraining_never_reads_validation_or_test(data_cache, tmp_path, monkey
     assert record["status"] == "complete" and record["num_steps"] == 6 and record["split"] == "train"
 
 
+@pytest.mark.slow
 def test_a_causal_softmax_run_pretrains_on_next_tokens_then_fine_tunes(data_cache, tmp_path):
     config = pretraining_config(data_cache)
     config.attention.causal = True
@@ -149,6 +152,7 @@ def lines(path):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow
 def test_a_run_stopped_mid_pretraining_resumes_to_the_uninterrupted_result(data_cache, tmp_path, monkeypatch):
     config = pretraining_config(data_cache)
     straight = str(tmp_path / "straight")
@@ -192,6 +196,7 @@ def test_a_run_stopped_mid_pretraining_resumes_to_the_uninterrupted_result(data_
     assert trainer.train_and_evaluate(config, again) == json.loads(json.dumps(first))
 
 
+@pytest.mark.slow
 def test_the_causal_objective_predicts_each_next_real_token():
     config = tiny_config("", "softmax", causal=True)
     config.model.update(pooling="mean", cls_token=False)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from helpers import assert_close, reassociation_tol
+from helpers import assert_close, reassociation_tol, slow_except
 from lra_jax.attention import recurrent, registry
 from lra_jax.attention.core import SSMParam
 from lra_jax.errors import ConfigError
@@ -32,7 +32,7 @@ def tokens(seed=0, n=N):
     return jnp.asarray(np.random.default_rng(seed).standard_normal((2, n, DIM)), jnp.float32)
 
 
-@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("reverse", slow_except([False, True], keep={False}))
 def test_the_parallel_scan_is_the_recurrence(reverse):
     rng = np.random.default_rng(0)
     a = jnp.asarray(0.95 * np.exp(1j * rng.uniform(0, 2 * np.pi, 6)), jnp.complex64)
@@ -51,6 +51,7 @@ def test_the_parallel_scan_is_the_recurrence(reverse):
 @pytest.mark.parametrize("name, settings", [("lru", dict(state_size=8, r_min=0.5)), ("s5", dict(state_size=8, blocks=2)),
                                             ("lru", dict(state_size=4, bidirectional=False)),
                                             ("s5", dict(state_size=4, bidirectional=False))])
+@pytest.mark.slow
 def test_the_layer_computes_the_same_with_either_scan(name, settings):
     layer = build(name, **settings)
     u = tokens()
@@ -58,6 +59,7 @@ def test_the_layer_computes_the_same_with_either_scan(name, settings):
 
 
 @pytest.mark.parametrize("name", ["lru", "s5"])
+@pytest.mark.slow
 def test_the_causal_form_never_looks_ahead(name):
     layer = build(name, state_size=8, bidirectional=False)
     mask = jnp.ones((2, N), bool)
@@ -95,6 +97,7 @@ def test_hippo_n_is_the_normal_part_of_hippo_legs():
     assert np.allclose(np.sort(eigenvalues.imag), -np.sort(eigenvalues.imag)[::-1])  # conjugate pairs
 
 
+@pytest.mark.slow
 def test_s5_keeps_one_of_each_pair_per_block_and_discretizes_by_zero_order_hold():
     layer = build("s5", state_size=8, blocks=2, dt_min=0.01, dt_max=0.1)
     lam = np.asarray(layer.lambda_re_im[...] @ np.array([1, 1j]))
@@ -118,7 +121,7 @@ def test_bad_settings_are_one_line(name, settings, message):
         build(name, **settings)
 
 
-@pytest.mark.parametrize("name", ["lru", "s5"])
+@pytest.mark.parametrize("name", slow_except(["lru", "s5"], keep={"lru"}))
 def test_the_recurrence_parameters_take_the_state_space_rate(name):
     paths = jax.tree_util.tree_flatten_with_path(nnx.state(build(name, state_size=8), SSMParam))[0]
     expected = {"lru": {"log_nu", "log_theta", "log_gamma"}, "s5": {"lambda_re_im", "log_dt"}}[name]

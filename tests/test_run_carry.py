@@ -38,6 +38,7 @@ def lines(workdir):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow
 def test_a_run_carried_to_a_fresh_machine_ends_as_one_that_never_moved(tmp_path, monkeypatch):
     straight = str(tmp_path / "straight" / RUN)
     expected = trainer.train_and_evaluate(tiny_pathfinder(tmp_path / "cache"), straight)

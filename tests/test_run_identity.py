@@ -16,6 +16,9 @@ from helpers import child_xla_flags
 
 from lra_jax.errors import INTERRUPTED
 
+# Every test here trains through `python -m lra_jax.train` in child processes: the slow tier.
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LISTOPS = ["--config=configs/transformer.py:listops,mini", "--config.num_train_steps=8", "--config.eval_every=4",
            "--config.checkpoint_every=4", "--config.log_every=4", "--config.max_len=32",

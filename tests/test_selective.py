@@ -51,6 +51,7 @@ def reference_direction(ssm: selective.SelectiveSSM, x: np.ndarray, real: np.nda
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.slow
 def test_the_layer_is_the_papers_recurrence_step_by_step(bidirectional):
     layer = build(bidirectional=bidirectional)
     u = tokens()
@@ -66,6 +67,7 @@ def test_the_layer_is_the_papers_recurrence_step_by_step(bidirectional):
     assert_close(sequential * real, expected, reassociation_tol(N * 4 * DIM, depth=4))
 
 
+@pytest.mark.slow
 def test_the_causal_form_never_looks_ahead_and_the_bidirectional_does():
     mask = jnp.ones((2, N), bool)
     u = tokens()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from helpers import assert_close, qkv_and_mask, real, reassociation_tol
+from helpers import assert_close, qkv_and_mask, real, reassociation_tol, slow_except
 from lra_jax.attention import registry
 from lra_jax.attention.sinkhorn import UNROLLED_ROUNDS, log_sinkhorn, sinkhorn_attention, sort_matrix
 from lra_jax.attention.softmax import softmax_attention
@@ -35,6 +35,7 @@ def test_sinkhorn_iterations_give_a_doubly_stochastic_matrix():
     assert np.abs(np.asarray(sinkhorn(logits, 1)).sum(-1) - 1).max() > 1e-2
 
 
+@pytest.mark.slow
 def test_rounds_past_the_unrolled_count_run_as_one_loop_with_the_same_result_and_gradient():
     rng = np.random.default_rng(2)
     logits = 4 * rng.standard_normal((2, 3, 6, 6)).astype(np.float32)  # sharp: every round still moves it
@@ -86,7 +87,7 @@ def block_pair_reference(q, k, v, mask, block, partner):
     return np.einsum("bhqk,bkhd->bqhd", p / p.sum(-1, keepdims=True), v64)
 
 
-@pytest.mark.parametrize("partner", [[0, 1, 2, 3], [1, 2, 3, 0], [3, 0, 1, 2]])
+@pytest.mark.parametrize("partner", slow_except([[0, 1, 2, 3], [1, 2, 3, 0], [3, 0, 1, 2]], keep=[[1, 2, 3, 0]]))
 def test_a_forced_permutation_is_attention_over_own_and_partner_block(partner):
     n, block = 16, 4
     q, k, v, mask = qkv_and_mask(n, [16, 14, 13], HEADS, HEAD_DIM, seed=sum(partner))
@@ -109,6 +110,7 @@ def layer(seed=0, **settings):
     return registry.build("sinkhorn", dim=HEADS * HEAD_DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), **settings)
 
 
+@pytest.mark.slow
 def test_gumbel_noise_only_in_training_and_from_the_given_key():
     x = jnp.asarray(np.random.default_rng(2).standard_normal((2, 20, HEADS * HEAD_DIM)), jnp.float32)
     mask = jnp.arange(20)[None, :] < jnp.array([[20], [11]])
@@ -130,6 +132,7 @@ def test_gumbel_noise_only_in_training_and_from_the_given_key():
     assert np.isfinite(a).all()
 
 
+@pytest.mark.slow
 def test_sorting_network_learns_through_the_permutation():
     x = jnp.asarray(np.random.default_rng(3).standard_normal((2, 20, HEADS * HEAD_DIM)), jnp.float32)
     mask = jnp.arange(20)[None, :] < jnp.array([[20], [6]])  # row 2: blocks 2-4 fully padded

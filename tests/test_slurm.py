@@ -3,6 +3,7 @@ slurmd; `.ci/slurm-cluster start`), a run preempted with SIGTERM that requeues a
 one, `srun --ntasks=2 train --distributed` against one process on two devices; and, without Slurm, the
 sbatch command and the states read from scontrol, and the TPU VM launcher's dry run."""
 
+import functools
 import json
 import os
 import shlex
@@ -29,7 +30,11 @@ TINY = ["--config.max_len=32", "--config.data.generator.num_train=256", "--confi
         "--config.eval_every=200", "--config.checkpoint_every=200", "--config.log_every=2"]
 
 
+@functools.cache
 def cluster_skip_reason() -> str | None:
+    """Why the cluster tests skip here, or None. Asked when the first of them runs, not at import: where
+    Slurm is installed but no controller runs, `sinfo` takes seconds to give up, and collecting this file
+    (every `pytest`, the fast tier too) would wait for it."""
     if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
         return "no Slurm here (sinfo, sbatch not on PATH); as root, .ci/slurm-cluster start runs a one-node cluster"
     done = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, check=False, timeout=30)
@@ -39,13 +44,16 @@ def cluster_skip_reason() -> str | None:
     return None
 
 
-SKIP_REASON = cluster_skip_reason()
-
-
 def needs_cluster(test):
-    """A test against the real cluster: skipped without one, and run on one CI stack (they start training
-    processes whose outcome does not depend on the jax version)."""
-    return pytest.mark.one_stack("oldest")(pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))(test))
+    """A test against the real cluster: skipped without one, run on one CI stack (they start training
+    processes whose outcome does not depend on the jax version) and in the slow tier."""
+    @functools.wraps(test)
+    def on_the_cluster(*args, **kwargs):
+        if cluster_skip_reason() is not None:
+            pytest.skip(cluster_skip_reason())
+        return test(*args, **kwargs)
+
+    return pytest.mark.slow(pytest.mark.one_stack("oldest")(on_the_cluster))
 
 
 def child_env(cache) -> dict:
@@ -237,6 +245,7 @@ def test_never_submitted_runs_and_a_damaged_record_are_named(tmp_path):
         slurm.states(runs, str(tmp_path), run=FakeSlurm())
 
 
+@pytest.mark.slow
 def test_the_tpu_vm_launcher_dry_run_prints_the_commands_it_would_run(tmp_path):
     env = dict(os.environ, DRY_RUN="1", SETUP="1", PROJECT="my-project", REPO_DIR="/opt/lra_jax",
                PYTHON=sys.executable, PYTHONPATH=REPO)

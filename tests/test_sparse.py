@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from helpers import assert_close, qkv_and_mask, real, reassociation_tol
+from helpers import assert_close, qkv_and_mask, real, reassociation_tol, slow_except
 from lra_jax.attention import registry
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
@@ -43,7 +43,7 @@ def dense_band_reference(q, k, v, mask, window):
     return np.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
-@pytest.mark.parametrize("n, window", [(10, 10), (10, 25), (7, 6), (1, 3)])
+@pytest.mark.parametrize("n, window", slow_except([(10, 10), (10, 25), (7, 6), (1, 3)], keep={(10, 10)}))
 def test_window_covering_the_sequence_is_full_attention(n, window):
     q, k, v, mask = qkv_and_mask(n, [n, max(1, n - 3), 1], HEADS, HEAD_DIM)
     out = windowed(window)(q, k, v, mask)
@@ -51,6 +51,7 @@ def test_window_covering_the_sequence_is_full_attention(n, window):
     assert_close(real(out, mask), real(full, mask), TOL)
 
 
+@pytest.mark.slow
 def test_window_covering_the_sequence_matches_the_softmax_module():
     dim, n = HEADS * HEAD_DIM, 12
     x = np.random.default_rng(1).standard_normal((2, n, dim)).astype(np.float32)
@@ -62,7 +63,7 @@ def test_window_covering_the_sequence_matches_the_softmax_module():
 
 @pytest.mark.parametrize(
     "n, window",
-    [
+    slow_except([
         (12, 0),  # each token sees only itself
         (12, 1),
         (12, 3),  # n a multiple of the block size
@@ -71,7 +72,7 @@ def test_window_covering_the_sequence_matches_the_softmax_module():
         (9, 4),  # two blocks, the second one short
         (17, 5),
         (15, 7),  # window reaching into both neighbouring blocks
-    ],
+    ], keep={(12, 3)}),
 )
 def test_small_window_matches_a_dense_band_reference(n, window):
     q, k, v, mask = qkv_and_mask(n, [n, n - 4, 2, 1], HEADS, HEAD_DIM, seed=n + window)
@@ -81,6 +82,7 @@ def test_small_window_matches_a_dense_band_reference(n, window):
     assert np.abs(out - real(dense_band_reference(q, k, v, mask, n), mask)).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_gradient_matches_dense_masked_attention():
     n, window = 10, 3
     q, k, v, mask = qkv_and_mask(n, [n, 6], HEADS, HEAD_DIM)
@@ -143,7 +145,8 @@ def strided_pattern(n, stride, heads):
 
 @pytest.mark.parametrize(
     "n, stride, heads",
-    [(13, 4, 2), (10, 3, 4), (11, 3, 1), (7, 16, 2), (6, 6, 3)],  # ragged, 4 heads, 1 head, l > n, odd heads
+    # ragged, 4 heads, 1 head, l > n, odd heads
+    slow_except([(13, 4, 2), (10, 3, 4), (11, 3, 1), (7, 16, 2), (6, 6, 3)], keep={(13, 4, 2)}),
 )
 def test_strided_matches_a_dense_pattern_reference(n, stride, heads):
     q, k, v, mask = qkv_and_mask(n, [n, n - 3, 1], heads, HEAD_DIM, seed=n + stride)
@@ -171,7 +174,7 @@ def longformer_reference(q, k, v, mask, window, num_global, q_g, k_g, v_g):
 
 @pytest.mark.parametrize(
     "n, window, num_global",
-    [(12, 2, 1), (13, 3, 2), (10, 1, 0), (9, 2, 12), (11, 20, 1), (16, 0, 3)],
+    slow_except([(12, 2, 1), (13, 3, 2), (10, 1, 0), (9, 2, 12), (11, 20, 1), (16, 0, 3)], keep={(12, 2, 1)}),
 )
 def test_longformer_matches_a_dense_reference_with_separate_global_projections(n, window, num_global):
     q, k, v, mask = qkv_and_mask(n, [n, n - 4, 2], HEADS, HEAD_DIM, seed=n + window)
@@ -225,6 +228,7 @@ def bigbird_pattern(n, block, num_global_blocks, layout):
         (12, 2, 1, 20, 12),  # more random blocks asked for than exist: each key once
     ],
 )
+@pytest.mark.slow
 def test_bigbird_matches_a_dense_reference_of_its_layout(n, block, num_global_blocks, num_random_blocks, max_len):
     q, k, v, mask = qkv_and_mask(n, [n, n - 5, 1], HEADS, HEAD_DIM, seed=n + block)
     layer = build("bigbird", block=block, num_global_blocks=num_global_blocks,
@@ -266,6 +270,7 @@ def test_bigbird_random_layout_comes_from_the_init_key_and_is_not_trained():
         assert len(set(row)) == 3 and all(abs(r - c) > 1 and r >= 1 for r in row), (c, row)
 
 
+@pytest.mark.slow
 def test_bigbird_needs_max_len_and_refuses_longer_inputs():
     with pytest.raises(ConfigError, match="max_len"):
         build("bigbird")
@@ -277,11 +282,11 @@ def test_bigbird_needs_max_len_and_refuses_longer_inputs():
 
 @pytest.mark.parametrize(
     "name, settings",
-    [
+    slow_except([
         ("strided", dict(stride=5)),
         ("longformer", dict(window=3, num_global=2)),
         ("bigbird", dict(block=4, num_global_blocks=1, num_random_blocks=2, max_len=40)),
-    ],
+    ], keep={"strided"}),
 )
 def test_appended_padding_does_not_change_real_outputs_of_the_sparse_pattern(name, settings):
     """As the contract suite, but with settings small enough that the pattern is sparse at n = 20."""

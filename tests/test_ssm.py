@@ -11,6 +11,7 @@ import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import slow_except
 
 from lra_jax.attention import registry
 from lra_jax.attention.core import SSMParam
@@ -61,7 +62,7 @@ def long_kernel_layer(bidirectional=True):
     return layer
 
 
-@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("bidirectional", slow_except([True, False], keep={False}))
 def test_fft_convolution_equals_the_recurrence(bidirectional):
     layer = long_kernel_layer(bidirectional)
     u = jnp.asarray(np.random.default_rng(0).standard_normal((2, N, DIM)), jnp.float32)
@@ -73,7 +74,7 @@ def test_fft_convolution_equals_the_recurrence(bidirectional):
     assert np.abs(expected - np.asarray(layer.d[...] * u)).max() > 0.1 * np.abs(expected).max()
 
 
-@pytest.mark.parametrize("length", [1, 7, 16, 50])
+@pytest.mark.parametrize("length", slow_except([1, 7, 16, 50], keep={7}))
 def test_factored_vandermonde_kernel_matches_the_plain_product(length):
     """The kernel's factored powers (l = qR + r) against K_l = 2 Re sum_m C_m B_bar_m A_bar_m^l in float64."""
     layer = build(state_size=8)
@@ -87,6 +88,7 @@ def test_factored_vandermonde_kernel_matches_the_plain_product(length):
     np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max(), rtol=0)
 
 
+@pytest.mark.slow
 def test_circular_wrap_would_be_caught():
     """The recurrence check can fail: an n-point (circular) FFT convolution does not pass it."""
     layer = long_kernel_layer()
@@ -147,6 +149,7 @@ def two_updates(config, grads_scale):
     return params, updates
 
 
+@pytest.mark.slow
 def test_ssm_parameters_get_their_rate_and_no_weight_decay():
     config = optimizer_config(ssm_max_learning_rate=0.01)  # main peak 0.5: the cap decides
     params, updates = two_updates(config, grads_scale=0.0)  # zero gradients: only weight decay moves
@@ -185,11 +188,13 @@ def test_s4d_config_ssm_rate_follows_a_learning_rate_override():
     assert ssm_peak("--config.optimizer.learning_rate=0.005") == pytest.approx(0.005 / np.sqrt(200), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_without_ssm_rate_every_parameter_is_alike():
     params, updates = two_updates(optimizer_config(), grads_scale=0.0)
     np.testing.assert_allclose(np.asarray(updates["log_dt"][...]), np.asarray(-0.25 * params["log_dt"][...]), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_parameter_groups_follow_the_layers_inside_a_model():
     from lra_jax.models.encoder import Encoder
 

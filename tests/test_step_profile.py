@@ -58,6 +58,7 @@ def test_a_loops_ops_are_timed_not_the_loop():
     assert "matmul" in body_ops
 
 
+@pytest.mark.slow
 def test_profile_times_the_ops_of_one_run_by_kind():
     """A product of [512, 256] x [256, 512] and elementwise work on its output: the profiler's ops add
     up to the matmul's kind and the others, and the matmul's FLOPs are exact."""

@@ -41,6 +41,7 @@ def estimate(*flags, workdir):
                            f"--workdir={workdir}"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_train_estimate_json_prints_a_projection_and_writes_nothing(tmp_path):
     workdir = tmp_path / "run"
     out = estimate("--json", workdir=workdir)
@@ -54,6 +55,7 @@ def test_train_estimate_json_prints_a_projection_and_writes_nothing(tmp_path):
     assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_train_estimate_says_the_projection_in_a_sentence_and_a_table_of_units(tmp_path):
     out = estimate(workdir=tmp_path / "run")
     assert out.returncode == 0, out.stderr
@@ -84,6 +86,7 @@ def test_text_tables_align_their_columns_and_let_a_short_rows_last_cell_run_on()
 
 
 @pytest.mark.parametrize("keeps_freed", [True, False])
+@pytest.mark.slow
 def test_configs_timed_together_take_turns_in_alternating_rounds(monkeypatch, keeps_freed):
     """Two configs (dropout 0 and 0.1), three rounds: A B, B A, A B. Where malloc keeps freed memory, a
     step after a switch is an untimed one of the new config (the switch is never in a timed step);

@@ -23,6 +23,7 @@ def _step_once(config, tx, batch, accum_steps):
 
 
 @pytest.mark.parametrize("accum_steps", [2, 4])
+@pytest.mark.slow
 def test_accumulated_micro_batches_give_the_update_of_the_whole_batch(accum_steps):
     config = tiny_config("/unused")
     config.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)  # dropout keys differ per micro-batch
@@ -62,6 +63,7 @@ def test_trainer_refuses_a_batch_the_devices_and_accumulation_cannot_split(tmp_p
         trainer.train_and_evaluate(config, str(tmp_path / "run"))
 
 
+@pytest.mark.slow
 def test_a_run_trains_with_accumulation_and_evaluates_in_its_micro_batches(tmp_path, monkeypatch):
     """Accumulation is what a batch that does not fit gets (`compile`'s plan), so evaluating the whole
     batch at once would not fit either: validation and test run in micro-batches."""

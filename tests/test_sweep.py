@@ -168,6 +168,7 @@ def test_config_files_map_variant_names_to_files():
     assert files["linformer"] == os.path.join("configs", "linformer.py")
 
 
+@pytest.mark.slow
 def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
     done = tmp_path / "listops-mini" / "softmax" / "seed0"
     done.mkdir(parents=True)
@@ -190,6 +191,7 @@ def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
     assert "softmax/seed2 diverged at step 3 (loss nan)" in out.stderr
 
 
+@pytest.mark.slow
 def test_emit_distributed_gives_the_multi_host_form(tmp_path):
     out = subprocess.run([sys.executable, "-m", "lra_jax.tools.sweep", "--variants=softmax", "--tasks=listops",
                           f"--root={tmp_path}", "--emit", "--distributed"],
@@ -199,6 +201,7 @@ def test_emit_distributed_gives_the_multi_host_form(tmp_path):
     assert line.startswith("python -m lra_jax.train --config=configs/") and line.endswith(" --distributed")
 
 
+@pytest.mark.slow
 def test_dry_run_prints_commands_to_paste_into_a_shell_and_the_totals(tmp_path):
     """Each planned run's state, name and its train command with the interpreter, quoted (a root with a
     space), then the total as the product of the axes, split into finished and to run."""
@@ -462,6 +465,7 @@ def sweep_cli(tmp_path, *flags):
                           timeout=120, check=False)
 
 
+@pytest.mark.slow
 def test_a_misspelled_or_bad_override_refuses_the_sweep_before_a_finished_run_is_reported(tmp_path):
     finish(make_plan(tmp_path, "softmax")[0])  # a finished sweep, asked a new question
     for override, says in (("--config.optimizer.learning_rte=0.01", "did you mean --config.optimizer.learning_rate"),
@@ -472,6 +476,7 @@ def test_a_misspelled_or_bad_override_refuses_the_sweep_before_a_finished_run_is
         assert "listops-mini/softmax/seed0" in errors[0] and "skipped" not in out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_parallel_zero_and_the_status_of_a_missing_root_are_refused_in_one_line(tmp_path):
     for flags, says in ((["--parallel=0"], "--parallel=0: give 1 or more"),
                         (["--status"], "does not exist: no run of this sweep was made or submitted there")):

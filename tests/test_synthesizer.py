@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from helpers import assert_close, reassociation_tol, x_and_mask
+from helpers import assert_close, reassociation_tol, slow_except, x_and_mask
 from lra_jax import kernels
 from lra_jax.attention import registry
 from lra_jax.attention.synthesizer import FixedRandom
@@ -72,7 +72,7 @@ def test_each_mode_equals_reference_with_padding(mode, mix):
     assert_close(apply(layer, x, mask), reference(layer, x, mask, mode, mix), TOL)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", slow_except(MODES, keep={"dense"}))
 def test_padded_content_and_appended_padding_change_nothing(mode):
     layer = build(mode=mode)
     x, mask = x_and_mask(10, [10, 6, 2], DIM)
@@ -83,7 +83,7 @@ def test_padded_content_and_appended_padding_change_nothing(mode):
     assert_close(apply(layer, x_long, mask_long)[:, :10], out, TOL)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", slow_except(MODES, keep={"dense"}))
 def test_mixed_with_zero_synthetic_logits_is_softmax_attention(mode):
     layer, softmax = build(seed=4, mode=mode, mix=1.0), build(seed=4, name="softmax")
     for p in (layer.dense_out, layer.dense_bias, layer.random, layer.factor_a):
@@ -113,6 +113,7 @@ def loss_and_grads(layer, x, mask, dropout_seed):
         not kernels.pallas_available(), reason="the compiled Triton kernel needs a GPU"))])
 @pytest.mark.parametrize("mix", [0.0, 0.5])
 @pytest.mark.parametrize("mode", ["dense", "factorized_random"])
+@pytest.mark.slow
 def test_kernels_compute_the_xla_layer_with_its_dropout(mode, mix, platform, interpret):
     """The flash kernels over queries a and keys c (module docstring) give the XLA layer's loss and
     gradients in training, so they also drop the same weights; Triton (gpu: interpreted here, compiled

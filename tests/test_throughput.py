@@ -2,11 +2,15 @@
 
 import math
 
+import pytest
 from helpers import tiny_config
 
 from lra_jax.data import tasks
 from lra_jax.tools import throughput
 from lra_jax.training import trainer
+
+# Its one test builds the data and times train steps: the slow tier.
+pytestmark = pytest.mark.slow
 
 
 def test_pipeline_and_train_step_rates_are_measured(data_cache):

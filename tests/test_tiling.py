@@ -87,6 +87,7 @@ def test_dense_flash_takes_the_blocks_measured_on_hopper_where_the_gpu_has_its_s
             assert flash.choose_dense_tiling(64, 64, d) == flash.choose_tiling(64, 64, d)
 
 
+@pytest.mark.slow
 def test_the_tiling_sweep_times_the_dense_kernel_at_the_tiling_it_names():
     """Its call at a forced tiling (B_q != B_k), interpreted, is softmax attention on the real rows."""
     from lra_jax.kernels.flash import reference
@@ -126,6 +127,7 @@ def test_target_platform_passes_the_shared_memory_to_inner_targets_of_the_same_p
             assert tiling.shared_memory() == H100
 
 
+@pytest.mark.slow
 def test_smaller_blocks_chosen_for_a_small_gpu_give_the_same_attention():
     """A GPU with little shared memory: the forward runs 32 rows a step, the backward 16 at one stage; the
     result and its gradient are the reference's."""
@@ -174,6 +176,7 @@ def linear_step():
 
 @pytest.mark.parametrize("name", ["h100", "a100"])
 @pytest.mark.parametrize("n, h, d", [(2000, 8, 64), (16384, 2, 16)])  # ListOps and Path-X heads
+@pytest.mark.slow
 def test_full_scale_performer_kernels_compile_within_their_bounds(name, n, h, d, tmp_path):
     """The shapes that did not compile (A100: ListOps 196,608 and 278,528 bytes asked, Path-X 167,936;
     166,912 available) compile, each kernel asking for no more than its bound."""
@@ -188,6 +191,7 @@ def test_full_scale_performer_kernels_compile_within_their_bounds(name, n, h, d,
 
 @pytest.mark.parametrize("name", ["h100", "a100"])
 @pytest.mark.parametrize("d, dtype", [(64, jnp.float32), (128, jnp.bfloat16)])
+@pytest.mark.slow
 def test_flash_kernels_ask_no_more_than_their_bound_and_do_not_spill(name, d, dtype, tmp_path):
     """Forward and backward with attention dropout, within the shared-memory bound of the blocks chosen;
     where the register bound chose them (A100), XLA fails the compile if ptxas spills a register."""
@@ -212,6 +216,7 @@ def test_flash_kernels_ask_no_more_than_their_bound_and_do_not_spill(name, d, dt
         assert 0 < requested[kernel] <= tiles.shared_memory, kernel
 
 
+@pytest.mark.slow
 def test_a_block_mask_runs_at_the_smaller_blocks_the_gpu_needs():
     """BigBird's block mask at 32-token blocks, run at 16 (a GPU with little shared memory): the mask is
     the same pattern at the finer blocks, so the result is the reference's."""

@@ -75,6 +75,7 @@ def test_eval_batches_cover_every_example_once_with_zero_weight_padding():
     assert weights.sum() == 10 and list(labels[weights > 0]) == list(range(10))
 
 
+@pytest.mark.slow
 def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, data_cache, monkeypatch):
     config = tiny_config(data_cache, "linformer", k=8)
     workdir = str(tmp_path / "run")
@@ -105,6 +106,7 @@ def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, dat
     assert last_params(config, workdir)[0] == 12
 
 
+@pytest.mark.slow
 def test_the_progress_bars_best_val_is_the_best_validation_the_last_line_gives(tmp_path, data_cache, capsys):
     """The bar shows best_val after its step's validation: with one validation, at the last step, the
     bar ends on that figure (it showed the best before it, 0.000), the same as the run's last line."""
@@ -127,6 +129,7 @@ def straight(tmp_path_factory, data_cache):
     return config, workdir, trainer.train_and_evaluate(config, workdir)
 
 
+@pytest.mark.slow
 def test_finished_run_returns_its_results_without_training(straight, tmp_path, monkeypatch):
     config, finished, first = straight
     workdir = str(tmp_path / "run")
@@ -135,6 +138,7 @@ def test_finished_run_returns_its_results_without_training(straight, tmp_path, m
     assert trainer.train_and_evaluate(config, workdir) == json.loads(json.dumps(first))
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(straight, tmp_path, monkeypatch):
     config, straight, _ = straight
     check_finite, signalled = trainer.check_finite, []
@@ -174,6 +178,7 @@ def metric_lines(workdir):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow
 def test_a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing_after_it(tmp_path, data_cache):
     config = tiny_config(data_cache, "linformer", k=8)
     config.optimizer.learning_rate = 1e6  # gradient norm inf at step 4 (measured), loss nan after
@@ -195,6 +200,7 @@ def test_a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing_af
     assert max(line["step"] for line in logged) == step - 1
 
 
+@pytest.mark.slow
 def test_non_finite_updates_are_skipped_up_to_the_limit(data_cache):
     config = tiny_config(data_cache)
     config.optimizer.skip_nonfinite_updates = 2
@@ -217,6 +223,7 @@ def test_non_finite_updates_are_skipped_up_to_the_limit(data_cache):
     assert flags == [(True, True), (True, True), (False, False)]
 
 
+@pytest.mark.slow
 def test_resuming_with_a_different_model_is_refused(straight, tmp_path):
     trained, finished, _ = straight
     workdir = str(tmp_path / "run")
@@ -260,6 +267,7 @@ print("max parameter difference", worst)
 """
 
 
+@pytest.mark.slow
 def test_sharded_step_on_four_devices_matches_one_device():
     env = dict(os.environ, XLA_FLAGS=child_xla_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", SHARDED_VS_SINGLE], cwd=os.path.join(REPO, "tests"),
@@ -290,6 +298,7 @@ def test_validation_subset_is_fixed_by_seed_keeps_order_and_pairs():
         assert trainer.validation_subset((tokens, labels), everything, seed=0)[1] is labels
 
 
+@pytest.mark.slow
 def test_retrieval_trains_end_to_end_through_the_dual_encoder(tmp_path):
     data_dir = tmp_path / "tsv_data"
     data_dir.mkdir()
@@ -305,6 +314,7 @@ def test_retrieval_trains_end_to_end_through_the_dual_encoder(tmp_path):
     assert results["test_majority_class_rate"] == 0.5
 
 
+@pytest.mark.slow
 def test_pathfinder_trains_end_to_end_on_generated_images(tmp_path):
     config = small_task_config("pathfinder", tmp_path)
     config.data.generator.update(num_examples=80)
@@ -334,6 +344,7 @@ def test_a_sigterm_handled_during_the_stop_all_gather_is_not_lost(monkeypatch):
     assert stop.agreed() is True  # and the decision stays
 
 
+@pytest.mark.slow
 def test_a_last_checkpoint_of_the_state_alone_still_resumes(tmp_path):
     """lra_jax used to save `last` as one unnamed item, without the unlogged metrics."""
     state = {"step": jax.numpy.array(5), "params": {"w": jax.numpy.arange(3.0)}}

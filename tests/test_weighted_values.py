@@ -49,6 +49,7 @@ def loss_of(fn, rate, seed):
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.1, 0.5])
+@pytest.mark.slow
 def test_outputs_and_gradients_equal_autodiff_of_the_composition(rate):
     logits, values = inputs()
     seed = jnp.array([7], jnp.uint32)
@@ -73,6 +74,7 @@ def test_dropout_changes_the_output_and_the_seed_picks_the_mask():
     assert not np.allclose(first, plain) and not np.allclose(first, other)
 
 
+@pytest.mark.slow
 def test_bfloat16_keeps_dtypes_and_stays_near_float32():
     logits, values = inputs(jnp.bfloat16)
     seed = jnp.array([3], jnp.uint32)
@@ -91,6 +93,7 @@ def test_a_rate_outside_zero_to_one_is_refused():
 
 
 @pytest.mark.parametrize("variant", ["softmax", "luong"])
+@pytest.mark.slow
 def test_dropout_keeps_no_second_weight_array_from_forward_to_backward(variant):
     """The train step keeps P of each layer for the backward. With dropout, M * P must not be kept as
     well (it is drawn again in the backward): 4 layers at n = 512 grow the compiled step's temporaries
