@@ -188,3 +188,26 @@ def test_cls_pooling_is_refused_with_a_causal_layer():
     config.model.update(pooling="cls", cls_token=True)
     with pytest.raises(ConfigError, match="CLS token in front sees only itself"):
         config_settings.from_config(config)
+
+
+BIDIRECTIONAL = [n for n in registry.names() if registry.get(n).causal_form() == "bidirectional=False"]
+
+
+@pytest.mark.parametrize("name", slow_except(BIDIRECTIONAL, keep={"s4d"}))
+def test_a_bidirectional_mixer_without_its_backward_direction_never_looks_ahead(name):
+    """The state spaces, gated recurrences and long convolutions: with bidirectional=False no output reads a
+    later token (only they change), while the bidirectional layer does read them."""
+    make = lambda **s: build_small(name, dim=DIM, num_heads=HEADS, seed=0, max_len=N, **s)  # noqa: E731
+    mask = jnp.ones((2, N), bool)
+    x = tokens(0)
+    later = x.at[:, CUT:].set(tokens(1)[:, CUT:])
+    causal = make(bidirectional=False)
+    y, y_later = forward(causal, x, mask), forward(causal, later, mask)
+    assert_close(y_later[:, :CUT], y[:, :CUT], TOL)
+    assert not np.allclose(y[:, CUT:], y_later[:, CUT:])
+    both = make()
+    assert not np.allclose(forward(both, x, mask)[:, :CUT], forward(both, later, mask)[:, :CUT])
+
+
+def test_the_bidirectional_mixers_are_those_of_the_zoo():
+    assert set(BIDIRECTIONAL) == {"s4d", "s5", "lru", "s6", "ssd", "gla", "hyena", "mega"}

@@ -299,6 +299,33 @@ class TokenMixer(nnx.Module):
         return {"dropout_rate": self.dropout_rate, "dropout_seed": kernel_dropout_seed(key)}
 
 
+class BidirectionalMixer(TokenMixer):
+    """Base of the mixers that read the sequence in both directions by default (state spaces, gated
+    recurrences, long convolutions): LRA classifies whole sequences. `bidirectional=False` drops the
+    backward direction and is the causal form (next-token pretraining); `causal` follows from it.
+    Linear in n and without attention weights unless a subclass says otherwise.
+    """
+
+    uses_attention_dropout = False
+    cost_exponent = 1.0
+
+    @classmethod
+    def causal_form(cls) -> str:
+        """Causal without the backward direction (its causal=True is refused: one setting, one meaning)."""
+        return "bidirectional=False"
+
+    @staticmethod
+    def directions_of(settings: dict) -> int:
+        """2 for a bidirectional layer's `settings`, else 1."""
+        return 2 if settings["bidirectional"] else 1
+
+    def __init__(self, dim: int, num_heads: int, *, bidirectional: bool = True, rngs: nnx.Rngs, **common):
+        super().__init__(dim, num_heads, rngs=rngs, **common)
+        self.bidirectional = bidirectional
+        self.causal = not bidirectional
+        self.directions = 2 if bidirectional else 1
+
+
 class Attention(TokenMixer):
     """Multi-head attention with shared q/k/v/out projections; subclasses implement `attend`.
 

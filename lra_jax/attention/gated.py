@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from lra_jax.attention.core import SSMParam, TokenMask, TokenMixer, Tokens, matmul_flops, zero_padding
+from lra_jax.attention.core import BidirectionalMixer, SSMParam, TokenMask, Tokens, matmul_flops, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.attention.selective import causal_depthwise_conv, inverse_softplus
 from lra_jax.errors import ConfigError
@@ -106,7 +106,7 @@ def _chunked_flops(batch, n, heads, dk, dv, chunk, directions):
 
 
 @register("gla")
-class GLA(TokenMixer):
+class GLA(BidirectionalMixer):
     """Gated linear attention (Yang, Wang, Shen, Panda, Kim 2024, "Gated Linear Attention Transformers with
     Hardware-Efficient Training", arXiv:2312.06635), bidirectional.
 
@@ -122,13 +122,6 @@ class GLA(TokenMixer):
       bidirectional: add the backward direction (LRA); False gives the causal layer.
     """
 
-    uses_attention_dropout = False
-    cost_exponent = 1.0
-
-    @classmethod
-    def causal_form(cls) -> str:
-        return "bidirectional=False"
-
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
         """The projections q, k (d -> d / 2 each), v, r, o (d -> d), the gate's bottleneck, and the chunked form."""
@@ -136,12 +129,12 @@ class GLA(TokenMixer):
         rank = settings["gate_rank"]
         projections = 2 * matmul_flops(tokens, dim, dim // 2) + 3 * matmul_flops(tokens, dim, dim)
         gate = matmul_flops(tokens, dim, rank) + matmul_flops(tokens, rank, dim // 2)
-        directions = 2 if settings["bidirectional"] else 1
+        directions = cls.directions_of(settings)
         return projections + gate + _chunked_flops(batch, n, num_heads, dv // 2, dv, settings["chunk"], directions)
 
     def __init__(self, dim: int, num_heads: int, *, chunk: int = 64, gate_rank: int = 16, temperature: float = 16.0,
                  bidirectional: bool = True, rngs: nnx.Rngs, **common):
-        super().__init__(dim, num_heads, rngs=rngs, **common)
+        super().__init__(dim, num_heads, bidirectional=bidirectional, rngs=rngs, **common)
         head = dim // num_heads
         if head % 2:
             raise ConfigError(f"gla needs an even width per head (d_k = d_v / 2), got {dim} / {num_heads} = {head}")
@@ -149,8 +142,6 @@ class GLA(TokenMixer):
             raise ConfigError(f"gla needs chunk >= 1, gate_rank >= 1 and temperature > 0, got chunk={chunk}, "
                               f"gate_rank={gate_rank}, temperature={temperature}")
         self.chunk, self.gate_rank, self.temperature = chunk, gate_rank, temperature
-        self.bidirectional = bidirectional
-        self.causal = not bidirectional
         linear = lambda i, o, bias=False: nnx.Linear(i, o, use_bias=bias, dtype=self.dtype, rngs=rngs)
         self.query, self.key, self.value = linear(dim, dim // 2), linear(dim, dim // 2), linear(dim, dim)
         self.gate_down, self.gate_up = linear(dim, gate_rank), linear(gate_rank, dim // 2, bias=True)
@@ -184,7 +175,7 @@ class GLA(TokenMixer):
 
 
 @register("ssd")
-class SSD(TokenMixer):
+class SSD(BidirectionalMixer):
     """Mamba-2's block with the state-space dual layer, SSD (Dao and Gu 2024, "Transformers are SSMs:
     Generalized Models and Efficient Algorithms Through Structured State Space Duality", arXiv:2405.21060),
     bidirectional.
@@ -206,13 +197,6 @@ class SSD(TokenMixer):
       bidirectional: add the backward direction (LRA); False gives the causal layer.
     """
 
-    uses_attention_dropout = False
-    cost_exponent = 1.0
-
-    @classmethod
-    def causal_form(cls) -> str:
-        return "bidirectional=False"
-
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
         """in_proj and out_proj, the convolution over x, B, C (a multiply-add per tap) and the chunked form
@@ -221,14 +205,14 @@ class SSD(TokenMixer):
         tokens, heads = batch * n, inner // head
         width = inner + 2 * state
         projections = matmul_flops(tokens, dim, inner + width + heads) + matmul_flops(tokens, inner, dim)
-        directions = 2 if settings["bidirectional"] else 1
+        directions = cls.directions_of(settings)
         return (projections + 2 * tokens * width * settings["conv_kernel"]
                 + _chunked_flops(batch, n, heads, state, head, settings["chunk"], directions))
 
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 16, expand: int = 2, head_size: int = 16,
                  conv_kernel: int = 4, chunk: int = 64, dt_min: float = 1e-3, dt_max: float = 1e-1,
                  bidirectional: bool = True, rngs: nnx.Rngs, **common):
-        super().__init__(dim, num_heads, rngs=rngs, **common)
+        super().__init__(dim, num_heads, bidirectional=bidirectional, rngs=rngs, **common)
         inner = expand * dim
         if min(state_size, expand, head_size, conv_kernel, chunk) < 1 or inner % head_size:
             raise ConfigError(f"ssd needs state_size, expand, head_size, conv_kernel and chunk >= 1 with head_size "
@@ -237,8 +221,7 @@ class SSD(TokenMixer):
             raise ConfigError(f"ssd needs 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
         self.state_size, self.expand, self.head_size, self.conv_kernel, self.chunk = (state_size, expand, head_size,
                                                                                       conv_kernel, chunk)
-        self.dt_min, self.dt_max, self.bidirectional = dt_min, dt_max, bidirectional
-        self.causal = not bidirectional
+        self.dt_min, self.dt_max = dt_min, dt_max
         heads = inner // head_size
         width = inner + 2 * state_size
         self.in_proj = nnx.Linear(dim, inner + width + heads, use_bias=False, dtype=self.dtype, rngs=rngs)

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, fft_flops, matmul_flops, zero_padding
+from lra_jax.attention.core import BidirectionalMixer, TokenMask, Tokens, fft_flops, matmul_flops, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.attention.selective import causal_depthwise_conv
 from lra_jax.attention.ssm import fft_convolution
@@ -77,7 +77,7 @@ class ImplicitFilter(nnx.Module):
 
 
 @register("hyena")
-class Hyena(TokenMixer):
+class Hyena(BidirectionalMixer):
     """The Hyena operator of order `order`, bidirectional: see the module docstring.
 
     Args:
@@ -90,13 +90,6 @@ class Hyena(TokenMixer):
       bidirectional: the anti-causal part of the filters (LRA); False gives the causal layer.
     """
 
-    uses_attention_dropout = False
-    cost_exponent = 1.0
-
-    @classmethod
-    def causal_form(cls) -> str:
-        return "bidirectional=False"
-
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
         """The projections in ((N + 1) d) and out, the short convolution (a multiply-add per tap), the filter
@@ -105,7 +98,7 @@ class Hyena(TokenMixer):
         order, tokens = settings["order"], batch * n
         width = (order + 1) * dim
         hidden, features = settings["filter_hidden"], settings["filter_features"]
-        directions = 2 if settings["bidirectional"] else 1
+        directions = cls.directions_of(settings)
         mlp = matmul_flops(n, 1 + 2 * features, hidden) + matmul_flops(n, hidden, hidden) + matmul_flops(
             n, hidden, directions * order * dim)
         convolution = order * (fft_flops(2 * n, 2 * batch * dim + dim, real=True) + 6 * batch * (n + 1) * dim)
@@ -115,7 +108,7 @@ class Hyena(TokenMixer):
     def __init__(self, dim: int, num_heads: int, *, order: int = 2, short_kernel: int = 3, filter_features: int = 8,
                  filter_hidden: int = 64, filter_frequency: float = 1.0, bidirectional: bool = True,
                  rngs: nnx.Rngs, **common):
-        super().__init__(dim, num_heads, rngs=rngs, **common)
+        super().__init__(dim, num_heads, bidirectional=bidirectional, rngs=rngs, **common)
         if self.max_len is None:
             raise ConfigError("hyena needs max_len (its filters' positional encoding has period max_len)")
         if min(order, short_kernel, filter_features, filter_hidden) < 1:
@@ -123,14 +116,13 @@ class Hyena(TokenMixer):
                               f"order={order}, short_kernel={short_kernel}, filter_features={filter_features}, "
                               f"filter_hidden={filter_hidden}")
         self.order, self.short_kernel, self.filter_features = order, short_kernel, filter_features
-        self.filter_hidden, self.filter_frequency, self.bidirectional = filter_hidden, filter_frequency, bidirectional
-        self.causal = not bidirectional
+        self.filter_hidden, self.filter_frequency = filter_hidden, filter_frequency
         width = (order + 1) * dim
         self.in_proj = nnx.Linear(dim, width, dtype=self.dtype, rngs=rngs)
         bound = 1.0 / math.sqrt(short_kernel)
         self.short_filter = nnx.Param(jax.random.uniform(rngs.params(), (short_kernel, width), minval=-bound,
                                                          maxval=bound))
-        self.filters = ImplicitFilter(order * dim, 2 if bidirectional else 1, self.max_len, features=filter_features,
+        self.filters = ImplicitFilter(order * dim, self.directions, self.max_len, features=filter_features,
                                       hidden=filter_hidden, frequency=filter_frequency, rngs=rngs)
         self.out_proj = nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs)
 

@@ -32,8 +32,8 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float
 
 from lra_jax.attention.core import (
+    BidirectionalMixer,
     TokenMask,
-    TokenMixer,
     Tokens,
     fft_flops,
     masked_softmax,
@@ -65,7 +65,7 @@ def ema_recurrence(x: Float[Array, "b n d"], alpha, delta, beta, eta) -> Float[A
 
 
 @register("mega")
-class Mega(TokenMixer):
+class Mega(BidirectionalMixer):
     """Mega's moving-average gated attention, bidirectional: see the module docstring.
 
     Args:
@@ -80,9 +80,8 @@ class Mega(TokenMixer):
       **common: shared settings of `TokenMixer`; `dropout_rate` drops attention weights.
     """
 
-    @classmethod
-    def causal_form(cls) -> str:
-        return "bidirectional=False"
+    uses_attention_dropout = True  # its attention weights take the dropout
+    cost_exponent = 2.0  # whole-sequence attention (Mega-chunk's `chunk` makes it n·c)
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
@@ -91,7 +90,7 @@ class Mega(TokenMixer):
         tokens = batch * n
         z, v, h = settings["shared_dim"], settings["expansion"] * dim, settings["ema_dim"]
         keys = min(settings["chunk"] or n, n)
-        directions = 2 if settings["bidirectional"] else 1
+        directions = cls.directions_of(settings)
         projections = (matmul_flops(tokens, dim, z) + 2 * matmul_flops(tokens, dim, v)
                        + 2 * matmul_flops(tokens, dim, dim) + matmul_flops(tokens, v, dim))
         ema = 2 * directions * dim * h * n + fft_flops(2 * n, 2 * batch * dim + dim, real=True)
@@ -100,16 +99,14 @@ class Mega(TokenMixer):
 
     def __init__(self, dim: int, num_heads: int, *, ema_dim: int = 16, shared_dim: int = 64, expansion: int = 2,
                  chunk: int = 0, bidirectional: bool = True, rngs: nnx.Rngs, **common):
-        super().__init__(dim, num_heads, rngs=rngs, **common)
+        super().__init__(dim, num_heads, bidirectional=bidirectional, rngs=rngs, **common)
         if self.max_len is None:
             raise ConfigError("mega needs max_len (its relative position bias has one entry per offset)")
         if min(ema_dim, shared_dim, expansion) < 1 or chunk < 0:
             raise ConfigError(f"mega needs ema_dim, shared_dim and expansion >= 1 and chunk >= 0, got "
                               f"ema_dim={ema_dim}, shared_dim={shared_dim}, expansion={expansion}, chunk={chunk}")
-        self.causal = not bidirectional
         self.ema_dim, self.shared_dim, self.expansion, self.chunk = ema_dim, shared_dim, expansion, chunk
-        self.bidirectional = bidirectional
-        directions, v = 2 if bidirectional else 1, expansion * dim
+        directions, v = self.directions, expansion * dim
         keys = jax.random.split(rngs.params(), 5)
         # α, δ as logits; β ~ N(0, 1) with alternating signs kept from the paper's init; η ~ N(0, 1/h)
         self.alpha_logit = nnx.Param(jax.random.normal(keys[0], (directions, dim, ema_dim)) * 0.2)

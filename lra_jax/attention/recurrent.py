@@ -93,11 +93,14 @@ def scan_flops(batch: int, n: int, width: int, *, complex_values: bool) -> float
     return (8.0 if complex_values else 2.0) * batch * n * width
 
 
-def _recurrence_flops(batch, n, dim, state, directions):
-    """The input map B u and each direction's readout Re(C h), two real products each (`input_map`,
-    `readout`), and each direction's scan (`scan_flops`)."""
-    products = (1 + directions) * 2 * matmul_flops(batch * n, dim, state)
-    return products + directions * scan_flops(batch, n, state, complex_values=True)
+def _block_flops(batch, n, dim, settings, states: int) -> float:
+    """The block's output projection (d -> 2d with the GLU, else d -> d), the input map B u and each
+    direction's readout Re(C h), two real products each (`input_map`, `readout`), and each direction's
+    scan over `states` complex states (`scan_flops`)."""
+    directions = SSMBlock.directions_of(settings)
+    projection = matmul_flops(batch * n, dim, 2 * dim if settings["glu"] else dim)
+    products = (1 + directions) * 2 * matmul_flops(batch * n, dim, states)
+    return projection + products + directions * scan_flops(batch, n, states, complex_values=True)
 
 
 @register("lru")
@@ -124,14 +127,9 @@ class LRU(SSMBlock):
       glu: the block's output projection d -> 2d with a GLU (else d -> d).
     """
 
-    uses_attention_dropout = False
-    cost_exponent = 1.0
-
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
-        directions = 2 if settings["bidirectional"] else 1
-        projection = matmul_flops(batch * n, dim, 2 * dim if settings["glu"] else dim)
-        return projection + _recurrence_flops(batch, n, dim, settings["state_size"], directions)
+        return _block_flops(batch, n, dim, settings, settings["state_size"])
 
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 64, r_min: float = 0.0, r_max: float = 0.99,
                  max_phase: float = 2 * math.pi, bidirectional: bool = True, glu: bool = True, rngs: nnx.Rngs,
@@ -206,14 +204,9 @@ class S5(SSMBlock):
       glu: the block's output projection d -> 2d with a GLU (else d -> d).
     """
 
-    uses_attention_dropout = False
-    cost_exponent = 1.0
-
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
-        directions = 2 if settings["bidirectional"] else 1
-        projection = matmul_flops(batch * n, dim, 2 * dim if settings["glu"] else dim)
-        return projection + _recurrence_flops(batch, n, dim, settings["state_size"] // 2, directions)
+        return _block_flops(batch, n, dim, settings, settings["state_size"] // 2)
 
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 64, blocks: int = 1, dt_min: float = 1e-3,
                  dt_max: float = 1e-1, bidirectional: bool = True, glu: bool = True, rngs: nnx.Rngs, **common):

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from lra_jax.attention.core import SSMParam, TokenMask, TokenMixer, Tokens, matmul_flops, zero_padding
+from lra_jax.attention.core import BidirectionalMixer, SSMParam, TokenMask, Tokens, matmul_flops, zero_padding
 from lra_jax.attention import recurrent
 from lra_jax.attention.recurrent import linear_scan
 from lra_jax.attention.registry import register
@@ -118,7 +118,7 @@ class SelectiveSSM(nnx.Module):
 
 
 @register("s6")
-class S6(TokenMixer):
+class S6(BidirectionalMixer):
     """Mamba's block with the selective SSM (S6), bidirectional: see the module docstring.
 
     Args:
@@ -133,13 +133,6 @@ class S6(TokenMixer):
       bidirectional: add the backward SSM (LRA); False gives the causal layer.
     """
 
-    uses_attention_dropout = False
-    cost_exponent = 1.0
-
-    @classmethod
-    def causal_form(cls) -> str:
-        return "bidirectional=False"
-
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
         """The projections in and out; per direction x_proj and Δ's up-projection, the convolution (a
@@ -147,7 +140,7 @@ class S6(TokenMixer):
         and the readout C h (a multiply-add)."""
         inner, state = settings["expand"] * dim, settings["state_size"]
         rank = settings["dt_rank"] or math.ceil(dim / 16)
-        directions = 2 if settings["bidirectional"] else 1
+        directions = cls.directions_of(settings)
         tokens = batch * n
         per_direction = (matmul_flops(tokens, inner, rank + 2 * state) + matmul_flops(tokens, rank, inner)
                          + 2 * tokens * inner * settings["conv_kernel"] + 4 * tokens * inner * state
@@ -157,7 +150,7 @@ class S6(TokenMixer):
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 16, expand: int = 2, conv_kernel: int = 4,
                  dt_rank: int = 0, dt_min: float = 1e-3, dt_max: float = 1e-1, chunk: int = 64,
                  bidirectional: bool = True, rngs: nnx.Rngs, **common):
-        super().__init__(dim, num_heads, rngs=rngs, **common)
+        super().__init__(dim, num_heads, bidirectional=bidirectional, rngs=rngs, **common)
         if min(state_size, expand, conv_kernel, chunk) < 1 or dt_rank < 0:
             raise ConfigError(f"s6 needs state_size, expand, conv_kernel and chunk >= 1 and dt_rank >= 0, got "
                               f"state_size={state_size}, expand={expand}, conv_kernel={conv_kernel}, chunk={chunk}, "
@@ -166,20 +159,18 @@ class S6(TokenMixer):
             raise ConfigError(f"s6 needs 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
         self.state_size, self.expand, self.conv_kernel, self.dt_min, self.dt_max = (state_size, expand, conv_kernel,
                                                                                    dt_min, dt_max)
-        self.dt_rank, self.chunk, self.bidirectional = dt_rank, chunk, bidirectional
-        self.causal = not bidirectional
+        self.dt_rank, self.chunk = dt_rank, chunk
         inner, rank = expand * dim, dt_rank or math.ceil(dim / 16)
         self.in_proj = nnx.Linear(dim, 2 * inner, use_bias=False, dtype=self.dtype, rngs=rngs)
-        self.directions = nnx.List([SelectiveSSM(inner, state_size, rank, conv_kernel, dt_min, dt_max,
-                                                 chunk=chunk, reverse=reverse, rngs=rngs)
-                                    for reverse in ((False, True) if bidirectional else (False,))])
+        self.ssms = nnx.List([SelectiveSSM(inner, state_size, rank, conv_kernel, dt_min, dt_max, chunk=chunk,
+                                           reverse=reverse, rngs=rngs) for reverse in (False, True)[:self.directions]])
         self.out_proj = nnx.Linear(inner, dim, use_bias=False, dtype=self.dtype, rngs=rngs)
 
     def mix(self, u: Float[Array, "b n d"], mask: TokenMask, scan=linear_scan) -> Float[Array, "b n d"]:
         real = mask[..., None].astype(jnp.float32)
         x, z = jnp.split(self.in_proj(u).astype(jnp.float32), 2, axis=-1)
         x = x * real  # the convolutions see zeros on padding
-        y = sum(direction(x, real, scan) for direction in self.directions)
+        y = sum(ssm(x, real, scan) for ssm in self.ssms)
         return self.out_proj((y * jax.nn.silu(z)).astype(u.dtype))
 
     def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:

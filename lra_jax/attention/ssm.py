@@ -55,9 +55,9 @@ from flax import nnx
 from jaxtyping import Array, Complex, Float
 
 from lra_jax.attention.core import (
+    BidirectionalMixer,
     SSMParam,
     TokenMask,
-    TokenMixer,
     Tokens,
     complex_matmul_flops,
     fft_flops,
@@ -106,7 +106,7 @@ def fft_convolution(u: Float[Array, "b n h"], kernel: Float[Array, "k h n"]) -> 
     return jnp.fft.irfft(u_f * k_f, n=2 * n, axis=1)[:, :n]
 
 
-class SSMBlock(TokenMixer):
+class SSMBlock(BidirectionalMixer):
     """The block around a state-space mixer (S4D, S5, LRU): out = GLU(W gelu(ssm(u)) + b), or W gelu(ssm(u)) + b
     without the GLU, with dropout on gelu(ssm(u)) in training; `ssm` maps the zero-padded input [b n d] to
     y [b n d] in float32. Bidirectional by default (LRA); `bidirectional=False` is the causal form.
@@ -117,19 +117,10 @@ class SSMBlock(TokenMixer):
       **common: shared settings of `TokenMixer`; `dropout_rate` is the dropout on gelu(y).
     """
 
-    uses_attention_dropout = False  # no attention weights; the dropout acts on the activations
-
-    @classmethod
-    def causal_form(cls) -> str:
-        """Causal without the backward direction (its causal=True is refused: one setting, one meaning)."""
-        return "bidirectional=False"
-
     def __init__(self, dim: int, num_heads: int, *, bidirectional: bool = True, glu: bool = True, rngs: nnx.Rngs,
                  **common):
-        super().__init__(dim, num_heads, rngs=rngs, **common)
-        self.bidirectional, self.glu = bidirectional, glu
-        self.causal = not bidirectional
-        self.directions = 2 if bidirectional else 1
+        super().__init__(dim, num_heads, bidirectional=bidirectional, rngs=rngs, **common)
+        self.glu = glu
         self.activation_dropout = Dropout(self.dropout_rate)
 
     def build_output(self, rngs: nnx.Rngs) -> None:
@@ -175,7 +166,7 @@ class S4D(SSMBlock):
         [Q, N/2] x [N/2, R] product per kernel and channel (Q R >= n, R = ceil(sqrt(n)); 8 FLOPs per complex
         multiply-add, `core.complex_matmul_flops`), once for the batch; and the FFT convolution, real transforms of 2n points by the
         2.5 N log2 N convention (`core.fft_flops`): rfft of u and irfft per example and channel, rfft of the kernel."""
-        kernels = 2 if settings["bidirectional"] else 1
+        kernels = cls.directions_of(settings)
         inner = math.isqrt(max(n - 1, 0)) + 1
         outer = -(-n // inner)
         vandermonde = complex_matmul_flops(kernels * dim * outer, settings["state_size"] // 2, inner)
