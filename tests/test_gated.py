@@ -34,6 +34,19 @@ def test_the_chunked_form_is_the_recurrence(chunk, strict):
     assert_close(chunked, recurrent, reassociation_tol(N * 4, depth=4))
 
 
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("chunk", slow_except([1, 8, 24], keep={8}))
+def test_one_decay_per_head_is_the_same_decay_on_every_key_dimension(chunk, strict):
+    """log g [b n h 1] (SSD) takes the [C, C] path; broadcast to [b n h d_k] it takes the general one."""
+    q, k, v, log_g = gla_inputs()
+    scalar = log_g[..., :1]
+    assert_close(gated.chunked_gla(q, k, v, scalar, chunk=chunk, strict=strict),
+                 gated.chunked_gla(q, k, v, jnp.broadcast_to(scalar, log_g.shape), chunk=chunk, strict=strict),
+                 reassociation_tol(N * 4, depth=4))
+    assert_close(gated.chunked_gla(q, k, v, scalar, chunk=chunk, strict=strict),
+                 gated.recurrent_gla(q, k, v, scalar, strict=strict), reassociation_tol(N * 4, depth=4))
+
+
 def test_the_unrolled_sum_is_the_recurrence():
     """y_t = Σ_{s<=t} (q_t ⊙ exp(b_t - b_s)) · k_s v_s, written out in float64."""
     q, k, v, log_g = (np.asarray(x, np.float64) for x in gla_inputs(n=10))

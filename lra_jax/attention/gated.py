@@ -53,21 +53,27 @@ def recurrent_gla(q: Heads, k: Heads, v: Heads, log_g: Heads, *, chunk: int | No
 
 
 def chunked_gla(q: Heads, k: Heads, v: Heads, log_g: Heads, *, chunk: int, strict: bool = False) -> Heads:
-    """(1) in chunks of `chunk` steps (n a multiple of it), float32: the same result as `recurrent_gla`."""
+    """(1) in chunks of `chunk` steps (n a multiple of it), float32: the same result as `recurrent_gla`.
+    `log_g` [b n h 1] is one decay per head (SSD), which makes the weights inside a chunk a [C, C] matrix per
+    head rather than [C, C, d_k]."""
     b, n, h, dk = k.shape
+    scalar_decay = log_g.shape[-1] == 1
     dv = v.shape[-1]
     c = chunk
     split = lambda x: jnp.moveaxis(x.astype(jnp.float32).reshape(b, n // c, c, h, -1), 1, 0)  # [m b c h .]
     q, k, v, log_g = (split(x) for x in (q, k, v, log_g))
-    cumulative = jnp.cumsum(log_g, axis=2)  # b_t within the chunk, [m b c h dk]
+    cumulative = jnp.cumsum(log_g, axis=2)  # b_t within the chunk, [m b c h dk|1]
     pairs = jnp.tril(jnp.ones((c, c), bool), -1 if strict else 0)  # s < t, or s <= t
 
     @jax.checkpoint  # the backward pass recomputes a chunk's [C, C, d_k] weights rather than keep every chunk's
     def one_chunk(state, chunk_inputs):
         q_c, k_c, v_c, b_c = chunk_inputs
         # inside the chunk: Σ_s Σ_j q_tj k_sj exp(b_tj - b_sj) v_s, the exponent <= 0 wherever s <= t
-        decay = jnp.where(pairs[:, :, None, None], b_c[:, :, None] - b_c[:, None, :], -jnp.inf)  # [b t s h dk]
-        weights = jnp.einsum("bthj,bshj,btshj->bhts", q_c, k_c, jnp.exp(decay))
+        decay = jnp.where(pairs[:, :, None, None], b_c[:, :, None] - b_c[:, None, :], -jnp.inf)  # [b t s h dk|1]
+        if scalar_decay:  # one decay per head: the [t, s] weights are q k^T scaled, no [C, C, d_k] tensor
+            weights = jnp.einsum("bthj,bshj->bhts", q_c, k_c) * jnp.exp(jnp.moveaxis(decay[..., 0], 3, 1))
+        else:
+            weights = jnp.einsum("bthj,bshj,btshj->bhts", q_c, k_c, jnp.exp(decay))
         y = jnp.einsum("bhts,bshv->bthv", weights, v_c)
         y = y + jnp.einsum("bthj,bhjv->bthv", q_c * jnp.exp(b_c), state)  # the state from earlier chunks
         last = b_c[:, -1:]  # the chunk's whole decay
@@ -96,11 +102,13 @@ def bidirectional_gla(q: Heads, k: Heads, v: Heads, log_g: Heads, *, chunk: int,
     return y[:, :n]
 
 
-def _chunked_flops(batch, n, heads, dk, dv, chunk, directions):
+def _chunked_flops(batch, n, heads, dk, dv, chunk, directions, scalar_decay=False):
     """Per direction: the chunk's weights (4 FLOPs per pair and key dimension: the decay b_t - b_s, two
-    multiplies and the sum), their product with v, the state's read and update (multiply-adds)."""
+    multiplies and the sum; with one decay per head, q · k and 2 FLOPs per pair for the decay), their
+    product with v, the state's read and update (multiply-adds)."""
     c = min(chunk, n)
-    intra = batch * heads * n * c * (4 * dk + 2 * dv)
+    weights = 2 * dk + 2 if scalar_decay else 4 * dk
+    intra = batch * heads * n * c * (weights + 2 * dv)
     state = 2 * matmul_flops(batch * heads * n, dk, dv)
     return directions * (intra + state)
 
@@ -132,7 +140,7 @@ class GLA(BidirectionalMixer):
         directions = cls.directions_of(settings)
         return projections + gate + _chunked_flops(batch, n, num_heads, dv // 2, dv, settings["chunk"], directions)
 
-    def __init__(self, dim: int, num_heads: int, *, chunk: int = 64, gate_rank: int = 16, temperature: float = 16.0,
+    def __init__(self, dim: int, num_heads: int, *, chunk: int = 16, gate_rank: int = 16, temperature: float = 16.0,
                  bidirectional: bool = True, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, bidirectional=bidirectional, rngs=rngs, **common)
         head = dim // num_heads
@@ -207,7 +215,7 @@ class SSD(BidirectionalMixer):
         projections = matmul_flops(tokens, dim, inner + width + heads) + matmul_flops(tokens, inner, dim)
         directions = cls.directions_of(settings)
         return (projections + 2 * tokens * width * settings["conv_kernel"]
-                + _chunked_flops(batch, n, heads, state, head, settings["chunk"], directions))
+                + _chunked_flops(batch, n, heads, state, head, settings["chunk"], directions, scalar_decay=True))
 
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 16, expand: int = 2, head_size: int = 16,
                  conv_kernel: int = 4, chunk: int = 64, dt_min: float = 1e-3, dt_max: float = 1e-1,
@@ -249,8 +257,7 @@ class SSD(BidirectionalMixer):
         x = x.reshape(*x.shape[:2], heads, self.head_size)
         log_g = jnp.where(real[..., None] > 0, (dt * -jnp.exp(self.a_log[...]))[..., None], 0.0)  # [b n H 1]
         shared = lambda m: jnp.broadcast_to(m[:, :, None, :], (*m.shape[:2], heads, n_state))
-        y = bidirectional_gla(shared(c), shared(b), dt[..., None] * x,
-                              jnp.broadcast_to(log_g, (*log_g.shape[:3], n_state)), chunk=self.chunk,
+        y = bidirectional_gla(shared(c), shared(b), dt[..., None] * x, log_g, chunk=self.chunk,
                               bidirectional=self.bidirectional, form=form)
         y = y + self.d[...][:, None] * x
         return y.reshape(*y.shape[:2], inner) * jax.nn.silu(z)

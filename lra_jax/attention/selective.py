@@ -148,7 +148,7 @@ class S6(BidirectionalMixer):
         return matmul_flops(tokens, dim, 2 * inner) + matmul_flops(tokens, inner, dim) + directions * per_direction
 
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 16, expand: int = 2, conv_kernel: int = 4,
-                 dt_rank: int = 0, dt_min: float = 1e-3, dt_max: float = 1e-1, chunk: int = 64,
+                 dt_rank: int = 0, dt_min: float = 1e-3, dt_max: float = 1e-1, chunk: int = 16,
                  bidirectional: bool = True, rngs: nnx.Rngs, **common):
         super().__init__(dim, num_heads, bidirectional=bidirectional, rngs=rngs, **common)
         if min(state_size, expand, conv_kernel, chunk) < 1 or dt_rank < 0:
