@@ -9,6 +9,9 @@ import pytest
 
 from helpers import child_xla_flags
 
+# Messages and exit codes are this package's Python, not the jax version's: CI checks them once.
+pytestmark = pytest.mark.one_stack("oldest")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -16,8 +16,9 @@ from helpers import child_xla_flags
 
 from lra_jax.errors import INTERRUPTED
 
-# Every test here trains through `python -m lra_jax.train` in child processes: the slow tier.
-pytestmark = pytest.mark.slow
+# Every test here trains through `python -m lra_jax.train` in child processes: the slow tier. What they check
+# (records, locks, signals, exit codes) is this package's Python, not the jax version's: CI runs them once.
+pytestmark = [pytest.mark.slow, pytest.mark.one_stack("newest")]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LISTOPS = ["--config=configs/transformer.py:listops,mini", "--config.num_train_steps=8", "--config.eval_every=4",

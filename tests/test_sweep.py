@@ -13,6 +13,9 @@ import pytest
 from lra_jax.errors import ConfigError
 from lra_jax.experiments import device_slots, sweep_plan, sweep_report, sweep_run
 
+# The sweep is this package's Python around child processes, not the jax version's: CI runs it once.
+pytestmark = pytest.mark.one_stack("oldest")
+
 FILES = {"softmax": "configs/transformer.py", "linformer": "configs/linformer.py"}
 
 

@@ -10,6 +10,9 @@ import pytest
 
 from lra_jax.experiments import selection, sweep_plan, sweep_report, sweep_run
 
+# The sweep is this package's Python around child processes, not the jax version's: CI runs it once.
+pytestmark = pytest.mark.one_stack("oldest")
+
 FILES = {"softmax": "configs/transformer.py", "linformer": "configs/linformer.py"}
 
 # First time: "checkpoints", a last word on stderr, then SIGKILL (as the out-of-memory killer sends).
