@@ -1,6 +1,6 @@
 """Train one LRA model: `python -m lra_jax.train --config=configs/linformer.py:listops,mini`.
 
-Flags only: the work is `trainer.train_and_evaluate(config, workdir)`; a full-scale config on a CPU is
+Flags only: the work is `trainer.train_and_evaluate(settings, workdir)`; a full-scale config on a CPU is
 trained with a warning and its alternatives (`cpu_advice`). With `--estimate` it trains
 nothing and prints the run's projected training time instead (`step_timing.projected_training`): a
 sentence and a table, or with `--json` one JSON line (what `sweep --estimate` reads).
@@ -76,9 +76,9 @@ def main(argv: list[str]) -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     workdir = FLAGS.workdir or default_workdir(FLAGS.config)
     try:
-        config_settings.from_config(FLAGS.config)  # a bad value is one line, before anything is built
+        settings = config_settings.from_config(FLAGS.config)  # read once: a bad value is one line, here
         if FLAGS.estimate:
-            projection = step_timing.projected_training(FLAGS.config)
+            projection = step_timing.projected_training(settings)
             print(json.dumps(projection) if FLAGS.json else step_timing.projection_report(projection))
             return
         advice = cpu_advice.FullScaleOnCpu(FLAGS.config.task, FLAGS.config.scale, config_file())
@@ -86,7 +86,7 @@ def main(argv: list[str]) -> None:
             print(f"workdir: {workdir}")
             if advice.applies:
                 print(advice.before_training(), file=sys.stderr, flush=True)
-        results = trainer.train_and_evaluate(FLAGS.config, workdir,
+        results = trainer.train_and_evaluate(settings, workdir,
                                              on_step_time=advice.projection if advice.applies else None)
         if results is None:  # stopped; it said where
             sys.exit(INTERRUPTED)

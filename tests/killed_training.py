@@ -14,6 +14,8 @@ import os
 import signal
 import sys
 
+from lra_jax.config.settings import from_config
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 KILLS = ("step", "eval", "save")
@@ -91,7 +93,7 @@ def main(argv: list[str]) -> None:
         kill_at(kill[0], int(kill[1]))
     from lra_jax.training import trainer
 
-    trainer.train_and_evaluate(config(cache_dir), workdir)
+    trainer.train_and_evaluate(from_config(config(cache_dir)), workdir)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 from helpers import child_xla_flags, slow_except, tiny_config
 
+from lra_jax.config.settings import from_config
 from lra_jax.training import run_dir, trainer
 
 # What is refused, and how it is said, is this package's Python, not the jax version's: CI checks it once.
@@ -129,7 +130,7 @@ def test_write_permission_lost_mid_run_is_one_line_and_keeps_the_checkpoints(tmp
     monkeypatch.setattr(ocp.CheckpointManager, "save", save_then_refuse)
     workdir = str(tmp_path / "run")
     with pytest.raises(run_dir.WorkdirError) as stopped:
-        trainer.train_and_evaluate(tiny_config(data_cache), workdir)
+        trainer.train_and_evaluate(from_config(tiny_config(data_cache)), workdir)
     message = str(stopped.value)
     assert "\n" not in message and workdir in message and "delete" not in message
     assert "permission denied" in message and "run the same command to resume" in message

@@ -9,6 +9,7 @@ import shutil
 import pytest
 from helpers import tiny_config
 
+from lra_jax.config.settings import from_config
 from lra_jax.errors import CheckpointError
 from lra_jax.training import trainer
 
@@ -38,7 +39,7 @@ def finished(tmp_path_factory, data_cache):
     config = tiny_config(data_cache)
     config.checkpoint_every = 4  # step 8, the fallback, is in the middle of a log window (every 3)
     workdir = str(tmp_path_factory.mktemp("undisturbed") / "run")
-    trainer.train_and_evaluate(config, workdir)
+    trainer.train_and_evaluate(from_config(config), workdir)
     return config, workdir
 
 
@@ -58,7 +59,7 @@ def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_exactly(
     truncate_data_files(os.path.join(last, "12"))
     capfd.readouterr()
 
-    resumed = trainer.train_and_evaluate(config, workdir)
+    resumed = trainer.train_and_evaluate(from_config(config), workdir)
 
     err = capfd.readouterr().err
     warnings = [line for line in err.splitlines() if "does not restore" in line]
@@ -86,7 +87,7 @@ def test_when_no_checkpoint_restores_the_run_stops_with_one_line_and_moves_nothi
     capfd.readouterr()
 
     with pytest.raises(CheckpointError) as caught:
-        trainer.train_and_evaluate(config, workdir)
+        trainer.train_and_evaluate(from_config(config), workdir)
 
     message = str(caught.value)
     assert "\n" not in message and "step 12" in message and "step 8" in message
@@ -107,7 +108,7 @@ def test_a_damaged_results_json_is_reported_and_the_run_ends_again(finished, tmp
         f.write(text[: len(text) // 2])
     capfd.readouterr()
 
-    results = trainer.train_and_evaluate(config, workdir)
+    results = trainer.train_and_evaluate(from_config(config), workdir)
 
     assert [line for line in capfd.readouterr().err.splitlines() if "damaged" in line][0].startswith(
         f"warning: {path} is damaged")
@@ -129,7 +130,7 @@ def test_a_truncated_metrics_file_keeps_its_whole_lines_and_the_original(finishe
         f.write(text[:cut])
     capfd.readouterr()
 
-    trainer.train_and_evaluate(config, workdir)
+    trainer.train_and_evaluate(from_config(config), workdir)
 
     err = capfd.readouterr().err
     assert f"warning: {path} line {text[:cut].count(chr(10)) + 1} is damaged" in err
@@ -151,7 +152,7 @@ def test_a_damaged_best_checkpoint_stops_the_run_with_one_line(finished, tmp_pat
     capfd.readouterr()
 
     with pytest.raises(CheckpointError) as caught:
-        trainer.train_and_evaluate(config, workdir)
+        trainer.train_and_evaluate(from_config(config), workdir)
 
     message = str(caught.value)
     assert "\n" not in message and f"best checkpoint, step {step} in {os.path.join(best, step)}" in message

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from helpers import tiny_config
 
+from lra_jax.config.settings import from_config
 from lra_jax.errors import DiskFull
 from lra_jax.training import checkpointing, trainer
 
@@ -43,7 +44,7 @@ def small_disk(tmp_path):
 def undisturbed(tmp_path_factory, data_cache):
     config = tiny_config(data_cache)
     workdir = str(tmp_path_factory.mktemp("undisturbed") / "run")
-    trainer.train_and_evaluate(config, workdir)
+    trainer.train_and_evaluate(from_config(config), workdir)
     return config, workdir
 
 
@@ -60,7 +61,7 @@ def debris(workdir: str) -> list[str]:
 def stops_for_lack_of_space(config, workdir: str, capfd) -> str:
     """Runs until DiskFull; its message, checked to be one line with the path and both sizes."""
     with pytest.raises(DiskFull) as caught:
-        trainer.train_and_evaluate(config, workdir)
+        trainer.train_and_evaluate(from_config(config), workdir)
     message = str(caught.value)
     assert "\n" not in message and message.startswith("disk full: saving step ")
     assert os.path.join(workdir, "checkpoints") in message and " free;" in message and "needs about" in message
@@ -99,7 +100,7 @@ def test_a_save_that_would_not_fit_stops_before_writing_and_the_run_resumes_exac
     saved = sorted(os.listdir(os.path.join(workdir, "checkpoints", "last")))
     assert saved and all(step.isdigit() for step in saved)
     remount("16m")  # space freed
-    results = trainer.train_and_evaluate(config, workdir)
+    results = trainer.train_and_evaluate(from_config(config), workdir)
     assert lines(workdir) == lines(expected)
     with open(os.path.join(expected, "results.json")) as f:
         assert results["test_accuracy"] == json.load(f)["test_accuracy"]
@@ -122,7 +123,7 @@ def test_a_save_that_fails_for_lack_of_space_leaves_no_debris_and_the_run_resume
             assert os.path.exists(os.path.join(workdir, "checkpoints", kind, step, "commit_success.txt"))
     monkeypatch.undo()
     remount("16m")
-    trainer.train_and_evaluate(config, workdir)
+    trainer.train_and_evaluate(from_config(config), workdir)
     assert lines(workdir) == lines(expected)
 
 

@@ -13,6 +13,7 @@ import killed_training
 import numpy as np
 import pytest
 
+from lra_jax.config.settings import from_config
 from lra_jax.training import trainer
 
 # Four training processes, three of them killed: the slow tier.
@@ -30,7 +31,7 @@ def read(workdir: str, name: str):
 
 def test_a_run_killed_during_a_step_an_evaluation_and_a_save_resumes_to_the_undisturbed_end(tmp_path, data_cache):
     undisturbed = str(tmp_path / "undisturbed")
-    trainer.train_and_evaluate(killed_training.config(str(data_cache)), undisturbed)
+    trainer.train_and_evaluate(from_config(killed_training.config(str(data_cache))), undisturbed)
 
     rng = np.random.default_rng(SEED)
     # Each is reached whatever the run resumed from: a step within the first 5 (a checkpoint every 2),

@@ -15,6 +15,7 @@ from flax import nnx
 from helpers import F32_EPS, tiny_config
 
 from lra_jax.config import settings as config_settings
+from lra_jax.config.settings import from_config
 from lra_jax.data import tasks
 from lra_jax.errors import ConfigError
 from lra_jax.models.pretraining import mask_id
@@ -75,8 +76,8 @@ def test_bad_pretraining_values_are_one_clear_line(change, message):
 def test_fine_tuning_starts_from_the_pretrained_encoder_with_a_new_head(data_cache):
     config = pretraining_config(data_cache)
     task, mesh = tasks.get_task(config.task), trainer.make_mesh()
-    _, _, pretrained = trainer.create_train_state(config, task, mesh, pretraining=True)
-    _, _, fresh = trainer.create_train_state(config, task, mesh)
+    _, _, pretrained = trainer.create_train_state(from_config(config), task, mesh, pretraining=True)
+    _, _, fresh = trainer.create_train_state(from_config(config), task, mesh)
     fresh_head = [np.asarray(x) for x in jax.tree.leaves(fresh["params"]["head"])]
     state = pretrain.transfer_encoder(pretrained, fresh)
     for a, b in zip(jax.tree.leaves(state["params"]["encoder"]), jax.tree.leaves(pretrained["params"]["encoder"]),
@@ -86,7 +87,7 @@ def test_fine_tuning_starts_from_the_pretrained_encoder_with_a_new_head(data_cac
         np.testing.assert_array_equal(np.asarray(a), b)
     assert int(state["step"]) == 0
     assert not np.array_equal(np.asarray(pretrained["params"]["encoder"]["embed"]["embedding"][...]),
-                              np.asarray(trainer.create_train_state(config, task, mesh)[2]["params"]["encoder"]
+                              np.asarray(trainer.create_train_state(from_config(config), task, mesh)[2]["params"]["encoder"]
                                          ["embed"]["embedding"][...]))  # the transfer is not a no-op
 
 
@@ -122,7 +123,7 @@ def test_pretraining_never_reads_validation_or_test(data_cache, tmp_path, monkey
     monkeypatch.setattr(tasks, "get_task", lambda name: dataclasses.replace(task, load=load))
     workdir = str(tmp_path / "run")
     with pytest.raises(SplitRead):  # fine-tuning validates: the first read of those splits
-        trainer.train_and_evaluate(config, workdir)
+        trainer.train_and_evaluate(from_config(config), workdir)
     with open(os.path.join(workdir, "pretrain", pretrain.STAGE_RECORD)) as f:
         record = json.load(f)
     assert record["status"] == "complete" and record["num_steps"] == 6 and record["split"] == "train"
@@ -134,13 +135,13 @@ def test_a_causal_softmax_run_pretrains_on_next_tokens_then_fine_tunes(data_cach
     config.attention.causal = True
     config.model.update(pooling="mean", cls_token=False)
     config.pretrain.objective = "causal"
-    results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    results = trainer.train_and_evaluate(from_config(config), str(tmp_path / "run"))
     assert results["pretrain"]["objective"] == "causal" and results["pretrain"]["status"] == "complete"
     assert results["attention"]["causal"] is True and 0 <= results["test_accuracy"] <= 1
 
 
 def stage_params(config, workdir, pretraining):
-    like = trainer.create_train_state(config, tasks.get_task(config.task), trainer.make_mesh(),
+    like = trainer.create_train_state(from_config(config), tasks.get_task(config.task), trainer.make_mesh(),
                                       pretraining=pretraining)[2]
     where = os.path.join(workdir, "pretrain" if pretraining else "", "checkpoints")
     state = checkpointing.Checkpoints(where).restore_last(like)
@@ -156,7 +157,7 @@ def lines(path):
 def test_a_run_stopped_mid_pretraining_resumes_to_the_uninterrupted_result(data_cache, tmp_path, monkeypatch):
     config = pretraining_config(data_cache)
     straight = str(tmp_path / "straight")
-    first = trainer.train_and_evaluate(config, straight)
+    first = trainer.train_and_evaluate(from_config(config), straight)
     assert first["pretrain_objective"] == "masked" and first["pretrain"]["num_steps"] == 6
     assert first["pretrain"]["steps_per_second"] > 0 and first["pretrain"]["examples_seen"] == 6 * 16
     pre_lines = lines(os.path.join(straight, "pretrain", "metrics.jsonl"))
@@ -172,11 +173,11 @@ def test_a_run_stopped_mid_pretraining_resumes_to_the_uninterrupted_result(data_
 
     interrupted = str(tmp_path / "interrupted")
     monkeypatch.setattr(trainer, "check_finite", terminated_while_pretraining_step_5_runs)
-    assert trainer.train_and_evaluate(config, interrupted) is None
+    assert trainer.train_and_evaluate(from_config(config), interrupted) is None
     assert stage_params(config, interrupted, pretraining=True)[0] == 5
     assert checkpointing.Checkpoints(os.path.join(interrupted, "checkpoints")).last_step() is None  # not fine-tuned
     monkeypatch.setattr(trainer, "check_finite", check_finite)
-    resumed = trainer.train_and_evaluate(config, interrupted)
+    resumed = trainer.train_and_evaluate(from_config(config), interrupted)
 
     for pretraining in (True, False):
         step_a, params_a = stage_params(config, straight, pretraining)
@@ -193,7 +194,7 @@ def test_a_run_stopped_mid_pretraining_resumes_to_the_uninterrupted_result(data_
     # finished: both stages are read back, nothing trains again
     again = str(tmp_path / "again")
     shutil.copytree(straight, again)
-    assert trainer.train_and_evaluate(config, again) == json.loads(json.dumps(first))
+    assert trainer.train_and_evaluate(from_config(config), again) == json.loads(json.dumps(first))
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import pytest
 from helpers import F32_EPS
 
 from lra_jax.config import task_defaults
+from lra_jax.config.settings import from_config
 from lra_jax.errors import LraError
 from lra_jax.experiments import run_carry
 from lra_jax.training import trainer
@@ -41,7 +42,7 @@ def lines(workdir):
 @pytest.mark.slow
 def test_a_run_carried_to_a_fresh_machine_ends_as_one_that_never_moved(tmp_path, monkeypatch):
     straight = str(tmp_path / "straight" / RUN)
-    expected = trainer.train_and_evaluate(tiny_pathfinder(tmp_path / "cache"), straight)
+    expected = trainer.train_and_evaluate(from_config(tiny_pathfinder(tmp_path / "cache")), straight)
 
     # the first machine: SIGTERM after step 6 (past a checkpoint, the best one and a log line)
     check_finite, signalled = trainer.check_finite, []
@@ -53,7 +54,7 @@ def test_a_run_carried_to_a_fresh_machine_ends_as_one_that_never_moved(tmp_path,
 
     monkeypatch.setattr(trainer, "check_finite", terminated_after_step_6)
     first = tmp_path / "first"
-    assert trainer.train_and_evaluate(tiny_pathfinder(tmp_path / "cache"), str(first / RUN)) is None
+    assert trainer.train_and_evaluate(from_config(tiny_pathfinder(tmp_path / "cache")), str(first / RUN)) is None
     monkeypatch.setattr(trainer, "check_finite", check_finite)
     packed, left = run_carry.pack(str(first), [str(first / RUN)], str(tmp_path / "carried.tar.gz"))
     assert packed == [RUN] and left == []
@@ -66,7 +67,7 @@ def test_a_run_carried_to_a_fresh_machine_ends_as_one_that_never_moved(tmp_path,
     # the next machine: a fresh root and a fresh data cache (the images generated again)
     second = tmp_path / "second"
     assert run_carry.unpack(str(second), str(tmp_path / "carried.tar.gz")) == [f"{RUN} at step 6"]
-    resumed = trainer.train_and_evaluate(tiny_pathfinder(tmp_path / "cache2"), str(second / RUN))
+    resumed = trainer.train_and_evaluate(from_config(tiny_pathfinder(tmp_path / "cache2")), str(second / RUN))
 
     a, b = lines(straight), lines(str(second / RUN))
     assert [sorted(line) for line in b] == [sorted(line) for line in a] and len(a) > 4

@@ -14,7 +14,7 @@ from lra_jax.data import prepare, tasks
 from lra_jax.data.tasks import DataSettings
 from lra_jax.errors import ConfigError
 from lra_jax.models.classifier import ModelSettings
-from lra_jax.training import optimizer, run_dir, steps
+from lra_jax.training import run_dir
 
 
 @pytest.mark.parametrize("task", tasks.TASKS)
@@ -38,17 +38,17 @@ def test_a_config_without_the_later_settings_reads_as_the_runs_before_them():
     s = settings.from_config(ml_collections.ConfigDict(config))
     assert (s.grad_accum_steps, s.keep_checkpoints, s.val_examples, s.optimizer.skip_nonfinite_updates) == (1, 2, 0, 0)
     full = task_defaults.get_config("listops,mini")
-    assert run_dir.config_changes(config, settings.of(full).record) == []
+    assert run_dir.config_changes(config, settings.from_config(full).record) == []
 
 
-def test_settings_are_frozen_and_of_passes_them_through():
-    s = settings.from_config(task_defaults.get_config("text,mini"))
-    assert settings.of(s) is s
+def test_settings_are_frozen_and_the_eval_batch_is_the_micro_batch():
+    config = task_defaults.get_config("text,mini")
+    s = settings.from_config(config)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.batch_size = 3
-    # the entry points that take a config take its settings alike
-    assert steps.eval_batch_size(s) == steps.eval_batch_size(task_defaults.get_config("text,mini")) == s.batch_size
-    assert optimizer.peak_learning_rate(s) == optimizer.peak_learning_rate(s.optimizer)
+    assert s.eval_batch_size == s.batch_size
+    config.grad_accum_steps = 4
+    assert settings.from_config(config).eval_batch_size == config.batch_size // 4
 
 
 @pytest.mark.parametrize("key,value,expected", [

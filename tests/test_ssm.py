@@ -15,6 +15,7 @@ from helpers import slow_except
 
 from lra_jax.attention import registry
 from lra_jax.attention.core import SSMParam
+from lra_jax.config.settings import optimizer_from_config
 from lra_jax.errors import ConfigError
 from lra_jax.training import optimizer
 
@@ -141,7 +142,7 @@ def optimizer_config(**optimizer):
 def two_updates(config, grads_scale):
     layer = build(state_size=4)
     _, params, _ = nnx.split(layer, nnx.Param, ...)
-    tx = optimizer.make_optimizer(config)
+    tx = optimizer.make_optimizer(optimizer_from_config(config))
     state = tx.init(params)
     grads = jax.tree.map(lambda p: grads_scale * jnp.ones_like(p), params)
     for _ in range(2):  # the schedule's rate is 0 at step 0
@@ -173,7 +174,8 @@ def test_ssm_parameters_get_their_rate_and_no_weight_decay():
 def test_ssm_peak_rate_is_the_smaller_of_the_cap_and_the_main_peak(schedule, warmup, rate, expected_peak):
     config = optimizer_config(ssm_max_learning_rate=0.001)
     config.optimizer.update(schedule=schedule, warmup_steps=warmup, learning_rate=rate)
-    peak = optimizer.make_schedule(config, optimizer.ssm_learning_rate(config))(warmup)
+    opt = optimizer_from_config(config)
+    peak = optimizer.make_schedule(opt, optimizer.ssm_learning_rate(opt))(warmup)
     np.testing.assert_allclose(float(peak), expected_peak, rtol=1e-5)
 
 
@@ -182,7 +184,8 @@ def test_s4d_config_ssm_rate_follows_a_learning_rate_override():
 
     def ssm_peak(*overrides):
         config = sweep_plan.train_config(["--config=configs/s4d.py:listops,mini", *overrides])
-        return float(optimizer.make_schedule(config, optimizer.ssm_learning_rate(config))(config.optimizer.warmup_steps))
+        opt = optimizer_from_config(config)
+        return float(optimizer.make_schedule(opt, optimizer.ssm_learning_rate(opt))(opt.warmup_steps))
 
     assert ssm_peak() == pytest.approx(0.001, rel=1e-5)  # main peak 0.05 / sqrt(200) = 0.0035
     assert ssm_peak("--config.optimizer.learning_rate=0.005") == pytest.approx(0.005 / np.sqrt(200), rel=1e-5)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from lra_jax.config.settings import from_config
 from lra_jax.data import tasks
 from lra_jax.measure import step_timing, text_table, units
 
@@ -120,7 +121,7 @@ def test_configs_timed_together_take_turns_in_alternating_rounds(monkeypatch, ke
     monkeypatch.setattr(step_timing.host_memory, "keeps_freed", lambda: keeps_freed)
     tiny = {"batch_size": 2, "seed": 0, "num_layers": 1, "num_heads": 2, "emb_dim": 16, "mlp_dim": 16,
             "dtype": "float32", "scan_layers": False, "remat": False}
-    configs = [bench_cells.bench_config("softmax", 16, tiny, rate) for rate in (0.0, 0.1)]
+    configs = [from_config(bench_cells.bench_config("softmax", 16, tiny, rate)) for rate in (0.0, 0.1)]
     task = tasks.TaskSpec("text-bench", bench_cells.VOCAB_SIZE, bench_cells.NUM_CLASSES, False, load=None)
     timings = step_timing.time_train_steps(configs, task, trainer.make_mesh(), warmup=1, steps=3)
     warm_up = ["A", "B"]

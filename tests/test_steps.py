@@ -6,6 +6,7 @@ import optax
 import pytest
 from helpers import assert_close, reassociation_tol, tiny_config
 
+from lra_jax.config.settings import from_config
 from lra_jax.data import tasks
 from lra_jax.errors import ConfigError
 from lra_jax.training import steps, trainer
@@ -13,10 +14,10 @@ from lra_jax.training import steps, trainer
 
 def _step_once(config, tx, batch, accum_steps):
     task = tasks.get_task("listops")
-    graphdef, _, state = trainer.create_train_state(config, task, trainer.make_mesh())
+    graphdef, _, state = trainer.create_train_state(from_config(config), task, trainer.make_mesh())
     state = {**state, "opt_state": tx.init(state["params"])}
     before = [np.asarray(x) for x in jax.tree.leaves(state["params"])]
-    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(config), accum_steps=accum_steps)
+    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(from_config(config)), accum_steps=accum_steps)
     state, metrics = step(state, batch)
     after = [np.asarray(x) for x in jax.tree.leaves(state["params"])]
     return [b - a for a, b in zip(after, before)], metrics
@@ -60,7 +61,7 @@ def test_trainer_refuses_a_batch_the_devices_and_accumulation_cannot_split(tmp_p
     config = tiny_config(tmp_path)
     config.grad_accum_steps = 3  # the batch must split over the devices and then into 3 micro-batches
     with pytest.raises(ConfigError, match=f"multiple of {3 * jax.device_count()}"):
-        trainer.train_and_evaluate(config, str(tmp_path / "run"))
+        trainer.train_and_evaluate(from_config(config), str(tmp_path / "run"))
 
 
 @pytest.mark.slow
@@ -73,7 +74,7 @@ def test_a_run_trains_with_accumulation_and_evaluates_in_its_micro_batches(tmp_p
     evaluated = []
     evaluate = trainer.evaluate
     monkeypatch.setattr(trainer, "evaluate", lambda *a: evaluated.append(a[3]) or evaluate(*a))
-    results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    results = trainer.train_and_evaluate(from_config(config), str(tmp_path / "run"))
     assert results["status"] == "complete" and np.isfinite(results["test_loss"])
     assert results["config"]["grad_accum_steps"] == 2
     assert evaluated and set(evaluated) == {config.batch_size // 2}

@@ -16,6 +16,7 @@ from helpers import F32_EPS, child_xla_flags, tiny_config
 
 from lra_jax import provenance
 from lra_jax.config import task_defaults as base
+from lra_jax.config.settings import from_config
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, TrainingDiverged
 from lra_jax.training import checkpointing, optimizer, steps, trainer
@@ -25,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def last_params(config, workdir):
     """The parameters of the newest checkpoint in `workdir`, as numpy arrays."""
-    _, _, like = trainer.create_train_state(config, tasks.get_task(config.task), trainer.make_mesh())
+    _, _, like = trainer.create_train_state(from_config(config), tasks.get_task(config.task), trainer.make_mesh())
     state = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints")).restore_last(like)
     return int(state["step"]), [np.asarray(x) for x in jax.tree.leaves(state["params"])]
 
@@ -53,7 +54,7 @@ def test_unknown_schedule_names_the_choices():
     config = base.get_config("listops,mini")
     config.optimizer.schedule = "linear"
     with pytest.raises(ConfigError, match="rsqrt, cosine"):
-        optimizer.make_optimizer(config)
+        optimizer.make_optimizer(from_config(config).optimizer)
 
 
 def test_training_order_is_a_function_of_seed_and_epoch():
@@ -84,7 +85,7 @@ def test_train_and_evaluate_writes_results_metrics_and_checkpoints(tmp_path, dat
     metrics_path = os.path.join(workdir, "metrics.jsonl")
     monkeypatch.setattr(provenance, "source_commit",
                         lambda: "abc1234" + ("+changes" if os.path.exists(metrics_path) else ""))
-    results = trainer.train_and_evaluate(config, workdir)
+    results = trainer.train_and_evaluate(from_config(config), workdir)
     assert results["versions"]["lra_jax_commit"] == "abc1234"
     with open(os.path.join(workdir, "results.json")) as f:
         assert json.load(f) == json.loads(json.dumps(results))
@@ -112,7 +113,7 @@ def test_the_progress_bars_best_val_is_the_best_validation_the_last_line_gives(t
     bar ends on that figure (it showed the best before it, 0.000), the same as the run's last line."""
     config = tiny_config(data_cache, "linformer", k=8)
     config.eval_every = config.num_train_steps
-    results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    results = trainer.train_and_evaluate(from_config(config), str(tmp_path / "run"))
     out = capsys.readouterr()
     bar = re.findall(r"best_val=([-0-9.]+)", out.err)[-1]
     last_line = float(re.search(r"best validation ([0-9.]+) at step 12", out.out).group(1))
@@ -126,7 +127,7 @@ def straight(tmp_path_factory, data_cache):
     (they read it, or copy it before they write): (config, workdir, the results it returned)."""
     config = tiny_config(data_cache)  # dropout on: a resumed run must reuse the same keys
     workdir = str(tmp_path_factory.mktemp("straight") / "run")
-    return config, workdir, trainer.train_and_evaluate(config, workdir)
+    return config, workdir, trainer.train_and_evaluate(from_config(config), workdir)
 
 
 @pytest.mark.slow
@@ -135,7 +136,7 @@ def test_finished_run_returns_its_results_without_training(straight, tmp_path, m
     workdir = str(tmp_path / "run")
     shutil.copytree(finished, workdir)
     monkeypatch.setattr(steps, "make_train_step", lambda *a, **k: pytest.fail("trained again"))
-    assert trainer.train_and_evaluate(config, workdir) == json.loads(json.dumps(first))
+    assert trainer.train_and_evaluate(from_config(config), workdir) == json.loads(json.dumps(first))
 
 
 @pytest.mark.slow
@@ -150,11 +151,11 @@ def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(st
 
     interrupted = str(tmp_path / "interrupted")
     monkeypatch.setattr(trainer, "check_finite", terminated_while_step_5_runs)
-    assert trainer.train_and_evaluate(config, interrupted) is None
+    assert trainer.train_and_evaluate(from_config(config), interrupted) is None
     stopped_at, _ = last_params(config, interrupted)
     assert stopped_at == 5 and config.log_every == 3  # in the middle of a log window
     monkeypatch.setattr(trainer, "check_finite", check_finite)
-    resumed = trainer.train_and_evaluate(config, interrupted)
+    resumed = trainer.train_and_evaluate(from_config(config), interrupted)
 
     step_a, params_a = last_params(config, straight)
     step_b, params_b = last_params(config, interrupted)
@@ -186,7 +187,7 @@ def test_a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing_af
     workdir = str(tmp_path / "run")
     expected = r"training diverged at step \d+ .*the last good checkpoint is step"
     with pytest.raises(TrainingDiverged, match=expected) as caught:
-        trainer.train_and_evaluate(config, workdir)
+        trainer.train_and_evaluate(from_config(config), workdir)
     step = caught.value.step
     saved, params = last_params(config, workdir)
     assert saved == caught.value.last_checkpoint == step - 1
@@ -205,12 +206,12 @@ def test_non_finite_updates_are_skipped_up_to_the_limit(data_cache):
     config = tiny_config(data_cache)
     config.optimizer.skip_nonfinite_updates = 2
     task = tasks.get_task(config.task)
-    graphdef, tx, state = trainer.create_train_state(config, task, trainer.make_mesh(jax.devices()[:1]))
+    graphdef, tx, state = trainer.create_train_state(from_config(config), task, trainer.make_mesh(jax.devices()[:1]))
     leaves, treedef = jax.tree.flatten(state["params"])
     leaves[0] = leaves[0].at[(0,) * leaves[0].ndim].set(np.nan)  # every gradient is NaN from now on
     state["params"] = jax.tree.unflatten(treedef, leaves)
     poisoned = [np.asarray(x) for x in jax.tree.leaves(state["params"])]
-    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(config), skipped_updates=2)
+    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(from_config(config)), skipped_updates=2)
     batch = {"inputs": np.ones((config.batch_size, config.max_len), np.int32),
              "label": np.zeros(config.batch_size, np.int32)}
     flags = []
@@ -232,7 +233,7 @@ def test_resuming_with_a_different_model_is_refused(straight, tmp_path):
     config.num_train_steps *= 2  # unfinished: this command resumes it
     config.model.emb_dim = 32
     with pytest.raises(ConfigError, match="model.emb_dim"):
-        trainer.train_and_evaluate(config, workdir)
+        trainer.train_and_evaluate(from_config(config), workdir)
 
 
 SHARDED_VS_SINGLE = r"""
@@ -248,8 +249,8 @@ batches = [{"inputs": rng.integers(0, task.vocab_size, (16, 32)).astype(np.int32
             "label": rng.integers(0, 10, 16).astype(np.int32)} for _ in range(3)]
 runs = []
 for mesh in (trainer.make_mesh(jax.devices()[:1]), trainer.make_mesh()):
-    graphdef, tx, state = trainer.create_train_state(config, task, mesh)
-    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(config))
+    graphdef, tx, state = trainer.create_train_state(from_config(config), task, mesh)
+    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(from_config(config)))
     losses = []
     for batch in batches:
         state, metrics = step(state, jax.device_put(batch, pipeline.data_sharding(mesh)))
@@ -309,7 +310,7 @@ def test_retrieval_trains_end_to_end_through_the_dual_encoder(tmp_path):
     config = small_task_config("retrieval", tmp_path)
     config.max_len = 48
     config.data.data_dir = str(data_dir)
-    results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    results = trainer.train_and_evaluate(from_config(config), str(tmp_path / "run"))
     assert results["task"] == "retrieval" and 0.0 <= results["test_accuracy"] <= 1.0
     assert results["test_majority_class_rate"] == 0.5
 
@@ -318,7 +319,7 @@ def test_retrieval_trains_end_to_end_through_the_dual_encoder(tmp_path):
 def test_pathfinder_trains_end_to_end_on_generated_images(tmp_path):
     config = small_task_config("pathfinder", tmp_path)
     config.data.generator.update(num_examples=80)
-    results = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+    results = trainer.train_and_evaluate(from_config(config), str(tmp_path / "run"))
     assert results["task"] == "pathfinder" and results["max_len"] == 16 * 16
     assert 0.0 <= results["test_accuracy"] <= 1.0
 

@@ -7,6 +7,7 @@ import pytest
 
 from lra_jax import compat
 from lra_jax.attention.weighted_values import softmax_values
+from lra_jax.config.settings import from_config
 from lra_jax.data.tasks import TaskSpec
 from lra_jax.kernels import dropout as counter_mask
 from lra_jax.kernels.masking import MASK_VALUE
@@ -107,7 +108,7 @@ def test_dropout_keeps_no_second_weight_array_from_forward_to_backward(variant):
 
     def temporaries(rate):
         config = bench_cells.bench_config(variant, length, settings, rate)
-        graphdef, tx, state = trainer.create_train_state(config, task, mesh)
+        graphdef, tx, state = trainer.create_train_state(from_config(config), task, mesh)
         batch = random_batch(task, config.batch_size, config.max_len, config.seed)
         with compat.abstract_mesh(mesh):
             compiled = make_train_step(graphdef, tx, jax.random.key(0)).lower(state, batch).compile()

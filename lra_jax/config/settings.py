@@ -1,9 +1,10 @@
 """The config boundary: a ConfigDict is read here, once, into typed frozen `Settings`, each value checked.
 
-`from_config(config)` (or `of(config_or_settings)`) returns `Settings` with its parts typed for
-their users: `model` (`models.classifier.ModelSettings`) for the model builder, `data`
-(`data.tasks.DataSettings`) for the task loaders, `optimizer` (`OptimizerSettings`) for the
-optimizer. A bad value is a ConfigError of one line naming the key, the value and the valid range,
+`from_config(config)` returns `Settings` with its parts typed for their users: `model`
+(`models.classifier.ModelSettings`) for the model builder, `data` (`data.tasks.DataSettings`) for the
+task loaders, `optimizer` (`OptimizerSettings`) for the optimizer. The entry points (`lra_jax.train`,
+the tools, the research layer) call it once and pass only Settings down: the training loop, the
+optimizer and the step timing take nothing else. A bad value is a ConfigError of one line naming the key, the value and the valid range,
 raised before anything is built, compiled or generated. A setting added after runs were recorded
 reads as `task_defaults.OPTIONAL` says when a config lacks it.
 """
@@ -88,7 +89,9 @@ class Settings:
 
     @property
     def eval_batch_size(self) -> int:
-        """Examples per evaluation step: the train step's micro-batch, batch_size / grad_accum_steps."""
+        """Examples per evaluation step: the train step's micro-batch, batch_size / grad_accum_steps. A run
+        that accumulates because its batch does not fit a device then also evaluates within it (an eval
+        step keeps no activations for a backward pass, so it needs less than a train micro-step)."""
         return self.batch_size // self.grad_accum_steps
 
     @property
@@ -187,12 +190,6 @@ def optimizer_from_config(config: ml_collections.ConfigDict) -> OptimizerSetting
     _at_least("num_train_steps", settings.total_steps, 1)
     check_optimizer(settings)
     return settings
-
-
-def of(config: ml_collections.ConfigDict | Settings) -> Settings:
-    """`config` itself when it is already Settings, else `from_config(config)`: the entry of every
-    function that accepts either."""
-    return config if isinstance(config, Settings) else from_config(config)
 
 
 def check(s: Settings) -> None:

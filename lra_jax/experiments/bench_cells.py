@@ -23,6 +23,7 @@ import jax
 
 from lra_jax import provenance
 from lra_jax.config import paths as config_paths
+from lra_jax.config import settings as config_settings
 from lra_jax.config import task_defaults
 from lra_jax.data.tasks import TaskSpec, default_cache_dir
 from lra_jax.errors import ConfigError, LraError
@@ -105,7 +106,7 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
     the time to stream those bytes at that bandwidth over the step's time (a memory-bound step nears
     or passes 1; caches can serve part of XLA's bytes, so it may exceed 1)."""
     rates = [settings["dropout_rate"]] if "dropout_rate" in settings else dropout_rates(settings)
-    configs = [bench_config(variant, length, settings, rate) for rate in rates]
+    configs = [config_settings.from_config(bench_config(variant, length, settings, rate)) for rate in rates]
     task = TaskSpec("text-bench", VOCAB_SIZE, NUM_CLASSES, False, load=None)
     peak_before = device_peak.measured_matmul_peak(settings["dtype"])
     try:

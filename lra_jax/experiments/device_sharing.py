@@ -27,6 +27,7 @@ import jax
 
 from lra_jax import provenance
 from lra_jax.config import paths as config_paths
+from lra_jax.config import settings as config_settings
 from lra_jax.data import tasks
 from lra_jax.errors import LraError
 from lra_jax.experiments import device_slots, sweep_plan
@@ -121,7 +122,7 @@ def read_best(root: str) -> int | None:
 
 def worker(folder: str, out: str, steps: int, warmup: int, config_args: list[str]) -> None:
     """One process of `share`: compile and warm up, say ready, wait for the others, time `steps` steps."""
-    config = sweep_plan.train_config(config_args)
+    config = config_settings.from_config(sweep_plan.train_config(config_args))
     timing = step_timing.time_train_step(config, tasks.get_task(config.task), trainer.make_mesh(), warmup=warmup,
                                          steps=1)
     open(f"{out}.ready", "w").close()

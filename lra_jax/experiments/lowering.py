@@ -18,6 +18,7 @@ from flax import nnx
 from lra_jax import compat, kernels
 from lra_jax.attention import registry
 from lra_jax.config import paths as config_paths
+from lra_jax.config import settings as config_settings
 from lra_jax.data import tasks
 from lra_jax.experiments.choices import config_path
 from lra_jax.models.classifier import build_model
@@ -43,14 +44,15 @@ def combinations(variants: list[str], tasks: list[str], scale: str) -> list[tupl
 
 def abstract_steps(config, platform: str) -> tuple[list[tuple[Any, tuple]], list[dict[str, Any]]]:
     """([(jitted train step, abstract (state, batch)), (eval step, (state, batch))], the attention
-    layers' kernels) for `platform`."""
+    layers' kernels) for `platform`; `config` a ConfigDict, read here into Settings."""
+    config = config_settings.from_config(config)
     task = tasks.get_task(config.task)
     with kernels.target_platform(platform):
         model = nnx.eval_shape(lambda: build_model(config, vocab_size=task.vocab_size, num_classes=task.num_classes,
                                                    rngs=nnx.Rngs(0), dual=task.dual))
     layer_kernels = registry.layer_kernels(model)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    tx = optimizer.make_optimizer(config)
+    tx = optimizer.make_optimizer(config.optimizer)
     state = dict(step=jax.ShapeDtypeStruct((), jnp.int32), params=params, rest=rest,
                  opt_state=jax.eval_shape(tx.init, params))
 
@@ -58,9 +60,9 @@ def abstract_steps(config, platform: str) -> tuple[list[tuple[Any, tuple]], list
         shape = (size, 2, config.max_len) if task.dual else (size, config.max_len)
         return {"inputs": jax.ShapeDtypeStruct(shape, jnp.int32), "label": jax.ShapeDtypeStruct((size,), jnp.int32)}
 
-    batch, size = batch_of(config.batch_size), steps.eval_batch_size(config)
+    batch, size = batch_of(config.batch_size), config.eval_batch_size
     eval_batch = {**batch_of(size), "weight": jax.ShapeDtypeStruct((size,), jnp.float32)}
-    train_step = steps.make_train_step(graphdef, tx, jax.random.key(0), accum_steps=config.get("grad_accum_steps", 1))
+    train_step = steps.make_train_step(graphdef, tx, jax.random.key(0), accum_steps=config.grad_accum_steps)
     return [(train_step, (state, batch)),
             (steps.make_eval_step(graphdef), (state, eval_batch))], layer_kernels
 

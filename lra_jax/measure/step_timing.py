@@ -14,11 +14,11 @@ import time
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lra_jax import compat
+from lra_jax.config.settings import Settings
 from lra_jax.data import tasks
 from lra_jax.data.tasks import TaskSpec
 from lra_jax.measure import host_memory
@@ -41,7 +41,7 @@ def random_batch(task: TaskSpec, batch_size: int, max_len: int, seed: int) -> di
     return {"inputs": tokens, "label": rng.integers(0, task.num_classes, size=batch_size, dtype=np.int32)}
 
 
-def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mesh, *,
+def time_train_step(config: Settings, task: TaskSpec, mesh: Mesh, *,
                     warmup: int, steps: int) -> dict[str, Any]:
     """Compiles the train step once, runs `warmup` untimed steps, then times `steps` steps.
 
@@ -55,7 +55,7 @@ def time_train_step(config: ml_collections.ConfigDict, task: TaskSpec, mesh: Mes
     return time_train_steps([config], task, mesh, warmup=warmup, steps=steps)[0]
 
 
-def time_train_steps(configs: list[ml_collections.ConfigDict], task: TaskSpec, mesh: Mesh, *,
+def time_train_steps(configs: list[Settings], task: TaskSpec, mesh: Mesh, *,
                      warmup: int, steps: int) -> list[dict[str, Any]]:
     """`time_train_step` of several configs of one shape (e.g. dropout 0 and 0.1), their timed steps
     in rounds (step i of each config), so that a change of load on a shared machine hits them alike
@@ -128,7 +128,7 @@ def _step(run: dict[str, Any]) -> Any:
     return run["state"], metrics
 
 
-def projected_training(config: ml_collections.ConfigDict, *, warmup: int = 1, steps: int = 3) -> dict[str, Any]:
+def projected_training(config: Settings, *, warmup: int = 1, steps: int = 3) -> dict[str, Any]:
     """A run's projected training time: compilation + num_train_steps x the timed step.
 
     Evaluation, data preparation and checkpointing are not included.
@@ -136,7 +136,7 @@ def projected_training(config: ml_collections.ConfigDict, *, warmup: int = 1, st
     mesh = trainer.make_mesh()
     timing = time_train_step(config, tasks.get_task(config.task), mesh, warmup=warmup, steps=steps)
     return {
-        "task": config.task, "scale": config.scale, "variant": config.attention.name,
+        "task": config.task, "scale": config.scale, "variant": config.variant,
         "batch_size": config.batch_size, "max_len": config.max_len, "num_train_steps": config.num_train_steps,
         "seconds_per_step": timing["seconds_per_step"], "compile_seconds": timing["compile_seconds"],
         "projected_train_seconds": timing["compile_seconds"] + config.num_train_steps * timing["seconds_per_step"],

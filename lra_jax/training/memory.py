@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import ml_collections
 
-from lra_jax.config import settings as config_settings
+from lra_jax.config.settings import Settings
 from lra_jax.errors import ConfigError
 
 
@@ -41,9 +40,8 @@ def available_memory() -> tuple[int | None, str]:
         return None, ""
 
 
-def check_fits(memory: dict[str, Any], config: config_settings.Settings | ml_collections.ConfigDict) -> None:
+def check_fits(memory: dict[str, Any], config: Settings) -> None:
     """Refuses a train step that XLA says needs more memory than there is (instead of an OOM kill)."""
-    config = config_settings.of(config)
     need = memory["compiled_step_memory_bytes"]
     have, where = available_memory()
     if need and have and need > have:

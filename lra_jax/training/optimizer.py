@@ -1,8 +1,8 @@
 """The optimizer and its learning-rate schedules: LRA's AdamW recipe, built from `OptimizerSettings`.
 
-`make_optimizer(config)` is shared by the trainer and by the commands that compile a train step
-without running it (`lra_jax.tools.compile`, `lower`). Every function takes the typed
-`OptimizerSettings`, or `Settings` or a ConfigDict, which it reads through `lra_jax.config.settings`.
+`make_optimizer(settings.optimizer)` is shared by the trainer and by the commands that compile a
+train step without running it (`lra_jax.tools.compile`, `lower`). Every function takes the typed,
+checked `OptimizerSettings` (`lra_jax.config.settings` reads them from a config).
 """
 
 from __future__ import annotations
@@ -11,22 +11,11 @@ import math
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 from flax import nnx
 
 from lra_jax.attention.core import SSMParam
-from lra_jax.config import settings as config_settings
-from lra_jax.config.settings import SCHEDULES, OptimizerSettings, Settings  # noqa: F401 - SCHEDULES re-exported
-
-Source = OptimizerSettings | Settings | ml_collections.ConfigDict
-
-
-def optimizer_settings(source: Source) -> OptimizerSettings:
-    """The optimizer's settings of `source` (checked when it is a ConfigDict)."""
-    if isinstance(source, OptimizerSettings):
-        return source
-    return source.optimizer if isinstance(source, Settings) else config_settings.optimizer_from_config(source)
+from lra_jax.config.settings import SCHEDULES, OptimizerSettings  # noqa: F401 - SCHEDULES re-exported
 
 
 def lra_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
@@ -53,38 +42,34 @@ def cosine_schedule(learning_rate: float, warmup_steps: int, total_steps: int) -
     return schedule
 
 
-def make_schedule(source: Source, learning_rate: float | None = None) -> optax.Schedule:
+def make_schedule(opt: OptimizerSettings, learning_rate: float | None = None) -> optax.Schedule:
     """The learning-rate schedule `optimizer.schedule` names, at `learning_rate`
     (default `optimizer.learning_rate`)."""
-    opt = optimizer_settings(source)
     rate = opt.learning_rate if learning_rate is None else learning_rate
     if opt.schedule == "rsqrt":
         return lra_schedule(rate, opt.warmup_steps)
     return cosine_schedule(rate, opt.warmup_steps, opt.total_steps)
 
 
-def peak_learning_rate(source: Source) -> float:
+def peak_learning_rate(opt: OptimizerSettings) -> float:
     """The largest rate the schedule reaches: lr / sqrt(warm-up) for rsqrt, lr for cosine."""
-    opt = optimizer_settings(source)
     return opt.learning_rate / math.sqrt(max(opt.warmup_steps, 1)) if opt.schedule == "rsqrt" else opt.learning_rate
 
 
-def ssm_learning_rate(source: Source) -> float:
+def ssm_learning_rate(opt: OptimizerSettings) -> float:
     """The base rate of the state-space parameters: the schedule's, scaled so that its peak is
     min(`optimizer.ssm_max_learning_rate`, the main peak), the S4 authors' rule (0.001 on LRA). Derived
     when the optimizer is built, so it follows any override of the main rate."""
-    opt = optimizer_settings(source)
     return opt.learning_rate * min(1.0, opt.ssm_max_learning_rate / peak_learning_rate(opt))
 
 
-def make_optimizer(source: Source) -> optax.GradientTransformation:
+def make_optimizer(opt: OptimizerSettings) -> optax.GradientTransformation:
     """AdamW with the configured schedule, optional global-norm clipping and, with
     `optimizer.skip_nonfinite_updates` = k > 0, up to k consecutive non-finite updates skipped.
 
     A config with `optimizer.ssm_max_learning_rate` (configs/s4d.py) trains state-space parameters
     (`SSMParam`) with their own AdamW: the same schedule at `ssm_learning_rate`, no weight decay.
     """
-    opt = optimizer_settings(source)
 
     def adamw(learning_rate: float, weight_decay: float) -> optax.GradientTransformation:
         return optax.adamw(make_schedule(opt, learning_rate), b1=opt.b1, b2=opt.b2, eps=opt.eps,
@@ -105,7 +90,3 @@ def parameter_groups(params):
     return jax.tree.map(lambda v: "ssm" if isinstance(v, SSMParam) else "default", params,
                         is_leaf=lambda x: isinstance(x, nnx.Variable))
 
-
-def skipped_updates_allowed(source: Source) -> int:
-    """How many consecutive non-finite updates may be skipped (0: none, the first stops the run)."""
-    return optimizer_settings(source).skip_nonfinite_updates

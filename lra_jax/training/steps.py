@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 from flax import nnx
 
-from lra_jax.config import settings as config_settings
 from lra_jax.errors import ConfigError
 
 
@@ -106,12 +104,6 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, ke
 
     return jax.jit(train_step, donate_argnums=0)
 
-
-def eval_batch_size(config: config_settings.Settings | ml_collections.ConfigDict) -> int:
-    """Examples per evaluation step: the train step's micro-batch, batch_size / grad_accum_steps. A config
-    that accumulates because its batch does not fit a device then also evaluates within it (an eval step
-    keeps no activations for a backward pass, so it needs less than a train micro-step of its size)."""
-    return config_settings.of(config).eval_batch_size
 
 
 def make_eval_step(graphdef: nnx.GraphDef):

@@ -33,7 +33,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from flax import nnx
 from jax.experimental import multihost_utils
@@ -57,7 +56,6 @@ from lra_jax.training import (
     steps,
 )
 
-Config = Settings | ml_collections.ConfigDict
 StepTimeHook = Callable[[float, int], str | None]  # (seconds per step, steps left) -> a line to print, or None
 
 def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) -> dict[str, float]:
@@ -126,7 +124,7 @@ def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
     return Mesh(np.array(devices or jax.devices()), ("data",))
 
 
-def create_train_state(config: Config, task: tasks.TaskSpec, mesh: Mesh, *, pretraining: bool = False):
+def create_train_state(config: Settings, task: tasks.TaskSpec, mesh: Mesh, *, pretraining: bool = False):
     """Builds the model and optimizer; returns (graphdef, optimizer, state replicated on `mesh`).
 
     state = {"step", "params" (nnx.Param), "rest" (other model state), "opt_state"}.
@@ -135,7 +133,6 @@ def create_train_state(config: Config, task: tasks.TaskSpec, mesh: Mesh, *, pret
     classifier the [MASK] id too, so that the pretrained encoder fits it.
     Initialisation is jitted: one compilation instead of many small eager ones.
     """
-    config = config_settings.of(config)
     config_settings.check_devices(config, mesh.size)
     stream = 2 if pretraining else 0
     init_key = jax.random.fold_in(jax.random.key(config.seed), stream)
@@ -164,8 +161,8 @@ def attention_settings(graphdef: nnx.GraphDef, state: dict[str, Any]) -> dict[st
     return {**registry.layer_settings(model), "kernels": registry.layer_kernels(model)}
 
 
-def dropout_key(config: Config) -> jax.Array:
-    return jax.random.fold_in(jax.random.key(config_settings.of(config).seed), 1)
+def dropout_key(config: Settings) -> jax.Array:
+    return jax.random.fold_in(jax.random.key(config.seed), 1)
 
 
 def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks.Split:
@@ -178,9 +175,9 @@ def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks
     return tokens[chosen], labels[chosen]
 
 
-def train_and_evaluate(config: Config, workdir: str, *, on_step_time: StepTimeHook | None = None
+def train_and_evaluate(settings: Settings, workdir: str, *, on_step_time: StepTimeHook | None = None
                        ) -> dict[str, Any] | None:
-    """Trains `config` in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM or
+    """Trains the run `settings` describe in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM or
     SIGINT (a checkpoint saved). One process trains in a workdir at a time (`run_dir.locked`), and a workdir
     holding another config's run is refused (`run_dir.check_config`).
 
@@ -194,7 +191,6 @@ def train_and_evaluate(config: Config, workdir: str, *, on_step_time: StepTimeHo
     workdir is reported (ConfigError, WorkdirError) before anything is built or written; a write
     refused mid-run is one line (WorkdirError), the checkpoints before it kept.
     """
-    settings = config_settings.of(config)
     mesh = make_mesh()
     config_settings.check_devices(settings, mesh.size)
     run_dir.prepare(workdir)
@@ -364,9 +360,9 @@ def check_not_empty(config: Settings, splits: dict[str, tasks.Split], names: lis
                         f"{'them' if len(empty) > 1 else 'it'}, or pass another --config.data.data_dir")
 
 
-def pretrain_key(config: Config) -> jax.Array:
+def pretrain_key(config: Settings) -> jax.Array:
     """The pretraining stage's key (masks and dropout), apart from fine-tuning's `dropout_key`."""
-    return jax.random.fold_in(jax.random.key(config_settings.of(config).seed), 3)
+    return jax.random.fold_in(jax.random.key(config.seed), 3)
 
 
 class _Loop:
