@@ -19,6 +19,7 @@ from lra_jax import kernels
 from lra_jax.attention import registry
 from lra_jax.attention.core import Attention
 from lra_jax.config import paths
+from lra_jax.config.settings import from_config
 from lra_jax.kernels.flash import FLASH, flash_attention
 from lra_jax.kernels.linear import LINEAR
 from lra_jax.models.classifier import build_model
@@ -65,7 +66,7 @@ def build_from_file(tmp_path, **overrides):
     path.write_text(CONFIG_FILE)
     config = paths.load(f"{path}:listops,mini")
     config.attention.update(overrides)
-    return config, build_model(config, vocab_size=20, num_classes=10, rngs=nnx.Rngs(0))
+    return config, build_model(from_config(config), vocab_size=20, num_classes=10, rngs=nnx.Rngs(0))
 
 
 @pytest.mark.slow

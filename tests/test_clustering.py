@@ -12,6 +12,7 @@ from lra_jax.attention import registry
 from lra_jax.attention.clustering import Centroids
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.config import task_defaults as base
+from lra_jax.config.settings import from_config
 from lra_jax.errors import ConfigError
 from lra_jax.models.classifier import build_model
 from lra_jax.training.steps import make_train_step
@@ -156,7 +157,7 @@ def small_model(scan_layers):
     config = base.get_config("listops,mini", attention={"name": "routing", "num_clusters": 2, "window": 6})
     config.max_len = 12
     config.model.update(num_layers=2, num_heads=2, emb_dim=16, mlp_dim=32, scan_layers=scan_layers)
-    model = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    model = build_model(from_config(config), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
     tokens = np.random.default_rng(0).integers(1, 18, size=(2, 12)) * (np.arange(12) < 9)
     return model, jnp.asarray(tokens, jnp.int32)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import ml_collections
 import numpy as np
 import pytest
 
@@ -17,8 +16,7 @@ from lra_jax.errors import DataError
 
 
 def _config(data_dir: str = "", max_len: int = 1024, cache_dir: str = "", downsample: int = 1):
-    data = {"data_dir": data_dir, "cache_dir": cache_dir, "downsample": downsample}
-    return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": data})
+    return tasks.DataSettings(data_dir=data_dir, cache_dir=cache_dir, downsample=downsample), max_len
 
 
 def test_grayscale_formula_by_hand():
@@ -32,7 +30,7 @@ def test_grayscale_formula_by_hand():
 def test_cifar10_tokens_labels_and_split(tmp_path):
     with tfds.testing.mock_data(num_examples=20):
         spec = tasks.get_task("image")
-        splits = spec.load(_config(cache_dir=str(tmp_path)))
+        splits = spec.load(*_config(cache_dir=str(tmp_path)))
         train_source = tfds.data_source("cifar10", split="train")
         first, last = train_source[0], train_source[19]
         test_labels = [int(tfds.data_source("cifar10", split="test")[i]["label"]) for i in range(20)]
@@ -72,8 +70,8 @@ def test_mini_image_is_cifar_at_16x16(tmp_path):
     config = base.get_config("image,mini")
     assert (config.data.downsample, config.max_len) == (2, 256)
     with tfds.testing.mock_data(num_examples=10):
-        small = tasks.get_task("image").load(_config(max_len=256, downsample=2))["train"][0]
-        whole = tasks.get_task("image").load(_config())["train"][0]
+        small = tasks.get_task("image").load(*_config(max_len=256, downsample=2))["train"][0]
+        whole = tasks.get_task("image").load(*_config())["train"][0]
     assert small.shape == (9, 256) and small.min() >= 1  # whole 16 x 16 images, no padding
     expected = image.downsample((whole - 1).reshape(-1, 32, 32).astype(np.uint8), 2).reshape(9, 256) + 1
     assert np.array_equal(small, expected)
@@ -81,7 +79,7 @@ def test_mini_image_is_cifar_at_16x16(tmp_path):
 
 def test_missing_dataset_names_path_and_command(tmp_path):
     with pytest.raises(DataError) as error:
-        tasks.get_task("image").load(_config(str(tmp_path / "tfds")))
+        tasks.get_task("image").load(*_config(str(tmp_path / "tfds")))
     message = str(error.value)
     assert "'cifar10'" in message and str(tmp_path / "tfds") in message
     assert f"python -m lra_jax.data.prepare --task=image --data_dir={tmp_path / 'tfds'}" in message
@@ -106,9 +104,9 @@ def test_prepared_dataset_is_converted_once_per_max_len(tmp_path, monkeypatch):
     cache = str(tmp_path / "cache")
     with tfds.testing.mock_data(num_examples=10):
         fresh = image.load_splits("", max_len=1024)
-        first = tasks.get_task("image").load(_config(cache_dir=cache))
+        first = tasks.get_task("image").load(*_config(cache_dir=cache))
         monkeypatch.setattr(image, "_split", lambda *a: pytest.fail("converted the records again"))
-        again = tasks.get_task("image").load(_config(cache_dir=cache))
+        again = tasks.get_task("image").load(*_config(cache_dir=cache))
         assert splits_equal(first, fresh) and splits_equal(again, fresh) and isinstance(again["val"][0], np.memmap)
         assert {k: len(v[1]) for k, v in again.items()} == {"train": 9, "val": 1, "test": 10}
         calls = _count_conversions(monkeypatch)

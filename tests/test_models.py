@@ -9,6 +9,7 @@ from helpers import F32_EPS, SMALL, assert_close, reassociation_tol, slow_except
 
 from lra_jax.attention import registry
 from lra_jax.config import task_defaults as base
+from lra_jax.config.settings import from_config
 from lra_jax.errors import ConfigError
 from lra_jax.models.classifier import build_model
 from lra_jax.models.encoder import sinusoidal_positions
@@ -36,7 +37,8 @@ def logits(model, tokens):
 
 
 def check_padding_length_invariance(name, positions="learned", pooling="cls"):
-    model = build_model(small_config(name, positions, pooling), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    settings = from_config(small_config(name, positions, pooling))
+    model = build_model(settings, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
     short = tokens_with_padding([7, 20, 24], 24)
     long = jnp.pad(short, ((0, 0), (0, 16)))
     # Another padded length reorders float32 sums over <= 41 positions and 32 features in each of
@@ -79,7 +81,7 @@ def test_sinusoidal_table_matches_the_formula():
 def test_bfloat16_model_gives_finite_float32_logits():
     config = small_config("softmax")
     config.model.dtype = "bfloat16"
-    model = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    model = build_model(from_config(config), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
     logits = model(tokens_with_padding([5, 9], 12), deterministic=True)
     assert logits.dtype == jnp.float32 and np.isfinite(np.asarray(logits)).all()
 
@@ -88,7 +90,7 @@ def test_bfloat16_model_gives_finite_float32_logits():
 def test_dropout_is_keyed_by_the_given_rngs():
     config = small_config("softmax")
     config.model.update(dropout_rate=0.1, attention_dropout_rate=0.1)
-    model = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    model = build_model(from_config(config), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
     tokens = tokens_with_padding([5, 9], 12)
     a = model(tokens, deterministic=False, rngs=nnx.Rngs(1))
     b = model(tokens, deterministic=False, rngs=nnx.Rngs(1))
@@ -97,28 +99,28 @@ def test_dropout_is_keyed_by_the_given_rngs():
     assert not np.allclose(a, c)
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("pooling", "median", "unknown pooling"),
-    ("positions", "rotary", "unknown positions"),
-    ("dtype", "float16", "unknown model dtype"),
+@pytest.mark.parametrize("field,value,choices", [
+    ("pooling", "median", "cls, mean, max"),
+    ("positions", "rotary", "learned, sinusoidal"),
+    ("dtype", "float16", "float32, bfloat16"),
 ])
-def test_bad_model_settings_name_the_choices(field, value, message):
+def test_bad_model_settings_name_the_choices_before_a_model_is_built(field, value, choices):
     config = small_config("softmax")
     config.model[field] = value
-    with pytest.raises(ConfigError, match=message):
-        build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match=f"model.{field}='{value}' is out of range: it must be one of {choices}"):
+        from_config(config)
 
 
 def test_cls_pooling_without_cls_token_is_refused():
     config = small_config("softmax")
     config.model.cls_token = False
     with pytest.raises(ConfigError, match="cls_token"):
-        build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+        from_config(config)
 
 
 def test_unknown_variant_lists_the_known_ones():
     with pytest.raises(ConfigError, match="known variants: .*softmax"):
-        build_model(small_config("flash"), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+        build_model(from_config(small_config("flash")), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
 
 
 @pytest.mark.parametrize("name", ["softmax", "performer"])
@@ -127,9 +129,9 @@ def test_scanned_and_rematerialised_layers_compute_the_same_function(name):
     """Same parameters and dropout keys: a Python loop of blocks, lax.scan, and scan + remat agree."""
     config = small_config(name)
     config.model.update(dropout_rate=0.1, attention_dropout_rate=0.1)
-    looped = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
+    looped = build_model(from_config(config), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0))
     config.model.update(scan_layers=True, remat=True)
-    scanned = build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(1))
+    scanned = build_model(from_config(config), vocab_size=18, num_classes=10, rngs=nnx.Rngs(1))
     stacked = jax.tree.map(lambda *layers: jnp.stack(layers), *[nnx.state(b) for b in looped.encoder.blocks])
     nnx.update(scanned.encoder.blocks, stacked)
     for part in ("embed", "final_norm"):
@@ -160,7 +162,7 @@ def test_scanned_and_rematerialised_layers_compute_the_same_function(name):
 @pytest.mark.slow
 def test_dual_encoder_encodes_both_documents_with_the_one_encoder():
     config = small_config("softmax", pooling="mean")
-    model = build_model(config, vocab_size=18, num_classes=2, rngs=nnx.Rngs(0), dual=True)
+    model = build_model(from_config(config), vocab_size=18, num_classes=2, rngs=nnx.Rngs(0), dual=True)
     first, second = tokens_with_padding([7, 20, 24], 24), tokens_with_padding([24, 3, 11], 24)[:, ::-1]
     logits = jax.jit(lambda t: model(t, deterministic=True))(jnp.stack([first, second], axis=1))
     assert logits.shape == (3, 2) and logits.dtype == jnp.float32
@@ -184,7 +186,7 @@ def test_layer_settings_read_the_built_values_from_a_model(scan_layers):
 
     config = small_config("additive")  # query_chunk left to the backend's default
     config.model.scan_layers = scan_layers
-    model = nnx.eval_shape(lambda: build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0)))
+    model = nnx.eval_shape(lambda: build_model(from_config(config), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0)))
     settings = registry.layer_settings(model)
     assert settings["name"] == "additive" and settings["query_chunk"] == default_query_chunk() == 1  # CPU
     assert settings["max_len"] == 41 and settings["dtype"] == "float32"  # 40 tokens + the CLS token
@@ -192,5 +194,5 @@ def test_layer_settings_read_the_built_values_from_a_model(scan_layers):
     config = small_config("reformer")
     with config.unlocked():
         del config.attention["num_buckets"]  # derived from max_len and chunk_size
-    model = nnx.eval_shape(lambda: build_model(config, vocab_size=18, num_classes=10, rngs=nnx.Rngs(0)))
+    model = nnx.eval_shape(lambda: build_model(from_config(config), vocab_size=18, num_classes=10, rngs=nnx.Rngs(0)))
     assert registry.layer_settings(model)["num_buckets"] == 12  # 2 * ceil(41 / (2 * 4))

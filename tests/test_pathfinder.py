@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections import deque
 
-import ml_collections
 import numpy as np
 import pytest
 from PIL import Image
@@ -98,7 +97,7 @@ def test_malformed_metadata_names_file_and_line(tmp_path):
 def test_missing_folder_names_path_and_command(tmp_path, task):
     config = _config(str(tmp_path / "nothing"), str(tmp_path / "c"), max_len=1024)
     with pytest.raises(DataError) as error:
-        tasks.get_task(task).load(config)
+        tasks.get_task(task).load(*config)
     message = str(error.value)
     assert str(tmp_path / "nothing") in message
     assert f"python -m lra_jax.data.prepare --task={task}" in message and "--config.data.data_dir=" in message
@@ -169,9 +168,8 @@ def test_generator_is_deterministic_by_seed():
 
 
 def test_generated_task_loads_through_the_official_reader(tmp_path):
-    config = _config("", str(tmp_path), max_len=1024)
-    config.data.generator = dict(num_examples=50, **GEN)
-    splits = tasks.get_task("pathfinder").load(config)
+    data = tasks.DataSettings(cache_dir=str(tmp_path), generator=dict(num_examples=50, **GEN))
+    splits = tasks.get_task("pathfinder").load(data, 1024)
     assert {k: len(v[1]) for k, v in splits.items()} == {"train": 40, "val": 5, "test": 5}
     tokens = np.concatenate([np.asarray(v[0]) for v in splits.values()])
     assert tokens.shape == (50, 1024) and set(np.unique(tokens)) == {1, 256}  # pixel 0/255 -> id 1/256
@@ -188,4 +186,4 @@ def test_generated_task_loads_through_the_official_reader(tmp_path):
 
 
 def _config(data_dir: str, cache_dir: str, max_len: int):
-    return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": {"data_dir": data_dir, "cache_dir": cache_dir}})
+    return tasks.DataSettings(data_dir=data_dir, cache_dir=cache_dir), max_len

@@ -3,7 +3,6 @@ pretraining model's outputs at real tokens, and so its loss, do not depend on th
 are finite even with a row of padding alone (the layers' gradients there: test_attention_contract).
 Next-token prediction: a causal model's output at position i does not depend on the tokens after i."""
 
-import types
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +14,7 @@ from helpers import SMALL, assert_close, reassociation_tol, slow_except
 from lra_jax.attention import registry
 from lra_jax.attention.core import causal_variants
 from lra_jax.config import task_defaults as base
+from lra_jax.config.settings import from_config
 from lra_jax.models.pretraining import build_token_predictor
 from lra_jax.training import pretrain
 
@@ -24,8 +24,10 @@ VOCAB, N, EXTRA = 18, 24, 16
 def small_settings(name, **attention):
     config = base.get_config("listops,mini", attention=dict(name=name, **SMALL.get(name, {}), **attention))
     config.model.update(num_layers=1, num_heads=2, emb_dim=16, mlp_dim=32)  # tiny: seconds for every variant
-    return types.SimpleNamespace(model=config.model.to_dict(), attention=config.attention.to_dict(),
-                                 max_len=N + EXTRA)
+    if attention:  # the causal forms: no CLS token in front, where it would see only itself (settings.check)
+        config.model.update(pooling="mean", cls_token=False)
+    config.max_len = N + EXTRA
+    return from_config(config)
 
 
 def tokens_with_padding(lengths, total=N):

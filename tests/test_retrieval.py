@@ -69,7 +69,7 @@ def test_load_splits_maps_eval_to_val(tmp_path):
     config = _config(str(tmp_path), max_len=16, cache_dir=str(tmp_path / "cache"))
     spec = tasks.get_task("retrieval")
     assert spec.dual and spec.vocab_size == retrieval.VOCAB_SIZE and spec.num_classes == 2
-    splits = spec.load(config)
+    splits = spec.load(*config)
     assert {k: len(v[1]) for k, v in splits.items()} == {"train": 3, "val": 2, "test": 1}
     assert splits["val"][0].shape == (2, 2, 16)
 
@@ -127,7 +127,7 @@ def test_half_written_cache_of_a_killed_writer_is_ignored(tmp_path, monkeypatch)
 def test_missing_files_name_the_path_and_the_command(tmp_path, data_dir):
     folder = str(tmp_path / data_dir) if data_dir else ""
     with pytest.raises(DataError) as error:
-        tasks.get_task("retrieval").load(_config(folder, max_len=8))
+        tasks.get_task("retrieval").load(*_config(folder, max_len=8))
     message = str(error.value)
     assert "python -m lra_jax.data.prepare --task=retrieval" in message
     assert "--config.data.data_dir=" in message
@@ -136,7 +136,4 @@ def test_missing_files_name_the_path_and_the_command(tmp_path, data_dir):
 
 
 def _config(data_dir: str, max_len: int, cache_dir: str = ""):
-    import ml_collections
-
-    data = {"data_dir": data_dir, "cache_dir": cache_dir}
-    return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": data})
+    return tasks.DataSettings(data_dir=data_dir, cache_dir=cache_dir), max_len

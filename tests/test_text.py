@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import types
 
-import ml_collections
 import numpy as np
 import pytest
 
@@ -17,8 +16,7 @@ from lra_jax.errors import DataError
 
 
 def _config(data_dir: str = "", max_len: int = 16, cache_dir: str = ""):
-    data = {"data_dir": data_dir, "cache_dir": cache_dir}
-    return ml_collections.ConfigDict({"max_len": max_len, "seed": 0, "data": data})
+    return tasks.DataSettings(data_dir=data_dir, cache_dir=cache_dir), max_len
 
 
 def test_encode_bytes_ids_truncation_padding():
@@ -32,7 +30,7 @@ def test_encode_bytes_ids_truncation_padding():
 def test_imdb_splits_from_tfds(tmp_path):
     with tfds.testing.mock_data(num_examples=12):
         spec = tasks.get_task("text")
-        splits = spec.load(_config(max_len=16, cache_dir=str(tmp_path)))
+        splits = spec.load(*_config(max_len=16, cache_dir=str(tmp_path)))
         train = [tfds.data_source("imdb_reviews", split="train")[i] for i in range(12)]
         test = [tfds.data_source("imdb_reviews", split="test")[i] for i in range(12)]
     assert (spec.vocab_size, spec.num_classes, spec.dual) == (257, 2, False)
@@ -50,7 +48,7 @@ def test_imdb_splits_from_tfds(tmp_path):
 def test_missing_dataset_names_path_and_command(tmp_path, caplog):
     (tmp_path / "imdb_reviews" / "plain_text" / "1.0.0").mkdir(parents=True)  # a folder with no dataset in it
     with pytest.raises(DataError) as error:
-        tasks.get_task("text").load(_config(str(tmp_path)))
+        tasks.get_task("text").load(*_config(str(tmp_path)))
     assert not [r for r in caplog.records if "dataset_info.json" in r.getMessage()]  # our message alone
     message = str(error.value)
     assert "'imdb_reviews'" in message and str(tmp_path) in message
@@ -94,7 +92,7 @@ def test_mock_data_has_no_files_so_is_not_cached(tmp_path, monkeypatch):
         sources = {"train": tfds.data_source("imdb_reviews", split="train")}
         assert text.tfds_source("imdb_reviews", sources) is None
         for _ in range(2):
-            tasks.get_task("text").load(_config(max_len=8, cache_dir=str(tmp_path)))
+            tasks.get_task("text").load(*_config(max_len=8, cache_dir=str(tmp_path)))
     assert len(calls) == 4 and os.listdir(tmp_path) == []
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -40,15 +39,14 @@ class TaskSpec:
       vocab_size: token ids are in [0, vocab_size); 0 is padding.
       num_classes: number of labels.
       dual: True when an example is a pair of sequences (Retrieval).
-      load: (DataSettings, max_len) -> {"train", "val", "test"} splits; also takes one argument with
-        `.data` and `.max_len` (`_loading`).
+      load: (DataSettings, max_len) -> {"train", "val", "test"} splits.
     """
 
     name: str
     vocab_size: int
     num_classes: int
     dual: bool
-    load: Callable[..., dict[str, Split]]
+    load: Callable[[DataSettings, int], dict[str, Split]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,27 +110,13 @@ def _pathfinder_loader(task: str) -> Callable[[DataSettings, int], dict[str, Spl
     return load
 
 
-def _loading(loader: Callable[[DataSettings, int], dict[str, Split]]) -> Callable[..., dict[str, Split]]:
-    """`loader` taking `(data_settings, max_len)`, or one `source` with `.data` and `.max_len`:
-    `lra_jax.config.settings.Settings`, or a ConfigDict of that shape (the commands and tests that
-    build their own), whose data section becomes `DataSettings` here, with its defaults."""
-
-    def load(source: Any, max_len: int | None = None) -> dict[str, Split]:
-        if isinstance(source, DataSettings):
-            return loader(source, max_len)
-        data = source.data if isinstance(source.data, DataSettings) else DataSettings(**source.data)
-        return loader(data, source.max_len if max_len is None else max_len)
-
-    return load
-
-
 _SPECS = (
-    TaskSpec("listops", listops.VOCAB_SIZE, listops.NUM_CLASSES, False, _loading(_load_listops)),
-    TaskSpec("text", 257, 2, False, _loading(_load_text)),
-    TaskSpec("retrieval", 257, 2, True, _loading(_load_retrieval)),
-    TaskSpec("image", 257, 10, False, _loading(_load_image)),
-    TaskSpec("pathfinder", 257, 2, False, _loading(_pathfinder_loader("pathfinder"))),
-    TaskSpec("pathx", 257, 2, False, _loading(_pathfinder_loader("pathx"))),
+    TaskSpec("listops", listops.VOCAB_SIZE, listops.NUM_CLASSES, False, _load_listops),
+    TaskSpec("text", 257, 2, False, _load_text),
+    TaskSpec("retrieval", 257, 2, True, _load_retrieval),
+    TaskSpec("image", 257, 10, False, _load_image),
+    TaskSpec("pathfinder", 257, 2, False, _pathfinder_loader("pathfinder")),
+    TaskSpec("pathx", 257, 2, False, _pathfinder_loader("pathx")),
 )
 _TASKS = {spec.name: spec for spec in _SPECS}
 assert tuple(_TASKS) == TASKS, "every task has one spec, in TASKS' order"

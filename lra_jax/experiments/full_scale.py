@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lra_jax import provenance
+from lra_jax.config import settings as config_settings
 from lra_jax.data import tasks as task_registry
 from lra_jax.errors import LraError
 from lra_jax.experiments import device_sharing, run_carry, sweep_plan, sweep_run
@@ -109,11 +110,11 @@ def main_runs(scale: str, root: str, dtypes: dict[str, str], variants: list[str]
 def prepare_data(task: str, scale: str, run: sweep_plan.Run) -> dict[str, Any] | None:
     """Generates (or finds in the cache) the data `run` trains on, with every core; the record of the time
     it took when it was generated here, None when it was already there."""
-    config = sweep_plan.train_config(run.command)
-    cache = os.path.join(config.data.cache_dir or task_registry.default_cache_dir(), task)
+    config = config_settings.from_config(sweep_plan.train_config(run.command))
+    cache = os.path.join(config.data.cache(), task)
     before = set(os.listdir(cache)) if os.path.isdir(cache) else set()
     start = time.perf_counter()
-    splits = task_registry.get_task(task).load(config)
+    splits = task_registry.get_task(task).load(config.data, config.max_len)
     seconds = time.perf_counter() - start
     if (set(os.listdir(cache)) if os.path.isdir(cache) else set()) <= before:
         return None

@@ -14,9 +14,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from lra_jax.errors import ConfigError
 from lra_jax.models.encoder import Encoder
-from lra_jax.models.heads import POOLINGS, ClassifierHead, pair_features, pool
+from lra_jax.models.heads import ClassifierHead, pair_features, pool
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -40,26 +39,18 @@ class ModelSettings:
 
 
 class ModelSource(Protocol):
-    """What `build_model` reads: `lra_jax.config.settings.Settings`, or a ConfigDict of the same shape
-    (the commands that build a config of their own pass it as it is)."""
+    """What `build_model` reads: `lra_jax.config.settings.Settings`, whose values its `check` validated
+    (models never import the config layer, which sits above them)."""
 
-    model: Any
+    model: ModelSettings
     attention: Mapping[str, Any]
     max_len: int
-
-
-def _check_pooling(encoder: Encoder, pooling: str) -> None:
-    if pooling not in POOLINGS:
-        raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
-    if pooling == "cls" and encoder.cls is None:
-        raise ConfigError("pooling='cls' needs config.model.cls_token=True")
 
 
 class SequenceClassifier(nnx.Module):
     """tokens int[b n] -> logits f32[b num_classes]."""
 
     def __init__(self, encoder: Encoder, head: ClassifierHead, pooling: str):
-        _check_pooling(encoder, pooling)
         self.encoder, self.head, self.pooling = encoder, head, pooling
 
     def __call__(self, tokens: Int[Array, "b n"], *, deterministic: bool,
@@ -73,7 +64,6 @@ class DualEncoderClassifier(nnx.Module):
     pooled to u and v, classified from [u, v, u * v, u - v]."""
 
     def __init__(self, encoder: Encoder, head: ClassifierHead, pooling: str):
-        _check_pooling(encoder, pooling)
         self.encoder, self.head, self.pooling = encoder, head, pooling
 
     def __call__(self, tokens: Int[Array, "b 2 n"], *, deterministic: bool,
@@ -84,18 +74,10 @@ class DualEncoderClassifier(nnx.Module):
         return self.head(pair_features(pooled[:, 0], pooled[:, 1])).astype(jnp.float32)
 
 
-def model_settings(config: ModelSource) -> ModelSettings:
-    """`config.model` as ModelSettings, its dtype checked."""
-    m = config.model if isinstance(config.model, ModelSettings) else ModelSettings(**config.model)
-    if m.dtype not in DTYPES:
-        raise ConfigError(f"unknown model dtype {m.dtype!r}; choose one of {', '.join(DTYPES)}")
-    return m
-
-
 def build_encoder(config: ModelSource, *, vocab_size: int, rngs: nnx.Rngs) -> Encoder:
     """The shared encoder that `config.model` and `config.attention` describe (without a head)."""
-    m = model_settings(config)
-    attention = config.attention.to_dict() if hasattr(config.attention, "to_dict") else dict(config.attention)
+    m = config.model
+    attention = dict(config.attention)
     return Encoder(
         vocab_size=vocab_size, max_len=config.max_len, dim=m.emb_dim, num_heads=m.num_heads,
         mlp_dim=m.mlp_dim, num_layers=m.num_layers, attention=attention,
@@ -108,7 +90,7 @@ def build_encoder(config: ModelSource, *, vocab_size: int, rngs: nnx.Rngs) -> En
 def build_model(config: ModelSource, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs,
                 dual: bool = False) -> SequenceClassifier | DualEncoderClassifier:
     """The model that `config.model` and `config.attention` describe; `dual`: pairs of sequences."""
-    m = model_settings(config)
+    m = config.model
     dtype = DTYPES[m.dtype]
     encoder = build_encoder(config, vocab_size=vocab_size, rngs=rngs)
     if dual:

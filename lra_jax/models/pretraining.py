@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from lra_jax.models.classifier import DTYPES, ModelSource, build_encoder, model_settings
+from lra_jax.models.classifier import DTYPES, ModelSource, build_encoder
 from lra_jax.models.encoder import Encoder
 
 
@@ -41,6 +41,6 @@ class TokenPredictor(nnx.Module):
 
 def build_token_predictor(config: ModelSource, *, vocab_size: int, rngs: nnx.Rngs) -> TokenPredictor:
     """The pretraining model of `config`: its encoder over vocab_size + 1 ids ([MASK] added), a token head."""
-    m = model_settings(config)
+    m = config.model
     encoder = build_encoder(config, vocab_size=vocab_size + 1, rngs=rngs)
     return TokenPredictor(encoder, m.emb_dim, vocab_size + 1, dtype=DTYPES[m.dtype], rngs=rngs)
