@@ -1,6 +1,6 @@
-"""GLA and SSD (lra_jax/attention/gated.py): the chunked form against the recurrence at every chunk size,
-the bidirectional form as the sum it names, SSD as Mamba-2's scalar-decay recurrence written out, the
-causal forms. The contract is tests/test_attention_contract.py."""
+"""GLA and SSD (lra_jax/attention/gated.py): the chunked form (lra_jax/kernels/gated_scan/reference.py)
+against the recurrence at every chunk size, the bidirectional form as the sum it names, SSD as Mamba-2's
+scalar-decay recurrence written out, the causal forms. The Pallas kernel is tests/test_gated_scan_kernel.py. The contract is tests/test_attention_contract.py."""
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +11,7 @@ from flax import nnx
 from helpers import assert_close, reassociation_tol, slow_except
 from lra_jax.attention import gated, registry, selective
 from lra_jax.errors import ConfigError
+from lra_jax.kernels.gated_scan import reference
 
 DIM, N = 16, 24
 
@@ -29,8 +30,8 @@ def gla_inputs(n=N, dk=4, dv=6):
 @pytest.mark.parametrize("chunk", slow_except([1, 4, 8, 24], keep={4}))
 def test_the_chunked_form_is_the_recurrence(chunk, strict):
     q, k, v, log_g = gla_inputs()
-    chunked = gated.chunked_gla(q, k, v, log_g, chunk=chunk, strict=strict)
-    recurrent = gated.recurrent_gla(q, k, v, log_g, strict=strict)
+    chunked = reference.chunked(q, k, v, log_g, chunk=chunk, strict=strict)
+    recurrent = reference.recurrent(q, k, v, log_g, strict=strict)
     assert_close(chunked, recurrent, reassociation_tol(N * 4, depth=4))
 
 
@@ -40,11 +41,11 @@ def test_one_decay_per_head_is_the_same_decay_on_every_key_dimension(chunk, stri
     """log g [b n h 1] (SSD) takes the [C, C] path; broadcast to [b n h d_k] it takes the general one."""
     q, k, v, log_g = gla_inputs()
     scalar = log_g[..., :1]
-    assert_close(gated.chunked_gla(q, k, v, scalar, chunk=chunk, strict=strict),
-                 gated.chunked_gla(q, k, v, jnp.broadcast_to(scalar, log_g.shape), chunk=chunk, strict=strict),
+    assert_close(reference.chunked(q, k, v, scalar, chunk=chunk, strict=strict),
+                 reference.chunked(q, k, v, jnp.broadcast_to(scalar, log_g.shape), chunk=chunk, strict=strict),
                  reassociation_tol(N * 4, depth=4))
-    assert_close(gated.chunked_gla(q, k, v, scalar, chunk=chunk, strict=strict),
-                 gated.recurrent_gla(q, k, v, scalar, strict=strict), reassociation_tol(N * 4, depth=4))
+    assert_close(reference.chunked(q, k, v, scalar, chunk=chunk, strict=strict),
+                 reference.recurrent(q, k, v, scalar, strict=strict), reassociation_tol(N * 4, depth=4))
 
 
 def test_the_unrolled_sum_is_the_recurrence():
@@ -56,7 +57,7 @@ def test_the_unrolled_sum_is_the_recurrence():
         for s in range(t + 1):
             weight = np.einsum("bhj,bhj->bh", q[:, t] * np.exp(b[:, t] - b[:, s]), k[:, s])
             expected[:, t] += weight[..., None] * v[:, s]
-    assert_close(gated.recurrent_gla(*(jnp.asarray(x, jnp.float32) for x in (q, k, v, log_g))), expected,
+    assert_close(reference.recurrent(*(jnp.asarray(x, jnp.float32) for x in (q, k, v, log_g))), expected,
                  reassociation_tol(40, depth=3))
 
 
@@ -64,13 +65,13 @@ def test_the_unrolled_sum_is_the_recurrence():
 def test_the_bidirectional_form_adds_the_strict_backward_sum():
     q, k, v, log_g = gla_inputs(n=10)
     both = gated.bidirectional_gla(q, k, v, log_g, chunk=4, bidirectional=True)
-    forward = gated.recurrent_gla(q, k, v, log_g)
+    forward = reference.recurrent(q, k, v, log_g)
     flip = lambda x: jnp.flip(x, axis=1)
-    backward = flip(gated.recurrent_gla(flip(q), flip(k), flip(v), flip(log_g), strict=True))
+    backward = flip(reference.recurrent(flip(q), flip(k), flip(v), flip(log_g), strict=True))
     assert_close(both, forward + backward, reassociation_tol(40, depth=4))
     # the backward sum leaves each token's own term out: a sequence of one token is the forward form alone
     one = tuple(x[:, :1] for x in (q, k, v, log_g))
-    assert_close(gated.bidirectional_gla(*one, chunk=4, bidirectional=True), gated.recurrent_gla(*one), 1e-6)
+    assert_close(gated.bidirectional_gla(*one, chunk=4, bidirectional=True), reference.recurrent(*one), 1e-6)
 
 
 @pytest.mark.parametrize("name, settings", [("gla", dict(chunk=5, gate_rank=4)),
@@ -81,7 +82,7 @@ def test_the_layers_compute_the_same_in_either_form(name, settings):
     layer = registry.build(name, dim=DIM, num_heads=2, rngs=nnx.Rngs(0), **settings)
     x = heads(4, (2, N, DIM))
     mask = jnp.arange(N)[None, :] < jnp.array([[N - 6], [N]])
-    assert_close(layer.mix(x, mask), layer.mix(x, mask, form=gated.recurrent_gla), reassociation_tol(N * 8, depth=6))
+    assert_close(layer.mix(x, mask), layer.mix(x, mask, form=reference.recurrent), reassociation_tol(N * 8, depth=6))
 
 
 @pytest.mark.slow

@@ -183,11 +183,13 @@ class TokenMixer(nnx.Module):
         is appended (e.g. an FFT over the padded length); its docstring must say why.
         The contract suite skips only that one check for it.
       kernel_op: the kernel op the variant's `attend` runs where its plan says so
-        (`lra_jax.kernels.flash.FLASH`, `block_sparse.BLOCK_SPARSE`, `linear.LINEAR`): the op's
-        table says which kernels exist per backend and which take the attention dropout
-        (`**self.kernel_dropout(plan, rngs)`); `kernel_limits` says which settings they cannot
+        (`lra_jax.kernels.flash.FLASH`, `block_sparse.BLOCK_SPARSE`, `linear.LINEAR`,
+        `gated_scan.GATED_SCAN`): the op's table says which kernels exist per backend and which
+        take the attention dropout (`**self.kernel_dropout(plan, rngs)`); `kernel_limits` says which settings they cannot
         serve. None (the default): no kernel; the variant refuses impl="pallas" and treats
         "auto" as "xla".
+      kernel_serves_causal: True where `kernel_op` computes the causal form too (the gated scan, which
+        runs one direction); otherwise a causal layer runs XLA (the attention kernels take a key mask only).
       cost_exponent: e such that the compiled forward and backward passes' FLOPs and
         temporary memory grow as n^e (log factors aside) when the layer is built for
         length n with `settings_at_length(n)`. 2, the default, is full attention's; a
@@ -210,6 +212,7 @@ class TokenMixer(nnx.Module):
 
     length_invariant = True
     kernel_op: kernels.KernelOp | None = None
+    kernel_serves_causal = False
     uses_attention_dropout = True  # False where no attention weights are formed (nothing to drop)
     cost_exponent = 2.0
     data_dependent_pattern = False
@@ -282,7 +285,8 @@ class TokenMixer(nnx.Module):
         op = op or self.kernel_op
         if op is None:
             return kernels.KernelPlan(kernels.NO_KERNEL.xla, self.target.platform)
-        unsupported = "causal=True: the kernels take a key mask only" if self.causal else None
+        causal = self.causal and not self.kernel_serves_causal
+        unsupported = "causal=True: the kernels take a key mask only" if causal else None
         return kernels.plan(self.impl, self.target, op,
                             dropout_active=self.uses_attention_dropout and self.dropout_rate > 0 and not deterministic,
                             dtype=jnp.dtype(self.dtype).name,

@@ -7,11 +7,12 @@ Both run, per head, the recurrence of a [d_k, d_v] state with a decay per key di
 
 (GLA: a gate per key dimension; SSD: one scalar a_t per head, g_t = a_t 1). Unrolled,
 y_t = Σ_{s<=t} (q_t ⊙ exp(b_t - b_s)) · k_s v_s with b_t = Σ_{i<=t} log g_i: an attention whose weights
-decay with distance, the duality the SSD paper is named after. `chunked_gla` computes it in chunks of C
-steps (GLA paper, Sec. 3.3; SSD paper, Sec. 6): inside a chunk the weighted sum directly ([C, C] per key
-dimension, recomputed in the backward pass), across chunks the state S carried by a scan: O(n C d_k +
-n d_k d_v) work in O(C² d_k + (n / C) d_k d_v) memory. `recurrent_gla` is (1) step by step: the reference
-the tests hold the chunked form to, at every chunk size.
+decay with distance, the duality the SSD paper is named after. The gated-scan kernel op computes it in
+chunks of C steps (GLA paper, Sec. 3.3; SSD paper, Sec. 6; `lra_jax.kernels.gated_scan`): inside a chunk
+the weighted sum directly ([C, C] per key dimension), across chunks the state S carried by a scan: O(n C
+d_k + n d_k d_v) work in O(C² d_k + (n / C) d_k d_v) memory; its XLA form (`gated_scan.reference.chunked`)
+on CPU and TPU, its Pallas Triton kernel on GPU. `gated_scan.reference.recurrent` is (1) step by step: the
+reference the tests hold both to, at every chunk size.
 
 Bidirectional (LRA): the backward direction is (1) run from the end with the current step left out,
 y_t += Σ_{s>t} (q_t ⊙ exp(b'_t - b'_s)) · k_s v_s, so that a token's own term is counted once. Padding:
@@ -21,7 +22,9 @@ nothing, and the backward state reaches the last real token as zero.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -32,74 +35,23 @@ from lra_jax.attention.core import BidirectionalMixer, SSMParam, TokenMask, Toke
 from lra_jax.attention.registry import register
 from lra_jax.attention.selective import causal_depthwise_conv, inverse_softplus
 from lra_jax.errors import ConfigError
+from lra_jax.kernels.gated_scan import GATED_SCAN, gated_scan, reference
+from lra_jax.kernels.gated_scan.api import kernel_limit as gated_scan_kernel_limit
 
 Heads = Float[Array, "b n h d"]
-
-
-def recurrent_gla(q: Heads, k: Heads, v: Heads, log_g: Heads, *, chunk: int | None = None, strict: bool = False) -> Heads:
-    """(1) one step at a time in float32 (`chunk` unused); `strict`: y_t = q_t diag(g_t) S_{t-1}, the current
-    step left out."""
-    def step(state, inputs):
-        q_t, k_t, v_t, g_t = inputs
-        decayed = jnp.exp(g_t)[..., None] * state  # [b h dk dv]
-        new = decayed + k_t[..., None] * v_t[..., None, :]
-        y = jnp.einsum("bhk,bhkv->bhv", q_t, decayed if strict else new)
-        return new, y
-
-    b, _, h, dk = k.shape
-    inputs = tuple(jnp.swapaxes(x.astype(jnp.float32), 0, 1) for x in (q, k, v, log_g))
-    _, y = jax.lax.scan(step, jnp.zeros((b, h, dk, v.shape[-1]), jnp.float32), inputs)
-    return jnp.swapaxes(y, 0, 1)
-
-
-def chunked_gla(q: Heads, k: Heads, v: Heads, log_g: Heads, *, chunk: int, strict: bool = False) -> Heads:
-    """(1) in chunks of `chunk` steps (n a multiple of it), float32: the same result as `recurrent_gla`.
-    `log_g` [b n h 1] is one decay per head (SSD), which makes the weights inside a chunk a [C, C] matrix per
-    head rather than [C, C, d_k]."""
-    b, n, h, dk = k.shape
-    scalar_decay = log_g.shape[-1] == 1
-    dv = v.shape[-1]
-    c = chunk
-    split = lambda x: jnp.moveaxis(x.astype(jnp.float32).reshape(b, n // c, c, h, -1), 1, 0)  # [m b c h .]
-    q, k, v, log_g = (split(x) for x in (q, k, v, log_g))
-    cumulative = jnp.cumsum(log_g, axis=2)  # b_t within the chunk, [m b c h dk|1]
-    pairs = jnp.tril(jnp.ones((c, c), bool), -1 if strict else 0)  # s < t, or s <= t
-
-    @jax.checkpoint  # the backward pass recomputes a chunk's [C, C, d_k] weights rather than keep every chunk's
-    def one_chunk(state, chunk_inputs):
-        q_c, k_c, v_c, b_c = chunk_inputs
-        # inside the chunk: Σ_s Σ_j q_tj k_sj exp(b_tj - b_sj) v_s, the exponent <= 0 wherever s <= t
-        decay = jnp.where(pairs[:, :, None, None], b_c[:, :, None] - b_c[:, None, :], -jnp.inf)  # [b t s h dk|1]
-        if scalar_decay:  # one decay per head: the [t, s] weights are q k^T scaled, no [C, C, d_k] tensor
-            weights = jnp.einsum("bthj,bshj->bhts", q_c, k_c) * jnp.exp(jnp.moveaxis(decay[..., 0], 3, 1))
-        else:
-            weights = jnp.einsum("bthj,bshj,btshj->bhts", q_c, k_c, jnp.exp(decay))
-        y = jnp.einsum("bhts,bshv->bthv", weights, v_c)
-        y = y + jnp.einsum("bthj,bhjv->bthv", q_c * jnp.exp(b_c), state)  # the state from earlier chunks
-        last = b_c[:, -1:]  # the chunk's whole decay
-        state = (jnp.exp(last[:, 0])[..., None] * state
-                 + jnp.einsum("bshj,bshv->bhjv", k_c * jnp.exp(last - b_c), v_c))
-        return state, y
-
-    _, y = jax.lax.scan(one_chunk, jnp.zeros((b, h, dk, dv), jnp.float32), (q, k, v, cumulative))
-    return jnp.moveaxis(y, 0, 1).reshape(b, n, h, dv)
+ScanForm = Callable[..., Heads]  # form(q, k, v, log_g, *, chunk, strict=False) -> y, (1) over [b n h d] heads
 
 
 def bidirectional_gla(q: Heads, k: Heads, v: Heads, log_g: Heads, *, chunk: int, bidirectional: bool,
-                      form=chunked_gla) -> Heads:
-    """The forward direction, plus the strict backward one when `bidirectional`; the length is padded to a
-    multiple of `chunk` with steps that add and decay nothing."""
-    n = q.shape[1]
-    chunk = max(1, min(chunk, n))
-    extra = -n % chunk
-    pad = lambda x: jnp.pad(x, ((0, 0), (0, extra), (0, 0), (0, 0)))
-    q, k, v, log_g = (pad(x) for x in (q, k, v, log_g))
+                      form: ScanForm = reference.chunked) -> Heads:
+    """The forward direction of (1), plus the strict backward one when `bidirectional`, each computed by
+    `form` (the gated-scan op, its chunked XLA form or the step-by-step `recurrent` reference)."""
     y = form(q, k, v, log_g, chunk=chunk)
     if bidirectional:
         flip = lambda x: jnp.flip(x, axis=1)
         # reversed, the padding comes first: zero inputs and zero log-gates there change nothing
         y = y + flip(form(*(flip(x) for x in (q, k, v, log_g)), chunk=chunk, strict=True))
-    return y[:, :n]
+    return y
 
 
 def _chunked_flops(batch, n, heads, dk, dv, chunk, directions, scalar_decay=False):
@@ -113,8 +65,32 @@ def _chunked_flops(batch, n, heads, dk, dv, chunk, directions, scalar_decay=Fals
     return directions * (intra + state)
 
 
+class GatedScanMixer(BidirectionalMixer):
+    """Base of the layers that compute (1) with the gated-scan kernel op: the Triton kernel on a GPU target,
+    XLA elsewhere (`lra_jax.kernels.gated_scan`); the op runs one direction, so the causal form
+    (bidirectional=False) takes the kernel too. A subclass gives `scan_widths`."""
+
+    kernel_op = GATED_SCAN  # Triton only (none for TPU)
+    kernel_serves_causal = True
+
+    def scan_widths(self) -> tuple[int, int, bool]:
+        """(d_k, d_v, one decay per head) of the layer's scan."""
+        raise NotImplementedError
+
+    def kernel_limits(self, platform: str) -> str | None:
+        """The kernel keeps the [d_k, d_v] state (and GLA's [C, C, d_k] decays) on chip: too wide runs XLA."""
+        if platform != "gpu":
+            return None
+        dk, dv, scalar_decay = self.scan_widths()
+        return gated_scan_kernel_limit(dk, dv, self.chunk, scalar_decay)
+
+    def scan_form(self) -> ScanForm:
+        """(1) as this layer's plan computes it (no dropout: one plan for training and evaluation)."""
+        return functools.partial(gated_scan, plan=self.kernel_plan(deterministic=True))
+
+
 @register("gla")
-class GLA(BidirectionalMixer):
+class GLA(GatedScanMixer):
     """Gated linear attention (Yang, Wang, Shen, Panda, Kim 2024, "Gated Linear Attention Transformers with
     Hardware-Efficient Training", arXiv:2312.06635), bidirectional.
 
@@ -159,15 +135,21 @@ class GLA(BidirectionalMixer):
     def heads(self, x: Float[Array, "b n e"]) -> Heads:
         return x.reshape(*x.shape[:2], self.num_heads, -1)
 
-    def mix(self, x: Tokens, mask: TokenMask, form=chunked_gla) -> Float[Array, "b n d"]:
-        """y of (1) over the heads, [b n d] in float32, before the norm and the output gate."""
+    def scan_widths(self) -> tuple[int, int, bool]:
+        head = self.dim // self.num_heads
+        return head // 2, head, False
+
+    def mix(self, x: Tokens, mask: TokenMask, form: ScanForm | None = None) -> Float[Array, "b n d"]:
+        """y of (1) over the heads, [b n d] in float32, before the norm and the output gate; `form` computes
+        (1) (default: the layer's plan of the gated-scan op)."""
         real = mask[:, :, None, None]
         q = self.heads(self.query(x)).astype(jnp.float32) * (self.dim // self.num_heads // 2) ** -0.5
         k = jnp.where(real, self.heads(self.key(x)).astype(jnp.float32), 0.0)
         v = jnp.where(real, self.heads(self.value(x)).astype(jnp.float32), 0.0)
         log_g = jax.nn.log_sigmoid(self.gate_up(self.gate_down(x)).astype(jnp.float32)) / self.temperature
         log_g = jnp.where(real, self.heads(log_g), 0.0)
-        y = bidirectional_gla(q, k, v, log_g, chunk=self.chunk, bidirectional=self.bidirectional, form=form)
+        y = bidirectional_gla(q, k, v, log_g, chunk=self.chunk, bidirectional=self.bidirectional,
+                              form=form or self.scan_form())
         return y.reshape(*x.shape[:2], self.dim)
 
     def head_norm(self, y: Float[Array, "b n d"]) -> Float[Array, "b n d"]:
@@ -183,7 +165,7 @@ class GLA(BidirectionalMixer):
 
 
 @register("ssd")
-class SSD(BidirectionalMixer):
+class SSD(GatedScanMixer):
     """Mamba-2's block with the state-space dual layer, SSD (Dao and Gu 2024, "Transformers are SSMs:
     Generalized Models and Efficient Algorithms Through Structured State Space Duality", arXiv:2405.21060),
     bidirectional.
@@ -245,8 +227,12 @@ class SSD(BidirectionalMixer):
         self.norm = nnx.RMSNorm(inner, dtype=jnp.float32, rngs=rngs)
         self.out_proj = nnx.Linear(inner, dim, use_bias=False, dtype=self.dtype, rngs=rngs)
 
-    def mix(self, u: Tokens, mask: TokenMask, form=chunked_gla) -> Float[Array, "b n e"]:
-        """y ⊙ SiLU(z) [b n E] in float32, before the norm."""
+    def scan_widths(self) -> tuple[int, int, bool]:
+        return self.state_size, self.head_size, True
+
+    def mix(self, u: Tokens, mask: TokenMask, form: ScanForm | None = None) -> Float[Array, "b n e"]:
+        """y ⊙ SiLU(z) [b n E] in float32, before the norm; `form` computes (1) (default: the layer's plan of
+        the gated-scan op)."""
         inner, n_state = self.expand * self.dim, self.state_size
         real = mask[..., None].astype(jnp.float32)
         z, xbc, dt = jnp.split(self.in_proj(u).astype(jnp.float32), [inner, 2 * inner + 2 * n_state], axis=-1)
@@ -258,7 +244,7 @@ class SSD(BidirectionalMixer):
         log_g = jnp.where(real[..., None] > 0, (dt * -jnp.exp(self.a_log[...]))[..., None], 0.0)  # [b n H 1]
         shared = lambda m: jnp.broadcast_to(m[:, :, None, :], (*m.shape[:2], heads, n_state))
         y = bidirectional_gla(shared(c), shared(b), dt[..., None] * x, log_g, chunk=self.chunk,
-                              bidirectional=self.bidirectional, form=form)
+                              bidirectional=self.bidirectional, form=form or self.scan_form())
         y = y + self.d[...][:, None] * x
         return y.reshape(*y.shape[:2], inner) * jax.nn.silu(z)
 

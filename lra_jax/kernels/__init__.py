@@ -3,6 +3,7 @@
     flash/         dense softmax attention, blockwise online softmax (FlashAttention)
     block_sparse/  the same online softmax over a block layout (local, strided, Longformer, BigBird)
     linear/        fused non-causal kernelized attention (Performer, Linear Transformer)
+    gated_scan/    chunked gated linear attention, a decayed matrix state carried over chunks (GLA, SSD)
 
 Every package has `reference.py` (pure jnp, the test oracle), one file per
 backend (`pallas_gpu.py`: Pallas Triton; `pallas_tpu.py`: Pallas Mosaic, jax's
@@ -20,7 +21,7 @@ the platform jax runs on (`jax.default_backend()`):
     "pallas"  Pallas Triton       Pallas Mosaic (splash)  Pallas Triton, interpreted
     "auto"    Pallas Triton       Pallas Mosaic (splash)  XLA
 
-A kernel that does not exist for the target (linear attention on TPU) is XLA.
+A kernel that does not exist for the target (linear attention and the gated scan on TPU) is XLA.
 `target_platform("tpu")` changes the target for what is built and traced inside
 it: the lowering tool (`python -m lra_jax.tools.lower`) lowers a CUDA or TPU
 train step on a CPU that way, and `target_platform("tpu", interpret=True)` runs

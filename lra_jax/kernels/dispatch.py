@@ -1,8 +1,8 @@
 """The one place a kernel is chosen: each op's table of implementations, and `plan` over it.
 
-Each kernel op (`flash.FLASH`, `block_sparse.BLOCK_SPARSE`, `linear.LINEAR`) is a `KernelOp`:
-its implementations in order of preference, each a name (as runs record it), the callable that
-runs it and what it supports (Pallas backend, platforms, attention dropout, dtypes, interpreter).
+Each kernel op (`flash.FLASH`, `block_sparse.BLOCK_SPARSE`, `linear.LINEAR`, `gated_scan.GATED_SCAN`) is
+a `KernelOp`: its implementations in order of preference, each a name (as runs record it), the callable
+that runs it and what it supports (Pallas backend, platforms, attention dropout, dtypes, interpreter).
 `plan(impl, target, op, ...)` picks one for a target and returns it in a `KernelPlan`; the op's
 entry point runs `plan.implementation` and decides nothing again. An attention variant names its
 op once (`TokenMixer.kernel_op`) and passes its layer's plan to the op.
@@ -13,7 +13,7 @@ op once (`TokenMixer.kernel_op`) and passes its layer's plan to the op.
                                   where dropout is on)           where the target says so)
     "auto"    Pallas Triton       Pallas Mosaic                  XLA
 
-An op without a kernel for the target's backend (linear attention on TPU), or whose kernels there
+An op without a kernel for the target's backend (linear attention, the gated scan on TPU), or whose kernels there
 lack what the call needs (dropout, a dtype, a setting the variant says it cannot serve), runs XLA,
 and the plan says why.
 """

@@ -53,6 +53,7 @@ from jax.experimental import pallas as pl
 from jaxtyping import Array, Int, UInt32
 
 from lra_jax.kernels import dropout, masking, tiling
+from lra_jax.kernels.matmul import dot as _dot
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -94,12 +95,6 @@ class KernelStatic:
     rule: masking.MaskRule | None = None
     dropout_rate: float = 0.0
     interpret: bool = False
-
-
-def _dot(a, b, trans_a: bool = False, trans_b: bool = False):
-    """2-D matmul with float32 accumulation, optionally transposing an operand."""
-    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
-    return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
 
 
 def _scores(q, k, q_pos, k_pos, key_code, query_code, q_seg, k_seg, scale, rule):

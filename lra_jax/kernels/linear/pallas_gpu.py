@@ -33,11 +33,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from lra_jax.kernels import tiling
-
-
-def _dot(a, b, trans_a: bool = False, trans_b: bool = False):
-    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
-    return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+from lra_jax.kernels.matmul import dot as _dot
 
 
 def _phi(x, feature_map, num_features):
