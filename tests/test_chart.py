@@ -189,8 +189,8 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     lines = table.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("|---")]
     # ours, speed and memory, full scale against the paper (one table per task: the five and Path-X), speed
-    # sources (speed, memory), the LRA paper's (Table 1, Table 2), the S4D paper's
-    assert len(heads) == 13
+    # sources (speed, memory), the LRA paper's (Table 1, Table 2), the S4D, S5, LRU and Mega papers'
+    assert len(heads) == 16
     for i in heads:
         assert lines[i].count("---") == len(lines[i - 1].split("|")) - 2
     # the published panel's table comes from experiments/reference with its source
@@ -202,7 +202,8 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
 
 @pytest.mark.slow
 def test_state_space_reference_is_drawn_apart(tmp_path):
-    """s4d is not attention: a labelled row and a diamond on our panel, its published score as a line."""
+    """s4d is not attention: a labelled row and a diamond on our panel, its published score a mark above it,
+    dashed to it (both full scale)."""
     root = tmp_path / "runs"
     for task in FIVE:
         write_result(root, task, "softmax", 0, 0.5)
@@ -218,23 +219,10 @@ def test_state_space_reference_is_drawn_apart(tmp_path):
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
     assert "s4d, the reference: a state-space model, not attention" in svg
-
-
-def test_ssm_reference_file_is_consistent():
-    with open(lra_results.SSM_REFERENCE, encoding="utf-8") as f:
-        reference = json.load(f)
-    assert "source" in reference and "2206.11893" in reference["paper"]
-    for model in reference["models"]:
-        accuracy = model["accuracy"]
-        if any(accuracy[t] is None for t in FIVE):  # an average needs every task
-            assert model["avg5"] is None and model["avg6"] is None, model["paper_name"]
-            continue
-        # published figures are rounded to 0.01: their mean agrees to within that rounding
-        assert sum(accuracy[t] for t in FIVE) / 5 == pytest.approx(model["avg5"], abs=0.006), model["paper_name"]
-        path_x = 50.0 if accuracy["path_x"] == "FAIL" else accuracy["path_x"]  # the paper's convention
-        assert (sum(accuracy[t] for t in FIVE) + path_x) / 6 == pytest.approx(model["avg6"], abs=0.006)
-    implemented = [m["paper_name"] for m in reference["models"] if m["variant"] == "s4d"]
-    assert implemented in ([], [reference["implemented"]])
+    assert 'id="published-mark-s4d"' in svg and 'id="published-line-s4d"' in svg
+    with open(paths["inputs"], encoding="utf-8") as f:
+        marks = [p for p in json.load(f)["panels"][0]["points"] if p["series"] == "published"]
+    assert [(p["variant"], p["y"], p["color"]) for p in marks] == [("s4d", 84.068, "#000000")]
 
 
 def test_slow_speeds_keep_their_digits():

@@ -62,6 +62,8 @@ def test_the_manifest_records_every_input_the_command_and_the_drawn_points(drawn
     assert inputs[FIXED_RESULT]["sha256"] == chart_manifest.sha256_of(FIXED_RESULT)
     assert sum(p.endswith("results.json") for p in inputs) == 8
     assert any(p.endswith("experiments/reference/lra_paper.json") for p in inputs)
+    for name in ("s4d_paper.json", "modern_papers.json"):  # lra_results.MIXER_REFERENCES: in the table, so inputs
+        assert any(p.endswith(f"experiments/reference/{name}") for p in inputs), name
     ours = record["panels"][0]
     assert "× softmax's (examples/s; measured on fake-accelerator)" in ours["xlabel"]
     points = {p["variant"]: p for p in ours["points"] if p["series"] == "full"}

@@ -9,7 +9,10 @@ trained from scratch, and is drawn only where both are scored on the same tasks 
 The LRA paper's points (`draw_paper`), all at the paper's full scale, go on the same axes as grey squares,
 at the paper's Table 1 accuracy averaged over the tasks of our point of the same variant, so that both mean
 the same thing; a dotted line joins one to our point only where ours is full scale too: no line joins
-points of different scales. The legend and the title state the scale behind every point.
+points of different scales. The published score of each implemented state-space or modern-mixer variant
+(`draw_published`: S4D, S5, LRU, Mega, from experiments/reference) is a short bar in that variant's colour at
+our point's speed, averaged over the same tasks, joined by a dashed line only to a full-scale point. The
+legend and the title state the scale behind every point.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ NO_MEMORY_AREA = 40.0  # pt^2 of a point whose memory was not measured
 PAPER_COLOR = "0.35"
 SCALE_ORDER = ("full", "mini")  # full-scale points first: they are the ones a paper point joins
 PAPER_SCALE = "full"  # the LRA paper's models ran at the paper's full scale, the only scale a paper point joins
+PAPER, PUBLISHED = "paper", "published"  # the series of the LRA paper's points, of the published-score marks
+PUBLISHED_AREA = 60.0  # pt^2 a published-score mark keeps clear of labels
 # One colour per variant, never two alike: tab10 without its grey (the paper's), then tab20b and Dark2 shades
 # far from those; black is the state-space reference's.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
@@ -68,7 +73,8 @@ def variant_styles(variants=()) -> dict[str, tuple[str, Any]]:
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One drawn bubble: `series` is our run's scale or 'paper'; `label` '' = drawn without a label."""
+    """One drawn bubble or mark: `series` is our run's scale, PAPER (the LRA paper's point) or PUBLISHED (a
+    published-score mark); `label` '' = drawn without a label."""
     variant: str
     series: str
     x: float
@@ -212,7 +218,39 @@ def draw_paper(ax, reference: dict[str, Any] | None, ours: list[Point],
             ax.plot([x, joined.x], [y, joined.y], linestyle=":", color=PAPER_COLOR, linewidth=1.2, zorder=2,
                     gid=f"paper-line-{model['variant']}")
         key = f"LRA paper: {model['paper_name']} ({model['variant']})"
-        points.append(Point(model["variant"], "paper", x, y, size, "" if joined else key, key, PAPER_COLOR, "s"))
+        points.append(Point(model["variant"], PAPER, x, y, size, "" if joined else key, key, PAPER_COLOR, "s"))
+    return points
+
+
+def draw_published(ax, published: dict[str, tuple[dict[str, Any], dict[str, Any]]], ours: list[Point],
+                   scores: dict[str, dict[str, dict[str, Any]]], styles: dict[str, tuple[str, Any]]) -> list[Point]:
+    """Each implemented variant's published LRA score (`published`: variant -> (paper, row),
+    `lra_results.implemented_rows`; every such paper ran at full scale), averaged over the tasks of our
+    from-scratch point of that variant (the full-scale one first), as a short bar in the variant's colour
+    (black for a REFERENCE_VARIANTS row) at that point's speed: the paper has no speed on our axis. Joined
+    to the point by a dashed line only where ours is full scale too (PAPER_SCALE); otherwise labelled, as
+    `draw_paper` does. A variant with no point here, or whose row lacks one of those tasks, is not marked."""
+    points = []
+    for variant, (_, row) in sorted(published.items()):
+        ours_of = [p for p in ours if p.variant == variant and p.series not in (PAPER, PUBLISHED)
+                   and not is_pretrained(p.series)]
+        joined = next((p for p in ours_of if base_scale(p.series) == PAPER_SCALE), None)
+        point = joined or next(iter(ours_of), None)
+        if point is None:
+            continue
+        tasks = scored_tasks({variant: scores[point.series][variant]})
+        values = [row["accuracy"].get(t) for t in tasks]
+        if not tasks or not all(isinstance(v, (int, float)) for v in values):
+            continue
+        y = sum(values) / len(values)
+        color = "black" if variant in REFERENCE_VARIANTS else styles[variant][0]
+        ax.plot([point.x], [y], linestyle="", marker="_", markersize=22, markeredgewidth=2.6, color=color,
+                zorder=3.6, gid=f"published-mark-{variant}")
+        if joined:
+            ax.plot([point.x, point.x], [point.y, y], linestyle="--", color=color, linewidth=1.2, alpha=0.8,
+                    zorder=2, gid=f"published-line-{variant}")
+        key = f"published: {row['paper_name']} ({variant})"
+        points.append(Point(variant, PUBLISHED, point.x, y, PUBLISHED_AREA, "" if joined else key, key, color, "_"))
     return points
 
 
@@ -245,7 +283,7 @@ def finish(ax, points: list[Point], largest: float, memory_title: str, paper: bo
     ax.margins(x=0.1, y=0.14)
     handles = [ax.scatter([], [], s=LARGEST_AREA * f / largest, facecolor="none", edgecolor="0.4",
                           label=f"{f:g}× softmax's") for f in _legend_ratios(largest)]
-    series = {base_scale(p.series) for p in points if p.series != "paper"}
+    series = {base_scale(p.series) for p in points if p.series not in (PAPER, PUBLISHED)}
     marks = [("full", "o", "0.3", "ours, full scale (solid)"), ("mini", "o", "none", "ours, mini scale (hollow)")]
     handles += [Line2D([], [], marker=m, linestyle="", markerfacecolor=face, markeredgecolor="0.3", markersize=10,
                        label=text) for s, m, face, text in marks if s in series]
@@ -259,8 +297,15 @@ def finish(ax, points: list[Point], largest: float, memory_title: str, paper: bo
         if any(p.variant == variant for p in points):
             handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none", markeredgecolor="black",
                                   markersize=10, label=f"{variant}, {what}"))
+    marks = [p for p in points if p.series == PUBLISHED]
+    if marks:
+        joined = any(not p.label for p in marks)
+        handles.append(Line2D([], [], marker="_", linestyle="--" if joined else "", color="0.3", markersize=16,
+                              markeredgewidth=2.4, label="published score of the variant\n(its paper, full scale,\n"
+                              "over the tasks of our point)"
+                              + (";\ndashed: joined to our\nfull-scale point" if joined else "")))
     if paper:
-        joined = any(p.series == "paper" and not p.label for p in points)
+        joined = any(p.series == PAPER and not p.label for p in points)
         handles.append(Line2D([], [], marker="s", linestyle=":" if joined else "", color=PAPER_COLOR,
                               markerfacecolor=PAPER_COLOR, markersize=10, alpha=0.6,
                               label=f"LRA paper, {PAPER_SCALE} scale"

@@ -5,7 +5,9 @@ Main panel, the LRA paper's Figure 3 measured: x = training speed at length 4K r
 same bench file on one accelerator (`chart_speeds`; the note under the panel names any ratio taken against
 another file's softmax), bubble = the step's memory there relative to softmax's, named for what it is (a
 measured device peak or XLA's compiled estimate), y = LRA score (`lra_results`); the paper's own
-full-scale points on the same axes, joined only to our full-scale points (`chart_panels.draw_paper`).
+full-scale points on the same axes, joined only to our full-scale points (`chart_panels.draw_paper`); the
+published score of each implemented state-space or modern-mixer row (`lra_results.MIXER_REFERENCES`) marked
+above or below our point of that variant (`chart_panels.draw_published`).
 Secondary panels under it, also relative to softmax: a CPU bench (`cpu`) and the TPU compiler's modeled step
 on the paper's hardware (`modeled`, labelled modeled: no TPU ran).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
@@ -28,12 +31,13 @@ from lra_jax.experiments.chart_manifest import ChartOptions
 from lra_jax.experiments.chart_panels import Panel, ordered_scales, scale_line
 from lra_jax.experiments.chart_speeds import BASELINE, DeviceSpeeds, device_speeds, ratio_note
 from lra_jax.experiments.lra_results import (
+    MIXER_REFERENCES,
     REFERENCE,
     SPT_REFERENCE,
-    SSM_REFERENCE,
     aggregate,
     caption,
     diverged_note,
+    implemented_rows,
     markdown_table,
     read_runs,
     unfinished_note,
@@ -77,8 +81,10 @@ def relative_modeled(modeled: Modeled) -> tuple[dict[str, tuple[float, float | N
 
 
 def _draw_panel(ax, scores, speeds: dict[str, tuple[float, float | None]], styles, title: str, xlabel: str,
-                memory_title: str, reference: dict[str, Any] | None = None, gid: str = "score-bar") -> Panel:
-    """Our scores against `speeds` (and the paper's points where `reference` is given) on `ax`."""
+                memory_title: str, reference: dict[str, Any] | None = None, gid: str = "score-bar",
+                published: dict[str, tuple[dict[str, Any], dict[str, Any]]] | None = None) -> Panel:
+    """Our scores against `speeds` (and the paper's points where `reference` is given, the implemented
+    variants' published scores where `published`, `lra_results.implemented_rows`, is) on `ax`."""
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("LRA score: mean test accuracy over the tasks scored (%)")
@@ -87,6 +93,8 @@ def _draw_panel(ax, scores, speeds: dict[str, tuple[float, float | None]], style
     points = chart_panels.draw_ours(ax, scores, speeds, styles, largest, gid)
     if reference:
         points += chart_panels.draw_paper(ax, reference, points, scores, largest)
+    if published:
+        points += chart_panels.draw_published(ax, published, points, scores, styles)
     if not points:
         ax.text(0.5, 0.5, "no variant has both a score and a speed", ha="center", transform=ax.transAxes)
     chart_panels.finish(ax, points, largest, memory_title, paper=reference is not None and bool(points))
@@ -95,13 +103,15 @@ def _draw_panel(ax, scores, speeds: dict[str, tuple[float, float | None]], style
 
 def figure(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | None,
            reference: dict[str, Any] | None, cpu: DeviceSpeeds | None = None, modeled: Modeled | None = None,
-           note: str = ""):
-    """The chart and what each panel draws: (figure, [panel records]). `scores`: scale -> `aggregate`."""
+           note: str = "", published: dict[str, tuple[dict[str, Any], dict[str, Any]]] | None = None):
+    """The chart and what each panel draws: (figure, [panel records]). `scores`: scale -> `aggregate`;
+    `published`: the implemented variants' published rows (`lra_results.implemented_rows`), marked on the
+    main panel."""
     secondary = [kind for kind, given in (("cpu", cpu), ("modeled", modeled)) if given]
     fig = plt.figure(figsize=(20, 18 if secondary else 10), constrained_layout=True)
     grid = fig.add_gridspec(2 if secondary else 1, max(len(secondary), 1), height_ratios=[1.3, 1] if secondary else [1])
     styles = chart_panels.variant_styles({v for s in scores.values() for v in s})  # (colour, marker), every panel
-    panels = [_main_panel(fig.add_subplot(grid[0, :]), scores, main, reference, styles, note)]
+    panels = [_main_panel(fig.add_subplot(grid[0, :]), scores, main, reference, styles, note, published)]
     for column, kind in enumerate(secondary):
         ax = fig.add_subplot(grid[1, column])
         panels.append(_cpu_panel(ax, scores, cpu, styles) if kind == "cpu" else
@@ -114,7 +124,7 @@ def figure(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | No
     return fig, records_before
 
 
-def _main_panel(ax, scores, main: DeviceSpeeds | None, reference, styles, note: str) -> Panel:
+def _main_panel(ax, scores, main: DeviceSpeeds | None, reference, styles, note: str, published=None) -> Panel:
     where = f"measured on {main.device}" if main else "no bench given"
     length = main.length if main else 4096
     settings = f" (batch {main.batch_size}, dropout {main.dropout_rate:g})" if main else ""
@@ -123,7 +133,8 @@ def _main_panel(ax, scores, main: DeviceSpeeds | None, reference, styles, note: 
                                         "tasks, Table 2 speed and memory at 4K on TPU v3" if reference else ""))
     memory = _memory_title(main) + "\n(paper: peak memory per TPU v3 core)" if main else "bubble area: no memory"
     panel = _draw_panel(ax, scores, _relative(main) if main else {}, styles, title,
-                        f"training speed at length {length}, × softmax's (examples/s; {where})", memory, reference)
+                        f"training speed at length {length}, × softmax's (examples/s; {where})", memory, reference,
+                        published=published)
     files = (f"Speed and memory: `python -m lra_jax.tools.bench` on {main.device}, {len(main.files)} file(s), each "
              f"variant's and its softmax's named in the table. {ratio_note(main)}") if main else ""
     _note(ax, "\n".join(filter(None, [note, files])), width=200)
@@ -211,8 +222,11 @@ def read_scores(options: ChartOptions) -> tuple[dict[str, dict[str, dict[str, An
     return scores, note, [f for d in dirs for f in chart_manifest.results_files(d)]
 
 
-def render(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE):
-    """Everything `options` draw, in memory: (figure, {table file name: its text}, manifest record)."""
+def render(options: ChartOptions, mixer_references: Sequence[str] = MIXER_REFERENCES):
+    """Everything `options` draw, in memory: (figure, {table file name: its text}, manifest record).
+    `mixer_references`: the state-space and modern-mixer papers' published-figures files, each listed in the
+    table and an input of the manifest, their implemented rows marked on the main panel (a missing file is
+    skipped)."""
     scores, note, inputs = read_scores(options)
     note = "\n".join(filter(None, [note, spt_report.unmatched_note(scores)]))
     if note:
@@ -227,29 +241,29 @@ def render(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE
     if options.modeled:
         modeled = table2_report.load_modeled(options.modeled, None)
         inputs.append(options.modeled)
-    reference, ssm_reference = _read_reference(options.reference), _read_reference(ssm_reference_path)
+    reference = _read_reference(options.reference)
+    mixers = {path: document for path in mixer_references if (document := _read_reference(path))}
     pretraining = spt_report.gain_table(scores, main)
     spt_reference = _read_reference(SPT_REFERENCE) if pretraining else None
-    inputs += [p for p, r in ((options.reference, reference), (ssm_reference_path, ssm_reference),
-                              (SPT_REFERENCE, spt_reference)) if r]
+    inputs += [p for p, r in ((options.reference, reference), *mixers.items(), (SPT_REFERENCE, spt_reference)) if r]
     # One caption per scale; the two arms of one scale share theirs, said once.
     captions = "\n".join(dict.fromkeys(filter(None, [caption(scores[s]) for s in ordered_scales(scores)] + [note])))
-    fig, panels = figure(scores, main, reference, cpu, modeled, captions)
+    fig, panels = figure(scores, main, reference, cpu, modeled, captions, implemented_rows(list(mixers.values())))
     record = chart_manifest.manifest(options, inputs, panels)
     header = (f"Generated by `{record['command']}` from the inputs listed with their sha256 in "
               f"{chart_manifest.MANIFEST_NAME}; do not edit by hand: `python -m lra_jax.tools.chart --check` "
               "fails when an input or this file changes.")
-    table = markdown_table(scores, main, cpu, reference, note, ssm_reference, header=header,
+    table = markdown_table(scores, main, cpu, reference, note, list(mixers.values()), header=header,
                            pretraining=pretraining, spt_reference=spt_reference)
     short = results_summary.summary(scores, main, header.replace(
         "from the inputs", f"beside {chart_manifest.TABLE_NAME} (the full table) from the inputs", 1))
     return fig, {chart_manifest.TABLE_NAME: table, results_summary.NAME: short}, record
 
 
-def make_chart(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE) -> dict[str, str]:
+def make_chart(options: ChartOptions, mixer_references: Sequence[str] = MIXER_REFERENCES) -> dict[str, str]:
     """Draws what `options` say and writes the chart, its table, the short table (`results_summary`) and
     the manifest (`chart_manifest`) into `options.out`; returns their paths."""
-    fig, tables, record = render(options, ssm_reference_path)
+    fig, tables, record = render(options, mixer_references)
     os.makedirs(options.out, exist_ok=True)
     paths = save(fig, options.out, record["drawn_sha256"])
     for key, name, text in (("md", chart_manifest.TABLE_NAME, tables[chart_manifest.TABLE_NAME]),
@@ -261,9 +275,9 @@ def make_chart(options: ChartOptions, ssm_reference_path: str | None = SSM_REFER
     return paths
 
 
-def check_chart(options: ChartOptions, ssm_reference_path: str | None = SSM_REFERENCE) -> list[str]:
+def check_chart(options: ChartOptions, mixer_references: Sequence[str] = MIXER_REFERENCES) -> list[str]:
     """Redraws in memory what `options` draw and returns one line per disagreement with the files in
     `options.out` (`chart_manifest.problems`); [] when the committed chart is up to date."""
-    fig, tables, record = render(options, ssm_reference_path)
+    fig, tables, record = render(options, mixer_references)
     plt.close(fig)
     return chart_manifest.problems(options.out, record, tables)

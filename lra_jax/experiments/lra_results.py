@@ -28,6 +28,9 @@ LRA_TASKS = tuple(t for t in task_registry.TASKS if t not in PATH_X)  # the task
 TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
                "pathfinder": "Pathfinder"}
 SSM_REFERENCE = os.path.join(os.path.dirname(REFERENCE), "s4d_paper.json")
+MODERN_REFERENCE = os.path.join(os.path.dirname(REFERENCE), "modern_papers.json")  # S5, LRU, Mega
+# The state-space and modern-mixer papers' LRA tables: the results list each, the chart marks each implemented row.
+MIXER_REFERENCES = (SSM_REFERENCE, MODERN_REFERENCE)
 SPT_REFERENCE = os.path.join(os.path.dirname(REFERENCE), "spt_paper.json")  # the self-pretraining paper's
 # Not attention: the yardstick the attention variants are measured against, drawn apart.
 REFERENCE_VARIANTS = {"s4d": "the reference: a state-space model, not attention"}
@@ -386,11 +389,25 @@ def published_lra(reference: dict[str, Any]) -> list[str]:
     return lines + ["", "Sources: " + " ".join(reference.get("source", {}).values())]
 
 
-def published_ssm(reference: dict[str, Any]) -> list[str]:
-    """The S4D paper's LRA table: the state-space yardstick, with both of its averages."""
-    lines = ["", "## Published (S4D paper): the state-space yardstick, not attention", "",
-             reference["paper"] + ". Avg (5) is the LRA score above (Path-X apart); Avg (6) is the "
-             "paper's own, with a failed Path-X counted as 50.", "",
+def papers(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The papers of a published-figures file: its "papers" (modern_papers.json), or the file itself, one
+    paper (s4d_paper.json)."""
+    return list(document["papers"]) if "papers" in document else [document]
+
+
+S4D_AVERAGES = ("Avg (5) is the LRA score above (Path-X apart); Avg (6) is the paper's own, with a failed Path-X "
+                "counted as 50.")  # what a paper's "averages" says, for s4d_paper.json, which has none
+
+
+def published_paper(reference: dict[str, Any]) -> list[str]:
+    """One paper's LRA table (a paper of `papers`) with both averages, its sources and notes; the paper whose
+    implemented row is a REFERENCE_VARIANTS row (S4D) is named the state-space yardstick."""
+    implemented = {m["variant"] for m in reference["models"] if m.get("variant")}
+    role = ": the state-space yardstick, not attention" if implemented & set(REFERENCE_VARIANTS) else ""
+    page = reference.get("page")
+    where = ", ".join(filter(None, [reference.get("table"), f"p. {page}" if page else None]))
+    lines = ["", f"## Published ({reference.get('name', 'S4D')} paper){role}", "",
+             f"{reference['paper']}{f' ({where})' if where else ''}. {reference.get('averages', S4D_AVERAGES)}", "",
              *_header(["Model (variant)", *(TASK_TITLES[t] for t in LRA_TASKS), "Path-X", "Avg (5)", "Avg (6)"])]
     for r in reference["models"]:
         acc = r["accuracy"]
@@ -398,18 +415,33 @@ def published_ssm(reference: dict[str, Any]) -> list[str]:
         name = f"{r['paper_name']} ({r['variant']})" if r["variant"] else r["paper_name"]
         lines.append(_row([name, *(_fmt(acc[t], 2) for t in LRA_TASKS), path_x, _fmt(r["avg5"], 2),
                            _fmt(r["avg6"], 2)]))
-    return lines + ["", "Sources: " + " ".join(reference.get("source", {}).values())]
+    lines += ["", "Sources: " + " ".join(reference.get("source", {}).values())]
+    return lines + (["", "Notes: " + " ".join(reference["notes"])] if reference.get("notes") else [])
+
+
+def published_mixers(documents: list[dict[str, Any]]) -> list[str]:
+    """Every paper's LRA table of `documents` (the MIXER_REFERENCES read), and, per file, the implemented
+    mixers whose papers report no LRA run."""
+    lines = []
+    for document in documents:
+        lines += [line for paper in papers(document) for line in published_paper(paper)]
+        absent = document.get("no_lra_run", [])
+        if absent:
+            lines += ["", "Implemented, with no LRA run in their papers (so nothing to list): "
+                      + "; ".join(f"{a['variant']} ({a['paper']})" for a in absent) + "."]
+    return lines
 
 
 def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, reference: dict[str, Any] | None,
-                   note: str = "", ssm_reference: dict[str, Any] | None = None, header: str = "",
+                   note: str = "", mixer_references: list[dict[str, Any]] = (), header: str = "",
                    pretraining: list[str] = (), spt_reference: dict[str, Any] | None = None) -> str:
     """The results first: per scale, every variant's per-task accuracy, score, Path-X and seeds, best score
     first; then every variant's speed and memory on each device (`chart_speeds.DeviceSpeeds`: the main
     panel's, the CPU's); how the scores are computed; the self-pretraining sections (`pretraining`, from
     `spt_report.gain_table`, followed by `spt_reference`'s published figures where there are any);
     full-scale scores beside the paper's; where each speed comes from; the grid points chosen; the published
-    figures; last, `header`: how the file was made."""
+    figures (the LRA paper's, then every state-space and modern-mixer paper of `mixer_references`, the
+    MIXER_REFERENCES files read); last, `header`: how the file was made."""
     lines = ["# LRA results"]
     devices = [d for d in (main, cpu) if d is not None]
     ordered = sorted(scores, key=lambda s: (s != "full", s))
@@ -430,8 +462,7 @@ def markdown_table(scores: dict[str, dict[str, dict[str, Any]]], main, cpu, refe
         lines += selected_points(scores[scale], score_order(scores[scale]), scale)
     if reference:
         lines += published_lra(reference)
-    if ssm_reference:
-        lines += published_ssm(ssm_reference)
+    lines += published_mixers(list(mixer_references))
     if header:
         lines += ["", "## How this file was made", "", header]
     return "\n".join(lines) + "\n"
@@ -451,8 +482,13 @@ def unfinished_note(selections: dict, min_seeds: int) -> str:
     return f"Left out, fewer than {min_seeds} seeds at the chosen point: {', '.join(short)}." if short else ""
 
 
-def implemented_ssm(ssm_reference: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The published row of the state-space model this framework implements (its `variant` is set)."""
-    if not ssm_reference:
-        return None
-    return next((m for m in ssm_reference["models"] if m.get("variant")), None)
+def implemented_rows(documents: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """variant -> (paper, its published row), for every row of `documents` (the MIXER_REFERENCES read) whose
+    `variant` names the registered variant this framework implements; the first file's row where two name one."""
+    rows = {}
+    for document in documents:
+        for paper in papers(document):
+            for model in paper["models"]:
+                if model.get("variant"):
+                    rows.setdefault(model["variant"], (paper, model))
+    return rows
