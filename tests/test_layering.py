@@ -13,6 +13,11 @@ Layers, bottom up (a module may import its own layer and those below it, never a
     experiments                    the library under the commands: sweep, bench, compile, chart reports
     tools, train                   the commands: flags over a library module
 
+The config layer is the boundary of a run's settings: `config.settings.from_config` reads a ConfigDict once
+into typed, frozen Settings. The layers under the commands that build or compare configs (config,
+experiments, tools, train) may hold a ConfigDict; every other layer takes Settings (or their typed parts)
+and never names ConfigDict or imports ml_collections.
+
 A function-local import hides an edge from this picture (it is how the old circles survived), so an
 import inside a function or class is allowed only for a module outside the package that is an optional
 heavy dependency, with a comment on its line or the line above saying so.
@@ -155,6 +160,25 @@ def test_no_function_local_import_of_the_package_or_without_a_reason():
                 elif not any("#" in lines[i] for i in (node.lineno - 2, node.lineno - 1) if i >= 0):
                     hidden.append(f"{where}: {', '.join(names)} (say which optional dependency it is, in a comment)")
     assert not hidden, "function-local imports:\n" + "\n".join(sorted(set(hidden)))
+
+
+CONFIG_HOLDERS = {"config", "experiments", "tools"}  # and train, the command
+
+
+@pytest.mark.parametrize("name", [n for n in LAYERS if n not in CONFIG_HOLDERS])
+def test_below_the_config_boundary_nothing_takes_a_config_dict(name):
+    """Such a layer's functions take Settings: it never imports ml_collections nor names a ConfigDict."""
+    found = []
+    for path in sorted((PACKAGE / name).rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                       [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(m.split(".")[0] == "ml_collections" for m in modules) or (
+                    isinstance(node, (ast.Name, ast.Attribute)) and "ConfigDict" in (
+                        getattr(node, "id", None), getattr(node, "attr", None))):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not found, f"the {name} layer takes a ConfigDict (read it with config.settings.from_config above): {found}"
 
 
 def test_no_reader_imports_its_generator():
