@@ -27,6 +27,7 @@ from lra_jax.attention import hyena, mega, mixers, recurrent, registry, ssm
 from lra_jax.attention.core import Attention, fft_flops, matmul_flops
 from lra_jax.measure import flops
 from lra_jax.models.encoder import Encoder
+from lra_jax.models.model_settings import ModelSettings
 
 SHAPE = {"batch": 2, "length": 256, "dim": 128, "num_heads": 2, "mlp_dim": 256, "num_layers": 1}
 SETTINGS = {"linformer": {"k": 64}, "performer": {"num_features": 64}}
@@ -42,10 +43,11 @@ def compiled_flops(function, *args) -> float:
 
 def xla_and_analytic_train_step(name: str) -> tuple[float, float]:
     s = SHAPE
-    encoder = nnx.eval_shape(lambda: Encoder(
-        vocab_size=20, max_len=s["length"], dim=s["dim"], num_heads=s["num_heads"], mlp_dim=s["mlp_dim"],
-        num_layers=s["num_layers"], cls_token=False, dropout_rate=0.0, attention_dropout_rate=0.0,
-        attention={"name": name, **SETTINGS.get(name, {})}, rngs=nnx.Rngs(0)))
+    model = ModelSettings(num_layers=s["num_layers"], num_heads=s["num_heads"], emb_dim=s["dim"], mlp_dim=s["mlp_dim"],
+                          cls_token=False, dropout_rate=0.0, attention_dropout_rate=0.0, scan_layers=False,
+                          remat=False)
+    encoder = nnx.eval_shape(lambda: Encoder(vocab_size=20, max_len=s["length"], model=model,
+                                             attention={"name": name, **SETTINGS.get(name, {})}, rngs=nnx.Rngs(0)))
     settings = registry.layer_settings(encoder)
     graphdef, params, rest = nnx.split(encoder, nnx.Param, ...)
     tokens = jax.ShapeDtypeStruct((s["batch"], s["length"]), jnp.int32)

@@ -13,7 +13,7 @@ from lra_jax.config import paths, settings, task_defaults
 from lra_jax.data import prepare, tasks
 from lra_jax.data.tasks import DataSettings
 from lra_jax.errors import ConfigError
-from lra_jax.models.classifier import ModelSettings
+from lra_jax.models.model_settings import ModelSettings
 from lra_jax.training import run_dir
 
 

@@ -200,9 +200,10 @@ def test_without_ssm_rate_every_parameter_is_alike():
 @pytest.mark.slow
 def test_parameter_groups_follow_the_layers_inside_a_model():
     from lra_jax.models.encoder import Encoder
+    from lra_jax.models.model_settings import ModelSettings
 
-    model = Encoder(vocab_size=5, max_len=8, dim=8, num_heads=1, mlp_dim=0, num_layers=2,
-                    attention=dict(name="s4d", state_size=4), scan_layers=True, rngs=nnx.Rngs(0))
+    shape = ModelSettings(num_layers=2, num_heads=1, emb_dim=8, mlp_dim=0, scan_layers=True)
+    model = Encoder(vocab_size=5, max_len=8, model=shape, attention=dict(name="s4d", state_size=4), rngs=nnx.Rngs(0))
     _, params, _ = nnx.split(model, nnx.Param, ...)
     groups = jax.tree.leaves(optimizer.parameter_groups(params))
     assert groups.count("ssm") == 3 and groups.count("default") > 3

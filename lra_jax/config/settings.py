@@ -22,9 +22,8 @@ from lra_jax.attention.core import causal_forms
 from lra_jax.config.task_defaults import OPTIONAL
 from lra_jax.data.tasks import TASKS, DataSettings
 from lra_jax.errors import ConfigError
-from lra_jax.models.classifier import DTYPES, ModelSettings
-from lra_jax.models.encoder import POSITIONS
 from lra_jax.models.heads import POOLINGS
+from lra_jax.models.model_settings import DTYPES, POSITIONS, ModelSettings
 
 SCHEDULES = ("rsqrt", "cosine")
 OBJECTIVES = ("none", "masked", "causal")

@@ -11,9 +11,12 @@ trains in a few minutes on a 2-core CPU; it is for smoke tests and laptops, not 
 
 from __future__ import annotations
 
+import dataclasses
+
 import ml_collections
 
 from lra_jax.data.tasks import TASKS
+from lra_jax.models.model_settings import ModelSettings
 
 # Settings added after runs were recorded: a config without the key (a saved config.json, a config
 # file of one's own) reads as having this value, which behaves as those runs did. `_common` sets them
@@ -48,13 +51,7 @@ def _common(task: str, scale: str) -> ml_collections.ConfigDict:
         data_dir="",  # where the official data is; empty: the task's default (see its docstring)
         cache_dir="",  # generated and decoded data lives here; empty: $LRA_JAX_CACHE or ~/.cache/lra_jax
     )
-    c.model = dict(num_layers=4, num_heads=4, emb_dim=256, mlp_dim=1024, dropout_rate=0.1,
-                   attention_dropout_rate=0.1, positions="learned", cls_token=True, pooling="cls",
-                   dtype="float32",
-                   # Layers in one lax.scan, recomputed in the backward pass: the same function in
-                   # ~1/3 of the memory (Linformer ListOps, batch 32: 25 -> 9 GB). Set both False for
-                   # speed where memory is plentiful.
-                   scan_layers=True, remat=True)
+    c.model = dataclasses.asdict(ModelSettings())  # the LRA paper's full-scale model (its docstring)
     # schedule "rsqrt": LRA's constant * linear_warmup * rsqrt_decay; "cosine": * cosine_decay.
     # skip_nonfinite_updates=k > 0 skips up to k consecutive updates with a non-finite gradient
     # (optax.apply_if_finite); 0 stops the run at the first one.

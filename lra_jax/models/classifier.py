@@ -6,7 +6,6 @@ encoder and compared by their pooled vectors (`DualEncoderClassifier`, the Retri
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -16,27 +15,7 @@ from jaxtyping import Array, Float, Int
 
 from lra_jax.models.encoder import Encoder
 from lra_jax.models.heads import ClassifierHead, pair_features, pool
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSettings:
-    """`config.model`, typed (checked by `lra_jax.config.settings`)."""
-
-    num_layers: int
-    num_heads: int
-    emb_dim: int
-    mlp_dim: int
-    dropout_rate: float
-    attention_dropout_rate: float
-    positions: str
-    cls_token: bool
-    pooling: str
-    dtype: str
-    scan_layers: bool
-    remat: bool
-
+from lra_jax.models.model_settings import DTYPES, ModelSettings
 
 class ModelSource(Protocol):
     """What `build_model` reads: `lra_jax.config.settings.Settings`, whose values its `check` validated
@@ -76,15 +55,8 @@ class DualEncoderClassifier(nnx.Module):
 
 def build_encoder(config: ModelSource, *, vocab_size: int, rngs: nnx.Rngs) -> Encoder:
     """The shared encoder that `config.model` and `config.attention` describe (without a head)."""
-    m = config.model
-    attention = dict(config.attention)
-    return Encoder(
-        vocab_size=vocab_size, max_len=config.max_len, dim=m.emb_dim, num_heads=m.num_heads,
-        mlp_dim=m.mlp_dim, num_layers=m.num_layers, attention=attention,
-        positions=m.positions, cls_token=m.cls_token, dropout_rate=m.dropout_rate,
-        attention_dropout_rate=m.attention_dropout_rate, scan_layers=m.scan_layers, remat=m.remat,
-        dtype=DTYPES[m.dtype], rngs=rngs,
-    )
+    return Encoder(vocab_size=vocab_size, max_len=config.max_len, model=config.model,
+                   attention=dict(config.attention), rngs=rngs)
 
 
 def build_model(config: ModelSource, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs,

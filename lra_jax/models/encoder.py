@@ -27,9 +27,7 @@ from jaxtyping import Array, Bool, Float, Int
 from lra_jax.attention import registry
 from lra_jax.attention.core import zero_padding
 from lra_jax.attention.dropout import Dropout
-from lra_jax.errors import ConfigError
-
-POSITIONS = ("learned", "sinusoidal")
+from lra_jax.models.model_settings import DTYPES, ModelSettings
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -87,39 +85,37 @@ class Encoder(nnx.Module):
     Args:
       vocab_size: token ids are in [0, vocab_size); id 0 is padding.
       max_len: longest input (without the CLS token).
+      model: the blocks' sizes, dropout, positions ("learned" | "sinusoidal"), the CLS token, dtype;
+        scan_layers stacks the blocks and runs them with `lax.scan` (one compiled block), remat
+        recomputes each block's activations in the backward pass (`jax.checkpoint`). Its pooling is
+        the classifier's.
       attention: {"name": variant, **settings} for `registry.build`.
-      positions: "learned" | "sinusoidal".
-      cls_token: prepend a learned CLS token.
-      scan_layers: stack the blocks and run them with `lax.scan` (one compiled block).
-      remat: recompute each block's activations in the backward pass (`jax.checkpoint`).
     """
 
-    def __init__(self, *, vocab_size: int, max_len: int, dim: int, num_heads: int, mlp_dim: int,
-                 num_layers: int, attention: dict[str, Any], positions: str = "learned",
-                 cls_token: bool = True, dropout_rate: float = 0.1, attention_dropout_rate: float = 0.1,
-                 scan_layers: bool = False, remat: bool = False, dtype=jnp.float32, rngs: nnx.Rngs):
-        if positions not in POSITIONS:
-            raise ConfigError(f"unknown positions {positions!r}; choose one of {', '.join(POSITIONS)}")
-        length = max_len + int(cls_token)
+    def __init__(self, *, vocab_size: int, max_len: int, model: ModelSettings, attention: dict[str, Any],
+                 rngs: nnx.Rngs):
+        m, dim, dtype = model, model.emb_dim, DTYPES[model.dtype]
+        length = max_len + int(m.cls_token)
         self.embed = nnx.Embed(vocab_size, dim, dtype=dtype, rngs=rngs,
                                embedding_init=nnx.initializers.normal(stddev=1.0))
-        if positions == "learned":
+        if m.positions == "learned":
             self.positions = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (length, dim)))
         else:
             self.positions = nnx.Variable(jnp.asarray(sinusoidal_positions(length, dim)))
-        self.cls = nnx.Param(jnp.zeros((1, 1, dim))) if cls_token else None
-        self.dropout = Dropout(dropout_rate)
+        self.cls = nnx.Param(jnp.zeros((1, 1, dim))) if m.cls_token else None
+        self.dropout = Dropout(m.dropout_rate)
 
         def make_block(rngs: nnx.Rngs) -> Block:
-            return Block(dim, num_heads, mlp_dim, attention=attention, max_len=length, dropout_rate=dropout_rate,
-                         attention_dropout_rate=attention_dropout_rate, dtype=dtype, rngs=rngs)
+            return Block(dim, m.num_heads, m.mlp_dim, attention=attention, max_len=length,
+                         dropout_rate=m.dropout_rate, attention_dropout_rate=m.attention_dropout_rate, dtype=dtype,
+                         rngs=rngs)
 
-        if scan_layers:  # one Block whose parameters carry a leading [num_layers] axis
-            self.blocks = nnx.split_rngs(splits=num_layers)(nnx.vmap(make_block, in_axes=0, out_axes=0))(rngs)
+        if m.scan_layers:  # one Block whose parameters carry a leading [num_layers] axis
+            self.blocks = nnx.split_rngs(splits=m.num_layers)(nnx.vmap(make_block, in_axes=0, out_axes=0))(rngs)
         else:
-            self.blocks = nnx.List([make_block(rngs) for _ in range(num_layers)])
+            self.blocks = nnx.List([make_block(rngs) for _ in range(m.num_layers)])
         self.final_norm = nnx.LayerNorm(dim, dtype=dtype, rngs=rngs)
-        self.num_layers, self.scan_layers, self.remat = num_layers, scan_layers, remat
+        self.num_layers, self.scan_layers, self.remat = m.num_layers, m.scan_layers, m.remat
 
     def __call__(self, tokens: Int[Array, "b n"], *, deterministic: bool,
                  rngs: nnx.Rngs | None = None) -> tuple[Float[Array, "b m d"], Bool[Array, "b m"]]:

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from lra_jax.models.classifier import DTYPES, ModelSource, build_encoder
+from lra_jax.models.classifier import ModelSource, build_encoder
+from lra_jax.models.model_settings import DTYPES
 from lra_jax.models.encoder import Encoder
 
 
