@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax.numpy as jnp
 from flax import nnx
@@ -123,9 +124,9 @@ def describe_kernels(entries: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def build(name: str, *, dim: int, num_heads: int, rngs: nnx.Rngs, **settings: Any) -> nnx.Module:
-    """Builds variant `name` with model width `dim`, `num_heads` heads and its `settings`."""
-    cls = get(name)
+def check_settings(name: str, settings: Mapping[str, Any]) -> None:
+    """ConfigError for an unknown variant (the known ones listed) or a setting its constructor does not
+    take (its settings listed): the variant's keyword arguments are its typed settings."""
     accepted = settings_of(name)
     for key in settings:
         if key not in accepted:
@@ -135,4 +136,9 @@ def build(name: str, *, dim: int, num_heads: int, rngs: nnx.Rngs, **settings: An
                 f"attention variant {name!r} has no setting {key!r}{did_you_mean}; "
                 f"its settings are: {', '.join(sorted(accepted))}"
             )
-    return cls(dim, num_heads, rngs=rngs, **settings)
+
+
+def build(name: str, *, dim: int, num_heads: int, rngs: nnx.Rngs, **settings: Any) -> nnx.Module:
+    """Builds variant `name` with model width `dim`, `num_heads` heads and its `settings`."""
+    check_settings(name, settings)
+    return get(name)(dim, num_heads, rngs=rngs, **settings)

@@ -14,10 +14,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import ml_collections
 
+from lra_jax.attention import registry
 from lra_jax.attention.core import causal_forms
 from lra_jax.config.task_defaults import OPTIONAL
 from lra_jax.data.tasks import TASKS, DataSettings
@@ -60,6 +63,26 @@ class PretrainSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class AttentionSettings(Mapping):
+    """`config.attention`, typed: a registered variant's `name` and the keyword settings its constructor
+    takes (a variant's keyword arguments are its settings; `registry.check_settings` refuses any other).
+    Reads as the mapping {"name": name, **settings} that `registry.build` is given."""
+
+    name: str
+    settings: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.name if key == "name" else self.settings[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield "name"
+        yield from self.settings
+
+    def __len__(self) -> int:
+        return 1 + len(self.settings)
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     """A run's settings. `record` is the config as JSON, as config.json and results.json keep it."""
 
@@ -78,13 +101,13 @@ class Settings:
     model: ModelSettings
     optimizer: OptimizerSettings
     data: DataSettings
-    attention: dict[str, Any]
+    attention: AttentionSettings
     pretrain: PretrainSettings
     record: dict[str, Any]
 
     @property
     def variant(self) -> str:
-        return self.attention["name"]
+        return self.attention.name
 
     @property
     def eval_batch_size(self) -> int:
@@ -168,12 +191,20 @@ def from_config(config: ml_collections.ConfigDict) -> Settings:
         model=_typed(ModelSettings, "model", _section(config, "model")),
         optimizer=optimizer_from_config(config),
         data=_typed(DataSettings, "data", _section(config, "data")),
-        attention=_section(config, "attention"),
+        attention=_attention(_section(config, "attention")),
         record=_record(config),
         pretrain=_typed(PretrainSettings, "pretrain", {**_defaults("pretrain"), **_section(config, "pretrain")}),
     )
     check(settings)
     return settings
+
+
+def _attention(section: dict[str, Any]) -> AttentionSettings:
+    """The attention section, typed; ConfigError for a missing or unknown variant or a setting it lacks."""
+    name = section.pop("name", None)
+    _require("attention.name", name, isinstance(name, str), "a variant's name")
+    registry.check_settings(name, section)
+    return AttentionSettings(name, types.MappingProxyType(section))
 
 
 def _record(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -214,8 +245,6 @@ def check(s: Settings) -> None:
              "mean or max without a CLS token (or set --config.model.cls_token=True)")
     _one_of("model.dtype", m.dtype, tuple(DTYPES))
     _at_least("data.downsample", s.data.downsample, 1)
-    _require("attention.name", s.attention.get("name"), isinstance(s.attention.get("name"), str),
-             "a variant's name")
     # The CLS token goes in front, where a causal layer lets it see only itself.
     _require("model.pooling", m.pooling, m.pooling != "cls" or not causal_layers(s),
              "mean or max with causal layers, whose CLS token in front sees only itself "
