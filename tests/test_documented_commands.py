@@ -66,8 +66,9 @@ def python_invocations(command: str) -> list[tuple[str, list[str]]]:
 
 @functools.cache
 def module_flags(module: str) -> frozenset[str]:
-    """The flags a module's help lists: absl's `--helpfull` (boolean ones also as --no<name>), or, for the
-    commands that parse with argparse or take config overrides after their flags, `--help`."""
+    """The flags a module's help lists: absl's `--helpfull` (boolean ones also as --no<name>): the trainer's
+    from absl's app, every tool's from `lra_jax.tools.parse_command_line` (which takes --help, --helpshort
+    and --helpfull alike); `--help` where a module has no --helpfull."""
     for option in ("--helpfull", "--help"):
         result = subprocess.run([sys.executable, "-m", module, option], cwd=REPO, capture_output=True, text=True,
                                 timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -187,7 +188,7 @@ def test_the_docs_build_strictly(tmp_path):
 
 @pytest.mark.slow
 def test_the_flag_check_tells_real_flags_from_others():
-    """The flag lists the checks read hold a module's flags and not others (absl and argparse forms)."""
+    """The flag lists the checks read hold a module's flags and not others (as `parse_command_line` lists them)."""
     sweep, fits = module_flags("lra_jax.tools.sweep"), module_flags("lra_jax.tools.fits")
     assert {"dry_run", "estimate", "root", "noemit"} <= sweep and "summary" not in sweep
     assert "summary" in fits and "dry_run" not in fits

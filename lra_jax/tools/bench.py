@@ -32,60 +32,68 @@ import signal
 import sys
 from typing import Any
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from lra_jax.attention import registry
 from lra_jax.errors import LraError
 from lra_jax.experiments.bench_cells import PROTOCOL, benchmark, probe_device, run_cell
 from lra_jax.experiments.bench_report import profile_table, read_reports, summary
 from lra_jax.experiments.choices import parse_lengths
+from lra_jax.tools import command_arguments, parse_command_line
 
-FLAGS = flags.FLAGS
 
+KERNELS_FLAG = ("--kernels", "--kernels=true", "--kernels=True")
 
-def define_flags() -> None:
-    """The command-line flags (defined only when run as a command, so modules import side by side)."""
-    flags.DEFINE_string("variants", "all", "'all' or a comma list of registry names.")
-    flags.DEFINE_list("lengths", ["1024", "2048", "3072", "4096"], "Sequence lengths.")
-    flags.DEFINE_integer("batch_size", 32, "Examples per step (Table 2: 32).")
-    flags.DEFINE_integer("steps", 5, "Timed steps after warm-up (at least 5).")
-    flags.DEFINE_integer("warmup", 2, "Untimed steps after compilation.")
-    flags.DEFINE_string("out", None, "Output JSON (default experiments/results/bench-<device>-<date>.json).")
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
+    flags.DEFINE_string("variants", "all", "'all' or a comma list of registry names.", flag_values=values)
+    flags.DEFINE_list("lengths", ["1024", "2048", "3072", "4096"], "Sequence lengths.", flag_values=values)
+    flags.DEFINE_integer("batch_size", 32, "Examples per step (Table 2: 32).", flag_values=values)
+    flags.DEFINE_integer("steps", 5, "Timed steps after warm-up (at least 5).", flag_values=values)
+    flags.DEFINE_integer("warmup", 2, "Untimed steps after compilation.", flag_values=values)
+    flags.DEFINE_string("out", None, "Output JSON (default experiments/results/bench-<device>-<date>.json).",
+                        flag_values=values)
     flags.DEFINE_bool("update", False, "Merge into an existing --out: the cells measured now replace or join "
                       "its cells (a new variant, a re-measured one); device and settings must match, "
-                      "except that --steps may be larger than the file's (a more precise re-measure).")
+                      "except that --steps may be larger than the file's (a more precise re-measure).",
+                      flag_values=values)
     flags.DEFINE_list("dropout_rates", ["0.1"], "Dropout rates (residual, MLP and attention alike; Table 2: 0.1). "
                       "Several, e.g. 0,0.1, measure each (variant, length) at every rate one after another, "
-                      "so the cost of dropout is read side by side under the same load.")
+                      "so the cost of dropout is read side by side under the same load.", flag_values=values)
     flags.DEFINE_bool("huge_pages", True, "Cells run with glibc's malloc backing large buffers by transparent huge "
                       "pages (lra_jax/measure/host_memory.py): on CPU, XLA writes a step's temporaries into fresh memory every "
-                      "step, and each 4 KiB page of it faults; huge pages fault once per 2 MiB.")
+                      "step, and each 4 KiB page of it faults; huge pages fault once per 2 MiB.", flag_values=values)
     flags.DEFINE_bool("keep_host_memory", True, "Cells run with glibc's malloc keeping freed memory mapped "
                       "(lra_jax/measure/host_memory.py), so a step reuses the last step's temporaries instead of faulting "
-                      "fresh pages in.")
+                      "fresh pages in.", flag_values=values)
     flags.DEFINE_bool("profile", False, "After the timed steps, run one more step of each rate under jax's profiler "
                       "and record where its time goes: matmuls (and the rate they reach, by contraction size), "
                       "transcendentals, other elementwise work, data movement, sorts, gathers, FFTs "
-                      "(lra_jax/measure/step_profile.py). The timed steps are not profiled.")
-    flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.")
+                      "(lra_jax/measure/step_profile.py). The timed steps are not profiled.", flag_values=values)
+    flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Model compute dtype.", flag_values=values)
     flags.DEFINE_enum("impl", "auto", ["auto", "xla", "pallas"], "Attention implementation of every variant "
                       "(config.attention.impl): 'auto' is the Pallas kernel on GPU/TPU where a variant has one; "
-                      "'xla' measures what the kernels buy.")
-    flags.DEFINE_bool("scan_layers", False, "Layers in one lax.scan (config.model.scan_layers).")
-    flags.DEFINE_bool("remat", False, "Recompute layers in the backward pass (config.model.remat).")
-    flags.DEFINE_integer("seed", 0, "Seed of the random tokens and the parameters.")
-    flags.DEFINE_integer("num_layers", PROTOCOL["num_layers"], "Model depth; change only for smoke tests.")
-    flags.DEFINE_integer("num_heads", PROTOCOL["num_heads"], "Attention heads; change only for smoke tests.")
-    flags.DEFINE_integer("emb_dim", PROTOCOL["emb_dim"], "Model width; change only for smoke tests.")
-    flags.DEFINE_integer("mlp_dim", PROTOCOL["mlp_dim"], "MLP width; change only for smoke tests.")
+                      "'xla' measures what the kernels buy.", flag_values=values)
+    flags.DEFINE_bool("scan_layers", False, "Layers in one lax.scan (config.model.scan_layers).", flag_values=values)
+    flags.DEFINE_bool("remat", False, "Recompute layers in the backward pass (config.model.remat).", flag_values=values)
+    flags.DEFINE_integer("seed", 0, "Seed of the random tokens and the parameters.", flag_values=values)
+    flags.DEFINE_integer("num_layers", PROTOCOL["num_layers"], "Model depth; change only for smoke tests.",
+                         flag_values=values)
+    flags.DEFINE_integer("num_heads", PROTOCOL["num_heads"], "Attention heads; change only for smoke tests.",
+                         flag_values=values)
+    flags.DEFINE_integer("emb_dim", PROTOCOL["emb_dim"], "Model width; change only for smoke tests.",
+                         flag_values=values)
+    flags.DEFINE_integer("mlp_dim", PROTOCOL["mlp_dim"], "MLP width; change only for smoke tests.", flag_values=values)
     flags.DEFINE_float("cell_timeout", 1800, "Seconds one (variant, length) cell may take, start-up and "
-                       "compilation included; past it its process is killed and the cell recorded as 'timeout'.")
+                       "compilation included; past it its process is killed and the cell recorded as 'timeout'.",
+                       flag_values=values)
     flags.DEFINE_string("cell", None, "Internal: one cell as JSON {variant, length, settings}; measures it "
-                        "in this process and prints its result as JSON (the bench runs every cell this way).")
+                        "in this process and prints its result as JSON (the bench runs every cell this way).",
+                        flag_values=values)
     flags.DEFINE_list("report", None, "Measure nothing: print the dropout-cost and utilisation summary "
-                      "(`summary`) of these bench JSONs, e.g. one per length.")
+                      "(`summary`) of these bench JSONs, e.g. one per length.", flag_values=values)
     flags.DEFINE_bool("kernels", False, "Run the kernel benchmark (lra_jax.tools.kernel_bench) instead; "
-                      "the other arguments go to it.")
+                      "the other arguments go to it.", flag_values=values)
 
 def resolve_variants(spec: str) -> list[str]:
     known = registry.names()
@@ -106,16 +114,19 @@ def parse_rates(values: list[str]) -> list[float]:
     return rates
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    logging.set_verbosity(logging.WARNING)
-    if FLAGS.cell is not None:
-        run_cell(FLAGS.cell)
+def main(argv: list[str] | None = None) -> None:
+    argv = command_arguments(argv)
+    if any(a in KERNELS_FLAG for a in argv):  # the kernel benchmark's own flags follow: it parses them
+        run_kernels([a for a in argv if a not in KERNELS_FLAG])
         return
-    if FLAGS.report:
+    args, _ = parse_command_line("lra_jax.tools.bench", __doc__, define_flags, argv)
+    logging.set_verbosity(logging.WARNING)
+    if args.cell is not None:
+        run_cell(args.cell)
+        return
+    if args.report:
         try:
-            results = read_reports(FLAGS.report)
+            results = read_reports(args.report)
             profiles = profile_table(results)
             print(summary(results) + (f"\n\nwhere the profiled steps' time goes\n{profiles}" if profiles else ""))
         except LraError as error:
@@ -123,32 +134,32 @@ def main(argv: list[str]) -> None:
             sys.exit(2)
         return
     try:
-        if FLAGS.steps < 5:
-            raise LraError(f"--steps must be at least 5 (got {FLAGS.steps}); a shorter timing is noise")
-        if FLAGS.cell_timeout <= 0:
-            raise LraError(f"--cell_timeout must be a positive number of seconds (got {FLAGS.cell_timeout})")
-        variants = resolve_variants(FLAGS.variants)
-        lengths = parse_lengths(FLAGS.lengths)
-        rates = parse_rates(FLAGS.dropout_rates)
+        if args.steps < 5:
+            raise LraError(f"--steps must be at least 5 (got {args.steps}); a shorter timing is noise")
+        if args.cell_timeout <= 0:
+            raise LraError(f"--cell_timeout must be a positive number of seconds (got {args.cell_timeout})")
+        variants = resolve_variants(args.variants)
+        lengths = parse_lengths(args.lengths)
+        rates = parse_rates(args.dropout_rates)
         device = probe_device()
-        if FLAGS.batch_size % device["count"]:
-            raise LraError(f"--batch_size={FLAGS.batch_size} is not divisible by the {device['count']} devices")
+        if args.batch_size % device["count"]:
+            raise LraError(f"--batch_size={args.batch_size} is not divisible by the {device['count']} devices")
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     names = ("batch_size", "steps", "warmup", "dtype", "impl", "scan_layers", "remat", "seed", "huge_pages", "keep_host_memory",
              *PROTOCOL)
-    settings = {name: FLAGS[name].value for name in names}
+    settings = {name: args[name].value for name in names}
     settings["dropout_rates"] = rates
-    if FLAGS.profile:
+    if args.profile:
         settings["profile"] = True
     settings["protocol"] = all(settings[k] == v for k, v in PROTOCOL.items())
     print(f"bench: {len(variants)} variants x {len(lengths)} lengths on {device['count']} x {device['kind']}, "
           "each cell in its own process", flush=True)
     end_on_sigterm()
     try:
-        benchmark(variants, lengths, settings, FLAGS.out, device=device, cell_timeout=FLAGS.cell_timeout,
-                  update=FLAGS.update)
+        benchmark(variants, lengths, settings, args.out, device=device, cell_timeout=args.cell_timeout,
+                  update=args.update)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
@@ -168,7 +179,7 @@ def end_on_sigterm() -> Any:
 
 
 def run_kernels(argv: list[str]) -> None:
-    """Hands `argv` (without --kernels) to lra_jax.tools.kernel_bench.main."""
+    """Hands `argv` (the arguments without --kernels) to lra_jax.tools.kernel_bench.main."""
     try:
         module = importlib.import_module("lra_jax.tools.kernel_bench")
     except ModuleNotFoundError as error:
@@ -182,11 +193,7 @@ def run_kernels(argv: list[str]) -> None:
 
 def cli() -> None:
     """The command (`python -m lra_jax.tools.bench`, `lra-bench`)."""
-    if any(a in ("--kernels", "--kernels=true", "--kernels=True") for a in sys.argv[1:]):
-        run_kernels([a for a in sys.argv if not a.startswith("--kernels")])
-    else:
-        define_flags()
-        app.run(main)
+    main()
 
 
 if __name__ == "__main__":

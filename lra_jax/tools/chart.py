@@ -19,9 +19,12 @@ Transformer, Table 1 accuracy averaged over the tasks our point is scored on) on
 a dotted line only to our full-scale point of the same variant, never across scales.
 Secondary panels, also relative to softmax: --cpu_bench (measured on a CPU) and --modeled (the TPU
 compiler's modeled step on the paper's hardware, labelled modeled). s4d, the state-space yardstick, is a
-diamond. Writes lra_chart.png, lra_chart.svg, lra_results.md (per scale: the scores and every device's
-speed and memory; full-scale scores beside the paper's; the file each speed came from; the chosen grid
-points; the LRA and S4D papers' figures, and with a self-pretrained arm, the gain and the SPT paper's
+diamond. The published LRA score of each implemented state-space or modern-mixer variant (S4D, S5, LRU,
+Mega: experiments/reference/s4d_paper.json, modern_papers.json) is a short bar in its colour at its point
+on the main panel, averaged over the same tasks, dashed to the point only at full scale. Writes
+lra_chart.png, lra_chart.svg, lra_results.md (per scale: the scores and every device's speed and memory;
+full-scale scores beside the paper's; the file each speed came from; the chosen grid points; the LRA,
+S4D, S5, LRU and Mega papers' figures, and with a self-pretrained arm, the gain and the SPT paper's
 figures, experiments/reference/spt_paper.json) and lra_chart.inputs.json (the command, every input's path, sha256 and
 recorded commit, and the values drawn).
 
@@ -42,61 +45,69 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from lra_jax.errors import LraError
 from lra_jax.experiments import chart_manifest
 from lra_jax.experiments.chart_manifest import ChartOptions
 from lra_jax.experiments.lra_chart import check_chart, make_chart
 from lra_jax.experiments.lra_results import REFERENCE
+from lra_jax.tools import parse_command_line
 
-FLAGS = flags.FLAGS
+
 OPTION_FLAGS = tuple(field.name for field in dataclasses.fields(ChartOptions))
 
-def define_flags() -> None:
-    """The command-line flags (defined only when run as a command, so modules import side by side)."""
+
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
     defaults = ChartOptions()
-    flags.DEFINE_string("runs", defaults.runs, "Directories (comma-separated) searched recursively for results.json.")
+    flags.DEFINE_string("runs", defaults.runs, "Directories (comma-separated) searched recursively for results.json.",
+                        flag_values=values)
     flags.DEFINE_string("bench", None, "Bench JSONs (`python -m lra_jax.tools.bench`; comma-separated paths or "
                         "globs) for the main panel: speed and memory relative to softmax on one device; without "
-                        "it the main panel has no speed axis.")
+                        "it the main panel has no speed axis.", flag_values=values)
     flags.DEFINE_string("device", None, "The device of the main panel: part of a device kind recorded in the --bench "
-                        "files (e.g. H200); default: the device with the most variants measured.")
+                        "files (e.g. H200); default: the device with the most variants measured.", flag_values=values)
     flags.DEFINE_integer("length", None, "Sequence length of the main panel's speed (the paper's: 4096; default: "
-                         "the longest length softmax was measured at).")
+                         "the longest length softmax was measured at).", flag_values=values)
     flags.DEFINE_float("dropout_rate", defaults.dropout_rate, "Dropout rate of the measured train steps (the LRA "
-                       "recipe trains with 0.1).")
-    flags.DEFINE_string("cpu_bench", None, "A CPU bench JSON for a secondary panel (its longest length with softmax).")
+                       "recipe trains with 0.1).", flag_values=values)
+    flags.DEFINE_string("cpu_bench", None, "A CPU bench JSON for a secondary panel (its longest length with softmax).",
+                        flag_values=values)
     flags.DEFINE_string("modeled", None, "Table 2 compile JSON (`python -m lra_jax.tools.compile --lengths=...`) "
-                        "for a secondary panel: the TPU compiler's modeled speed at its longest length.")
-    flags.DEFINE_string("out", defaults.out, "Output directory for PNG, SVG, Markdown and the manifest.")
+                        "for a secondary panel: the TPU compiler's modeled speed at its longest length.",
+                        flag_values=values)
+    flags.DEFINE_string("out", defaults.out, "Output directory for PNG, SVG, Markdown and the manifest.",
+                        flag_values=values)
     flags.DEFINE_enum("scale", None, ["full", "mini"], "Only runs of this scale (default: every scale, full-scale "
-                      "points solid and mini-scale points hollow).")
+                      "points solid and mini-scale points hollow).", flag_values=values)
     flags.DEFINE_integer("min_seeds", defaults.min_seeds, "Leave out (and name) a variant's task whose chosen grid "
-                         "point has fewer finished seeds: a chart of a sweep still running shows only finished cells.")
-    flags.DEFINE_string("reference", REFERENCE, "Published LRA figures (the paper's points on the main panel).")
+                         "point has fewer finished seeds: a chart of a sweep still running shows only finished cells.",
+                         flag_values=values)
+    flags.DEFINE_string("reference", REFERENCE, "Published LRA figures (the paper's points on the main panel).",
+                        flag_values=values)
     flags.DEFINE_bool("check", False, "Write nothing: redraw in memory with the flags recorded in "
                       f"--out/{chart_manifest.MANIFEST_NAME} (flags given replace them) and exit 1, one line "
-                      "per problem, when an input or an output differs from the committed chart.")
+                      "per problem, when an input or an output differs from the committed chart.", flag_values=values)
 
 
-def check_options() -> ChartOptions:
+def check_options(args: flags.FlagValues) -> ChartOptions:
     """The options of the committed chart in --out, as its manifest recorded them, with the flags given
     on the command line in their place."""
-    path = os.path.join(FLAGS.out, chart_manifest.MANIFEST_NAME)
+    path = os.path.join(args.out, chart_manifest.MANIFEST_NAME)
     try:
         with open(path, encoding="utf-8") as f:
             recorded = ChartOptions.from_record(json.load(f)["options"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise LraError(f"cannot read the chart's manifest {path} ({type(error).__name__}: {error}); draw the "
                        "chart first, or pass --out=<the directory of a drawn chart>") from error
-    given = {name: FLAGS[name].value for name in OPTION_FLAGS if FLAGS[name].present}
+    given = {name: args[name].value for name in OPTION_FLAGS if args[name].present}
     return dataclasses.replace(recorded, **given)
 
 
-def run_check() -> None:
+def run_check(args: flags.FlagValues) -> None:
     """`--check`: one line per problem on stderr and exit 1, or a line saying the chart is current."""
-    options = check_options()
+    options = check_options(args)
     problems = check_chart(options)
     for problem in problems:
         print(problem, file=sys.stderr)
@@ -105,14 +116,13 @@ def run_check() -> None:
         sys.exit(1)
     print(f"the chart in {options.out} is up to date with its inputs (`{options.command()}`)")
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def main(argv: list[str] | None = None) -> None:
+    args, _ = parse_command_line("lra_jax.tools.chart", __doc__, define_flags, argv)
     try:
-        if FLAGS.check:
-            run_check()
+        if args.check:
+            run_check(args)
             return
-        paths = make_chart(ChartOptions(**{name: FLAGS[name].value for name in OPTION_FLAGS}))
+        paths = make_chart(ChartOptions(**{name: args[name].value for name in OPTION_FLAGS}))
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
@@ -122,8 +132,7 @@ def main(argv: list[str]) -> None:
 
 def cli() -> None:
     """The command (`python -m lra_jax.tools.chart`, `lra-chart`)."""
-    define_flags()
-    app.run(main)
+    main()
 
 
 if __name__ == "__main__":

@@ -60,12 +60,12 @@ Exit status 0 when every row compiled (fitting or planned), 1 if any row is an e
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
 import jax
+from absl import flags
 
 from lra_jax import provenance
 from lra_jax.config import checks as config_errors
@@ -82,43 +82,52 @@ from lra_jax.experiments.compile_matrix import (
 )
 from lra_jax.experiments.compile_step import MODES, Row
 from lra_jax.measure import accelerators
+from lra_jax.tools import command_arguments, parse_command_line
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lra_jax.tools.compile", description=__doc__.splitlines()[0])
-    parser.add_argument("--targets", default=DEFAULT_TARGETS, help="comma-separated lra_jax.measure.accelerators names")
-    parser.add_argument("--variants", default="all", help="'all' or comma-separated attention names")
-    parser.add_argument("--tasks", default="all", help="'all' or comma-separated LRA tasks")
-    parser.add_argument("--scale", default="full", help="full | mini")
-    parser.add_argument("--steps", default="train,eval", help="train, eval or both")
-    parser.add_argument("--plan", default="true", choices=("true", "false"),
-                        help="plan a train step that does not fit (compiles a few more times)")
-    parser.add_argument("--per_device_batch", type=int, default=0,
-                        help="examples per device instead of the config's global batch split over the target "
-                             "(the Table 2 run on tpu-v3:4x4 uses 8: docs/tpu-modeled-time.md); 0: the config's")
-    parser.add_argument("--lengths", default="",
-                        help="the LRA paper's Table 2 protocol at these lengths (e.g. 1024,2048,3072,4096) "
-                             "instead of --tasks: the bench's Text model")
-    parser.add_argument("--impl", default="auto", choices=("auto", "xla", "pallas"),
-                        help="config.attention.impl of every config; auto leaves each config's own "
-                             "(xla: the LRA paper's Table 2 setting)")
-    parser.add_argument("--attention_dropout_rate", type=float, default=None,
-                        help="config.model.attention_dropout_rate of every config (0: TPU softmax and the "
-                             "block-sparse variants train on splash attention); default: each config's own")
-    parser.add_argument("--dropout_rate", type=float, default=None,
-                        help="config.model.dropout_rate (residual and MLP) of every config; with "
-                             "--attention_dropout_rate=0 and 0 here a step without dropout; default: each config's own")
-    parser.add_argument("--out", default="", help="write the rows as JSON here (e.g. experiments/results/...)")
-    parser.add_argument("--parallel", type=int, default=1,
-                        help="compile in this many processes at once (each takes a core and up to ~3 GiB of "
-                             "host memory at full scale); the rows and the JSON do not depend on it")
-    args, args.overrides = parser.parse_known_args(argv)  # --config.KEY=VALUE (config_errors.apply_overrides)
-    return args
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
+    flags.DEFINE_string("targets", DEFAULT_TARGETS, "comma-separated lra_jax.measure.accelerators names",
+                        flag_values=values)
+    flags.DEFINE_string("variants", "all", "'all' or comma-separated attention names", flag_values=values)
+    flags.DEFINE_string("tasks", "all", "'all' or comma-separated LRA tasks", flag_values=values)
+    flags.DEFINE_string("scale", "full", "full | mini", flag_values=values)
+    flags.DEFINE_string("steps", "train,eval", "train, eval or both", flag_values=values)
+    flags.DEFINE_enum("plan", "true", ["true", "false"],
+                      "plan a train step that does not fit (compiles a few more times)", flag_values=values)
+    flags.DEFINE_integer("per_device_batch", 0,
+                         "examples per device instead of the config's global batch split over the target "
+                         "(the Table 2 run on tpu-v3:4x4 uses 8: docs/tpu-modeled-time.md); 0: the config's",
+                         flag_values=values)
+    flags.DEFINE_string("lengths", "",
+                        "the LRA paper's Table 2 protocol at these lengths (e.g. 1024,2048,3072,4096) "
+                        "instead of --tasks: the bench's Text model", flag_values=values)
+    flags.DEFINE_enum("impl", "auto", ["auto", "xla", "pallas"],
+                      "config.attention.impl of every config; auto leaves each config's own "
+                      "(xla: the LRA paper's Table 2 setting)", flag_values=values)
+    flags.DEFINE_float("attention_dropout_rate", None,
+                       "config.model.attention_dropout_rate of every config (0: TPU softmax and the "
+                       "block-sparse variants train on splash attention); default: each config's own",
+                       flag_values=values)
+    flags.DEFINE_float("dropout_rate", None,
+                       "config.model.dropout_rate (residual and MLP) of every config; with "
+                       "--attention_dropout_rate=0 and 0 here a step without dropout; default: each config's own",
+                       flag_values=values)
+    flags.DEFINE_string("out", "", "write the rows as JSON here (e.g. experiments/results/...)", flag_values=values)
+    flags.DEFINE_integer("parallel", 1,
+                         "compile in this many processes at once (each takes a core and up to ~3 GiB of "
+                         "host memory at full scale); the rows and the JSON do not depend on it", flag_values=values)
+
+
+def parse(argv: list[str] | None = None) -> tuple[flags.FlagValues, list[str]]:
+    """The flags and the `--config.KEY=VALUE` overrides after them (config_errors.apply_overrides)."""
+    return parse_command_line("lra_jax.tools.compile", __doc__, define_flags, argv,
+                              positionals="[--config.KEY=VALUE ...]", pass_unknown=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse(argv)
+    argv = command_arguments(argv)
+    args, overrides = parse(argv)
     if "JAX_PLATFORMS" not in os.environ:
         jax.config.update("jax_platforms", "cpu")  # compile-only targets; no local accelerator needed
 
@@ -138,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise LraError(f"--{flag} must be in [0, 1), got {rate}")
         if args.scale not in lowering.SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
-        config_errors.check_override_form(args.overrides)
-        matrix = list(compile_matrix.configs(variants, tasks, lengths, args.scale, files, args.overrides))
+        config_errors.check_override_form(overrides)
+        matrix = list(compile_matrix.configs(variants, tasks, lengths, args.scale, files, overrides))
         names = [n.strip() for n in args.targets.split(",") if n.strip()]
         if not names:
             raise LraError(f"no targets given; choose from {accelerators.describe_names()}")

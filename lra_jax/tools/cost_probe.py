@@ -18,55 +18,61 @@ import os
 import sys
 
 import jax
-from absl import app, flags
+from absl import flags
 
 from lra_jax.errors import LraError
 from lra_jax.experiments import compile_matrix, cost_probe, modeled_time_doc
 from lra_jax.measure import accelerators
 from lra_jax.provenance import source_commit
-
-FLAGS = flags.FLAGS
-
-
-def define_flags() -> None:
-    flags.DEFINE_string("target", "tpu-v5e:2x2", "TPU compile target (`lra_jax.measure.accelerators`).")
-    flags.DEFINE_string("out", "experiments/results/cost-probe-tpu-v5e.json", "The probe's JSON.")
-    flags.DEFINE_string("doc", None, "Write the explanation page here from --out and the compile JSONs.")
-    flags.DEFINE_string("results", "experiments/results", "Where the TPU compile JSONs the page counts are.")
-    flags.DEFINE_integer("size", cost_probe.SIZE, "The matrices' size n.")
-    flags.DEFINE_bool("probe", True, "Compile the probe (else only write --doc from the committed --out).")
+from lra_jax.tools import command_arguments, parse_command_line
 
 
-def run_probe() -> None:
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
+    flags.DEFINE_string("target", "tpu-v5e:2x2", "TPU compile target (`lra_jax.measure.accelerators`).",
+                        flag_values=values)
+    flags.DEFINE_string("out", "experiments/results/cost-probe-tpu-v5e.json", "The probe's JSON.", flag_values=values)
+    flags.DEFINE_string("doc", None, "Write the explanation page here from --out and the compile JSONs.",
+                        flag_values=values)
+    flags.DEFINE_string("results", "experiments/results", "Where the TPU compile JSONs the page counts are.",
+                        flag_values=values)
+    flags.DEFINE_integer("size", cost_probe.SIZE, "The matrices' size n.", flag_values=values)
+    flags.DEFINE_bool("probe", True, "Compile the probe (else only write --doc from the committed --out).",
+                      flag_values=values)
+
+
+def run_probe(args: flags.FlagValues, argv: list[str]) -> None:
+    """Compiles the probe for --target and writes --out; `argv`, the command's arguments, is recorded."""
     if "JAX_PLATFORMS" not in os.environ:
         jax.config.update("jax_platforms", "cpu")
-    target = accelerators.get(FLAGS.target)
+    target = accelerators.get(args.target)
     if target.platform != "tpu":
-        raise LraError(f"--target={FLAGS.target}: only TPU targets have a modeled step time")
+        raise LraError(f"--target={args.target}: only TPU targets have a modeled step time")
     commit = source_commit()  # the code the probe compiles with, as it starts
-    results = cost_probe.probe(target, size=FLAGS.size, log=lambda line: print(line, file=sys.stderr, flush=True))
-    provenance = {"command": "python -m lra_jax.tools.cost_probe " + " ".join(sys.argv[1:]),
+    results = cost_probe.probe(target, size=args.size, log=lambda line: print(line, file=sys.stderr, flush=True))
+    provenance = {"command": "python -m lra_jax.tools.cost_probe " + " ".join(argv),
                   "commit": commit, "date": datetime.datetime.now().isoformat(timespec="seconds"),
                   "versions": compile_matrix.versions()}
-    document = cost_probe.document(target.name, results, FLAGS.size, provenance)
-    os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
-    with open(FLAGS.out, "w", encoding="utf-8") as f:
+    document = cost_probe.document(target.name, results, args.size, provenance)
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=1)
         f.write("\n")
     print(cost_probe.format_pairs(document["pairs"]))
 
 
-def main(argv: list[str]) -> int:
-    del argv
+def main(argv: list[str] | None = None) -> int:
+    argv = command_arguments(argv)
+    args, _ = parse_command_line("lra_jax.tools.cost_probe", __doc__, define_flags, argv)
     try:
-        if FLAGS.probe:
-            run_probe()
-        if FLAGS.doc:
-            command = (f"python -m lra_jax.tools.cost_probe --noprobe --out={FLAGS.out} --doc={FLAGS.doc}"
-                       + (f" --results={FLAGS.results}" if FLAGS.results != "experiments/results" else ""))
-            page = modeled_time_doc.render(FLAGS.out, modeled_time_doc.compile_jsons(FLAGS.results), command)
-            os.makedirs(os.path.dirname(FLAGS.doc) or ".", exist_ok=True)
-            with open(FLAGS.doc, "w", encoding="utf-8") as f:
+        if args.probe:
+            run_probe(args, argv)
+        if args.doc:
+            command = (f"python -m lra_jax.tools.cost_probe --noprobe --out={args.out} --doc={args.doc}"
+                       + (f" --results={args.results}" if args.results != "experiments/results" else ""))
+            page = modeled_time_doc.render(args.out, modeled_time_doc.compile_jsons(args.results), command)
+            os.makedirs(os.path.dirname(args.doc) or ".", exist_ok=True)
+            with open(args.doc, "w", encoding="utf-8") as f:
                 f.write(page)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -76,8 +82,7 @@ def main(argv: list[str]) -> int:
 
 def cli() -> None:
     """The command (`python -m lra_jax.tools.cost_probe`, `lra-cost-probe`)."""
-    define_flags()
-    app.run(lambda argv: sys.exit(main(argv)))
+    sys.exit(main())
 
 
 if __name__ == "__main__":

@@ -9,27 +9,27 @@ README.md's results table is the chart's short table (`lra_jax.experiments.readm
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from lra_jax.errors import LraError
 from lra_jax.experiments import docs_pages, readme_results
-
-FLAGS = flags.FLAGS
-
-
-def define_flags() -> None:
-    flags.DEFINE_string("docs_dir", "docs", "The docs site's directory (mkdocs docs_dir).")
-    flags.DEFINE_string("root", ".", "The repository root (experiments/results/ is read under it).")
-    flags.DEFINE_bool("check", False, "Write nothing: fail when a committed page differs from its regeneration.")
+from lra_jax.tools import parse_command_line
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
+    flags.DEFINE_string("docs_dir", "docs", "The docs site's directory (mkdocs docs_dir).", flag_values=values)
+    flags.DEFINE_string("root", ".", "The repository root (experiments/results/ is read under it).", flag_values=values)
+    flags.DEFINE_bool("check", False, "Write nothing: fail when a committed page differs from its regeneration.",
+                      flag_values=values)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, _ = parse_command_line("lra_jax.tools.docs", __doc__, define_flags, argv)
     try:
-        readme, readme_text = readme_results.current(FLAGS.root)
-        if FLAGS.check:
-            stale = docs_pages.stale(FLAGS.docs_dir, FLAGS.root)
+        readme, readme_text = readme_results.current(args.root)
+        if args.check:
+            stale = docs_pages.stale(args.docs_dir, args.root)
             with open(readme, encoding="utf-8") as f:
                 stale += [readme] if f.read() != readme_text else []
             for path in stale:
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
                 sys.exit(1)
             print("the generated docs pages are up to date")
             return
-        for path in docs_pages.write(FLAGS.docs_dir, FLAGS.root):
+        for path in docs_pages.write(args.docs_dir, args.root):
             print(f"wrote {path}")
         with open(readme, "w", encoding="utf-8") as f:
             f.write(readme_text)
@@ -52,8 +52,7 @@ def main(argv: list[str]) -> None:
 
 def cli() -> None:
     """The command (`python -m lra_jax.tools.docs`)."""
-    define_flags()
-    app.run(main)
+    main()
 
 
 if __name__ == "__main__":

@@ -24,13 +24,14 @@ targets, train and eval) has been compiled. Every figure is the compiler's, neve
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
 import sys
 import textwrap
 from typing import Any
+
+from absl import flags
 
 from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
@@ -40,6 +41,8 @@ from lra_jax.experiments.compile_matrix import DEFAULT_TARGETS
 from lra_jax.experiments.compile_step import MODES
 from lra_jax.measure.text_table import table as text_table
 from lra_jax.measure.units import gib
+from lra_jax.tools import parse_command_line
+
 
 DEFAULT_GLOB = "experiments/results/compile-*.json"
 OVERRIDES = ("--lengths", "--per_device_batch", "--impl=xla", "--impl=pallas", "--attention_dropout_rate",
@@ -159,14 +162,17 @@ def by_date(paths: list[str]) -> list[str]:
     return sorted(paths, key=lambda p: (date(p), p))
 
 
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`); the compile JSONs are positionals."""
+    flags.DEFINE_bool("summary", False, "one line per target instead of the tables", flag_values=values)
+    flags.DEFINE_string("targets", "", "comma-separated targets to show (default: the default "
+                                       "matrix's and every other target in the files)", flag_values=values)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lra_jax.tools.fits", description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="*", help=f"compile JSONs (default: {DEFAULT_GLOB}, by date)")
-    parser.add_argument("--summary", action="store_true", help="one line per target instead of the tables")
-    parser.add_argument("--targets", default="", help="comma-separated targets to show (default: the default "
-                                                      "matrix's and every other target in the files)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    paths = args.files or by_date(glob.glob(DEFAULT_GLOB))
+    args, files = parse_command_line("lra_jax.tools.fits", __doc__, define_flags, argv,
+                                     positionals=f"[FILE ...]  (compile JSONs; default {DEFAULT_GLOB}, by date)")
+    paths = files or by_date(glob.glob(DEFAULT_GLOB))
     try:
         if not paths:
             raise LraError(f"no compile JSONs match {DEFAULT_GLOB} in {os.getcwd()}; run from the repository root "

@@ -19,41 +19,50 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from lra_jax.errors import LraError
 from lra_jax.experiments import device_sharing, device_slots, full_scale
 from lra_jax.experiments.choices import choose
 from lra_jax.experiments.progress import print_now
 from lra_jax.experiments.sweep_run import Stop, subprocess_runner
+from lra_jax.tools import parse_command_line
 
-FLAGS = flags.FLAGS
 
-
-def define_flags() -> None:
-    """The command-line flags (defined only when run as a command, so modules import side by side)."""
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
     flags.DEFINE_enum("scale", "full", ["full", "mini"], "full: the paper's recipe; mini: the same stage "
-                      "on the mini configs (a CPU test of the stage).")
-    flags.DEFINE_string("root", "experiments/full-lra", "Root of the runs (the layout the chart reads).")
+                      "on the mini configs (a CPU test of the stage).", flag_values=values)
+    flags.DEFINE_string("root", "experiments/full-lra", "Root of the runs (the layout the chart reads).",
+                        flag_values=values)
     flags.DEFINE_string("scratch", "runs/full-scale-precision", "Root of the precision checks' runs "
-                        "(never results: kept apart from --root).")
-    flags.DEFINE_string("tasks", ",".join(full_scale.TASKS), "The tasks, taking turns variant by variant.")
-    flags.DEFINE_string("variants", ",".join(full_scale.VARIANTS), "The runs, in order (softmax first).")
-    flags.DEFINE_integer("precision_steps", 300, "Steps of each precision-check run (float32 and bfloat16).")
-    flags.DEFINE_integer("parallel", 0, "Runs at once (0: every device of the host times --runs_per_device).")
+                        "(never results: kept apart from --root).", flag_values=values)
+    flags.DEFINE_string("tasks", ",".join(full_scale.TASKS), "The tasks, taking turns variant by variant.",
+                        flag_values=values)
+    flags.DEFINE_string("variants", ",".join(full_scale.VARIANTS), "The runs, in order (softmax first).",
+                        flag_values=values)
+    flags.DEFINE_integer("precision_steps", 300, "Steps of each precision-check run (float32 and bfloat16).",
+                         flag_values=values)
+    flags.DEFINE_integer("parallel", 0, "Runs at once (0: every device of the host times --runs_per_device).",
+                         flag_values=values)
     flags.DEFINE_integer("runs_per_device", 0, "Runs that share one device (GPU: each preallocates its share "
                          f"of the memory; CPU: one core). 0: the best N recorded by --probe_runs_per_device in "
-                         f"<root>/{device_sharing.RECORD}, else {full_scale.RUNS_PER_DEVICE}.")
+                         f"<root>/{device_sharing.RECORD}, else {full_scale.RUNS_PER_DEVICE}.", flag_values=values)
     flags.DEFINE_list("probe_runs_per_device", [], "Train nothing: time N runs of --probe_task's softmax sharing one "
-                      "device, for each N given, and record the best N in <root>/" + device_sharing.RECORD + ".")
-    flags.DEFINE_enum("probe_task", "pathfinder", list(full_scale.TASKS), "The task whose runs the probe times.")
-    flags.DEFINE_integer("probe_steps", 100, "Timed steps of each process of the probe (after 10 untimed).")
+                      "device, for each N given, and record the best N in <root>/" + device_sharing.RECORD + ".",
+                      flag_values=values)
+    flags.DEFINE_enum("probe_task", "pathfinder", list(full_scale.TASKS), "The task whose runs the probe times.",
+                      flag_values=values)
+    flags.DEFINE_integer("probe_steps", 100, "Timed steps of each process of the probe (after 10 untimed).",
+                         flag_values=values)
     flags.DEFINE_float("time_box", 0, "Seconds from the start after which every run checkpoints and stops "
-                       "(0: none); a run that cannot travel starts only when its estimated time fits.")
+                       "(0: none); a run that cannot travel starts only when its estimated time fits.",
+                       flag_values=values)
     flags.DEFINE_multi_string("override", [], "TASK:--config.KEY=VALUE, a config override of one task's runs "
-                              "and check (repeatable).")
+                              "and check (repeatable).", flag_values=values)
     flags.DEFINE_string("pack", None, "Train nothing: write this tar.gz of the finished runs, the records and "
-                        "the carried runs (names relative to --root: unpack with `tar -xzf FILE -C ROOT`).")
+                        "the carried runs (names relative to --root: unpack with `tar -xzf FILE -C ROOT`).",
+                        flag_values=values)
 
 
 def task_overrides(given: list[str], tasks: list[str], common: list[str]) -> dict[str, list[str]]:
@@ -67,41 +76,43 @@ def task_overrides(given: list[str], tasks: list[str], common: list[str]) -> dic
     return out
 
 
-def probe(overrides: list[str]) -> None:
+def probe(args: flags.FlagValues, overrides: list[str]) -> None:
     """--probe_runs_per_device: the record, written under --root and printed."""
-    counts = [int(n) for n in FLAGS.probe_runs_per_device]
-    record = full_scale.read_record(FLAGS.root, FLAGS.probe_task, FLAGS.scale)
-    run = full_scale.main_runs(FLAGS.scale, FLAGS.root, {FLAGS.probe_task: record["dtype"] if record else "float32"},
-                               [full_scale.CHECK_VARIANT], {FLAGS.probe_task: overrides})[0]
+    counts = [int(n) for n in args.probe_runs_per_device]
+    record = full_scale.read_record(args.root, args.probe_task, args.scale)
+    run = full_scale.main_runs(args.scale, args.root, {args.probe_task: record["dtype"] if record else "float32"},
+                               [full_scale.CHECK_VARIANT], {args.probe_task: overrides})[0]
     config_args = [a for a in run.command if a.startswith("--config")]
-    result = device_sharing.probe(config_args, counts, FLAGS.probe_steps, warmup=10, log=print_now)
-    path = full_scale.write_json(os.path.join(FLAGS.root, device_sharing.RECORD), result)
+    result = device_sharing.probe(config_args, counts, args.probe_steps, warmup=10, log=print_now)
+    path = full_scale.write_json(os.path.join(args.root, device_sharing.RECORD), result)
     print(f"best: {result['best']} run(s) per device ({result['rule']}); record in {path}")
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str] | None = None) -> None:
+    args, common = parse_command_line("lra_jax.tools.full_scale", __doc__, define_flags, argv,
+                                      positionals="[-- --config.KEY=VALUE ...]")
     try:
-        tasks = choose(FLAGS.tasks, list(full_scale.TASKS), "task")
-        if FLAGS.pack:
-            names, left = full_scale.pack(FLAGS.root, FLAGS.scale, FLAGS.pack, tuple(tasks))
-            print(f"packed {len(names)} files into {FLAGS.pack}: " + (", ".join(names) or "nothing finished yet"))
+        tasks = choose(args.tasks, list(full_scale.TASKS), "task")
+        if args.pack:
+            names, left = full_scale.pack(args.root, args.scale, args.pack, tuple(tasks))
+            print(f"packed {len(names)} files into {args.pack}: " + (", ".join(names) or "nothing finished yet"))
             for line in left:
                 print(f"not carried: {line}")
             return
-        overrides = task_overrides(FLAGS.override, tasks, argv[1:])
-        if FLAGS.probe_runs_per_device:
-            probe(overrides.get(FLAGS.probe_task, list(argv[1:])))
+        overrides = task_overrides(args.override, tasks, common)
+        if args.probe_runs_per_device:
+            probe(args, overrides.get(args.probe_task, list(common)))
             return
-        variants = choose(FLAGS.variants, list(full_scale.VARIANTS), "variant")
-        per_device = FLAGS.runs_per_device or device_sharing.read_best(FLAGS.root) or full_scale.RUNS_PER_DEVICE
-        parallel = FLAGS.parallel or device_slots.count() * per_device
+        variants = choose(args.variants, list(full_scale.VARIANTS), "variant")
+        per_device = args.runs_per_device or device_sharing.read_best(args.root) or full_scale.RUNS_PER_DEVICE
+        parallel = args.parallel or device_slots.count() * per_device
         print_now(f"{parallel} run(s) at once, {per_device} per device")
         slots = device_slots.slots("auto", parallel, 1, per_device) if parallel > 1 or per_device > 1 else [None]
         with Stop() as stop:
-            outcome = full_scale.run_stage(FLAGS.scale, os.path.abspath(FLAGS.root), os.path.abspath(FLAGS.scratch),
-                                           tasks, variants, FLAGS.precision_steps, overrides,
+            outcome = full_scale.run_stage(args.scale, os.path.abspath(args.root), os.path.abspath(args.scratch),
+                                           tasks, variants, args.precision_steps, overrides,
                                            subprocess_runner(stop, log_to_workdir=len(slots) > 1), stop, slots,
-                                           FLAGS.time_box, log=print_now)
+                                           args.time_box, log=print_now)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
@@ -113,8 +124,7 @@ def main(argv: list[str]) -> None:
 
 def cli() -> None:
     """The command (`python -m lra_jax.tools.full_scale`, `lra-full-scale`)."""
-    define_flags()
-    app.run(main)
+    main()
 
 
 if __name__ == "__main__":

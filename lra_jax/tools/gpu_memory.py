@@ -13,20 +13,23 @@ import glob
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from lra_jax.errors import LraError
 from lra_jax.experiments import gpu_memory_report
+from lra_jax.tools import parse_command_line
 
-FLAGS = flags.FLAGS
+
 DEVICELESS = "experiments/results/table2-h*.json"
 MEASURED = "experiments/results/bench-h100-*.json,experiments/results/bench-h200-*.json"
 
 
-def define_flags() -> None:
-    flags.DEFINE_string("deviceless", DEVICELESS, "Table 2 compile JSONs of GPU targets (globs, comma-separated).")
-    flags.DEFINE_string("measured", MEASURED, "Bench JSONs made on GPUs (globs, comma-separated).")
-    flags.DEFINE_string("doc", None, "Write the page here (else print the table).")
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
+    flags.DEFINE_string("deviceless", DEVICELESS, "Table 2 compile JSONs of GPU targets (globs, comma-separated).",
+                        flag_values=values)
+    flags.DEFINE_string("measured", MEASURED, "Bench JSONs made on GPUs (globs, comma-separated).", flag_values=values)
+    flags.DEFINE_string("doc", None, "Write the page here (else print the table).", flag_values=values)
 
 
 def expand(patterns: str, what: str) -> list[str]:
@@ -40,27 +43,28 @@ def expand(patterns: str, what: str) -> list[str]:
     return paths
 
 
-def command_line() -> str:
-    flags_given = [f"--{name}={getattr(FLAGS, name)}" for name, default in
-                   (("deviceless", DEVICELESS), ("measured", MEASURED), ("doc", None)) if getattr(FLAGS, name) != default]
+def command(args: flags.FlagValues) -> str:
+    """The command that writes the page, with the flags given that are not their defaults."""
+    flags_given = [f"--{name}={getattr(args, name)}" for name, default in
+                   (("deviceless", DEVICELESS), ("measured", MEASURED), ("doc", None)) if getattr(args, name) != default]
     return " ".join(["python -m lra_jax.tools.gpu_memory", *flags_given])
 
 
-def main(argv: list[str]) -> int:
-    del argv
+def main(argv: list[str] | None = None) -> int:
+    args, _ = parse_command_line("lra_jax.tools.gpu_memory", __doc__, define_flags, argv)
     try:
-        deviceless = [c for p in expand(FLAGS.deviceless, "deviceless") for c in gpu_memory_report.deviceless_cells(p)]
-        measured = [c for p in expand(FLAGS.measured, "measured") for c in gpu_memory_report.measured_cells(p)]
+        deviceless = [c for p in expand(args.deviceless, "deviceless") for c in gpu_memory_report.deviceless_cells(p)]
+        measured = [c for p in expand(args.measured, "measured") for c in gpu_memory_report.measured_cells(p)]
         pairs = gpu_memory_report.pair(deviceless, measured)
         if not pairs:
             raise LraError("no deviceless cell has a measured twin (same variant, length, batch, dropout, XLA attention)")
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if FLAGS.doc:
-        os.makedirs(os.path.dirname(FLAGS.doc) or ".", exist_ok=True)
-        with open(FLAGS.doc, "w", encoding="utf-8") as f:
-            f.write(gpu_memory_report.format_page(pairs, deviceless, measured, command_line()))
+    if args.doc:
+        os.makedirs(os.path.dirname(args.doc) or ".", exist_ok=True)
+        with open(args.doc, "w", encoding="utf-8") as f:
+            f.write(gpu_memory_report.format_page(pairs, deviceless, measured, command(args)))
     else:
         print(gpu_memory_report.format_table(pairs))
     return 0
@@ -68,8 +72,7 @@ def main(argv: list[str]) -> int:
 
 def cli() -> None:
     """The command (`python -m lra_jax.tools.gpu_memory`, `lra-gpu-memory`)."""
-    define_flags()
-    app.run(lambda argv: sys.exit(main(argv)))
+    sys.exit(main())
 
 
 if __name__ == "__main__":

@@ -25,14 +25,13 @@ unless --interpret is given.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import flags
 from flax import nnx
 
 from lra_jax import provenance
@@ -41,6 +40,8 @@ from lra_jax.kernels import pallas_available
 from lra_jax.kernels.flash import flash_attention
 from lra_jax.kernels.linear import linear_attention
 from lra_jax.measure.kernel_timing import time_fwd_bwd
+from lra_jax.tools import parse_command_line
+
 
 KERNELS = ("flash", "block_sparse", "linear")
 
@@ -83,21 +84,24 @@ def candidates(kernel: str, heads: int, d: int, n: int, with_pallas: bool, inter
     return out
 
 
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
+    flags.DEFINE_string("only", ",".join(KERNELS), "comma list of " + ", ".join(KERNELS), flag_values=values)
+    flags.DEFINE_string("lengths", "1024,2048,4096,8192,16384", "comma list of sequence lengths n",
+                        flag_values=values)
+    flags.DEFINE_string("head-dims", "32,64", "comma list of head dims d", flag_values=values)
+    flags.DEFINE_integer("batch", 4, "sequences per batch", flag_values=values)
+    flags.DEFINE_integer("heads", 4, "attention heads", flag_values=values)
+    flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "dtype of q, k and v", flag_values=values)
+    flags.DEFINE_integer("repeats", 10, "timed runs per entry (the median is recorded)", flag_values=values)
+    flags.DEFINE_bool("interpret", False, "time Pallas in the interpreter (no GPU)", flag_values=values)
+    flags.DEFINE_string("out", None, "JSON path (default experiments/results/kernels-<device>.json)",
+                        flag_values=values)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and not argv[0].startswith("-"):  # absl style: argv[0] is the program
-        argv = argv[1:]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(KERNELS), help="comma list of " + ", ".join(KERNELS))
-    parser.add_argument("--lengths", default="1024,2048,4096,8192,16384")
-    parser.add_argument("--head-dims", default="32,64")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--interpret", action="store_true", help="time Pallas in the interpreter (no GPU)")
-    parser.add_argument("--out", default=None, help="JSON path (default experiments/results/kernels-<device>.json)")
-    args = parser.parse_args(argv)
+    args, _ = parse_command_line("lra_jax.tools.kernel_bench", __doc__, define_flags, argv)
+    head_dims = args["head-dims"].value
 
     device = jax.devices()[0]
     device_name = f"{device.platform}-{getattr(device, 'device_kind', 'unknown')}".replace(" ", "_")
@@ -105,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     dtype = jnp.dtype(args.dtype)
     results = []
     for n in (int(x) for x in args.lengths.split(",")):
-        for d in (int(x) for x in args.head_dims.split(",")):
+        for d in (int(x) for x in head_dims.split(",")):
             rng = np.random.default_rng(0)
             q, k, v = (jnp.asarray(rng.standard_normal((args.batch, n, args.heads, d)), dtype) for _ in range(3))
             lengths = np.where(np.arange(args.batch) % 2, 3 * n // 4, n)
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 def cli() -> None:
     """The command (`python -m lra_jax.tools.kernel_bench`, `lra-kernel-bench`)."""
-    main(sys.argv[1:])
+    main()
 
 
 if __name__ == "__main__":

@@ -26,11 +26,11 @@ that field of every config (e.g. `--config.attention.mode=factorized_random` for
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import jax
+from absl import flags
 
 from lra_jax.config import checks as config_errors
 from lra_jax.data.tasks import TASKS
@@ -43,22 +43,28 @@ from lra_jax.experiments.lowering import (
     load_config,
     lower_one,
 )
+from lra_jax.tools import parse_command_line
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lra_jax.tools.lower", description=__doc__.splitlines()[0])
-    parser.add_argument("--platforms", default="cuda,tpu", help="comma-separated: cuda, rocm, tpu, cpu")
-    parser.add_argument("--variants", default="all", help="'all' or comma-separated attention names")
-    parser.add_argument("--tasks", default="all", help="'all' or comma-separated LRA tasks")
-    parser.add_argument("--scale", default="full", help="full | mini")
-    parser.add_argument("--attention_dropout_rate", type=float, default=None,
-                        help="override config.model.attention_dropout_rate (0: the kernels in the train step too)")
-    args, args.overrides = parser.parse_known_args(argv)  # --config.KEY=VALUE (config_errors.apply_overrides)
-    return args
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
+    flags.DEFINE_string("platforms", "cuda,tpu", "comma-separated: cuda, rocm, tpu, cpu", flag_values=values)
+    flags.DEFINE_string("variants", "all", "'all' or comma-separated attention names", flag_values=values)
+    flags.DEFINE_string("tasks", "all", "'all' or comma-separated LRA tasks", flag_values=values)
+    flags.DEFINE_string("scale", "full", "full | mini", flag_values=values)
+    flags.DEFINE_float("attention_dropout_rate", None,
+                       "override config.model.attention_dropout_rate (0: the kernels in the train step too)",
+                       flag_values=values)
+
+
+def parse(argv: list[str] | None = None) -> tuple[flags.FlagValues, list[str]]:
+    """The flags and the `--config.KEY=VALUE` overrides after them (config_errors.apply_overrides)."""
+    return parse_command_line("lra_jax.tools.lower", __doc__, define_flags, argv,
+                              positionals="[--config.KEY=VALUE ...]", pass_unknown=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
+    args, overrides = parse(argv)
     try:
         platforms = choose(args.platforms, list(PLATFORMS), "platform")
         files = config_files()
@@ -66,11 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         tasks = choose(args.tasks, list(TASKS), "task")
         if args.scale not in SCALES:
             raise LraError(f"unknown scale {args.scale!r}; choose full or mini")
-        config_errors.check_override_form(args.overrides)
+        config_errors.check_override_form(overrides)
         matrix = []
         for variant, task, max_len in combinations(variants, tasks, args.scale):
             config = load_config(files[variant], task, args.scale, max_len, args.attention_dropout_rate)
-            config = config_errors.apply_overrides(config, args.overrides, variant)
+            config = config_errors.apply_overrides(config, overrides, variant)
             matrix.append((variant, f"{task}:{config.max_len}" if max_len else task, config))
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -71,7 +71,7 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from lra_jax.errors import LraError
 from lra_jax.experiments import device_slots, slurm, sweep_modeled
@@ -93,79 +93,98 @@ from lra_jax.experiments.sweep_report import (
     summary_table,
 )
 from lra_jax.experiments.sweep_run import UNFINISHED, Stop, run_sweep, subprocess_runner
+from lra_jax.tools import parse_command_line
 
-FLAGS = flags.FLAGS
 
-
-def define_flags() -> None:
-    """The command-line flags (defined only when run as a command, so modules import side by side)."""
-    flags.DEFINE_string("variants", "all", "'all' (every variant with a configs/ file) or a comma list.")
-    flags.DEFINE_string("tasks", "all", "'all' or a comma list of tasks (lra_jax.data.tasks.names()).")
-    flags.DEFINE_list("scales", ["mini"], "Comma list of scales: full, mini.")
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
+    flags.DEFINE_string("variants", "all", "'all' (every variant with a configs/ file) or a comma list.",
+                        flag_values=values)
+    flags.DEFINE_string("tasks", "all", "'all' or a comma list of tasks (lra_jax.data.tasks.names()).",
+                        flag_values=values)
+    flags.DEFINE_list("scales", ["mini"], "Comma list of scales: full, mini.", flag_values=values)
     flags.DEFINE_list("seeds", ["0"], "Comma list of seeds (with --protocol=two_stage the first one "
-                      "trains the whole grid).")
+                      "trains the whole grid).", flag_values=values)
     flags.DEFINE_multi_string("grid", [], "KEY=V1,V2,...: train every value of config key KEY (e.g. "
-                              "optimizer.learning_rate=1e-3,5e-3); repeat the flag for a product of axes.")
+                              "optimizer.learning_rate=1e-3,5e-3); repeat the flag for a product of axes.",
+                              flag_values=values)
     flags.DEFINE_enum("protocol", "grid", PROTOCOLS, "grid: every grid point at every seed; two_stage: every "
-                      "point at the first seed, the other seeds at the point chosen on its validation accuracy.")
+                      "point at the first seed, the other seeds at the point chosen on its validation accuracy.",
+                      flag_values=values)
     flags.DEFINE_list("pretrain", ["none"], "Comma list of none (from scratch), spt (self-pretraining: masked "
-                      "tokens on the task's training split, then the same fine-tuning; runs under spt/).")
-    flags.DEFINE_integer("pretrain_steps", 0, "Pretraining steps of each spt run (0: as many as its fine-tuning steps).")
-    flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices (CPU cores, GPUs or TPU chips).")
+                      "tokens on the task's training split, then the same fine-tuning; runs under spt/).",
+                      flag_values=values)
+    flags.DEFINE_integer("pretrain_steps", 0, "Pretraining steps of each spt run (0: as many as its fine-tuning steps).",
+                         flag_values=values)
+    flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices (CPU cores, GPUs or TPU chips).",
+                         flag_values=values)
     flags.DEFINE_enum("devices", "auto", device_slots.KINDS, "What --parallel shares out (auto: GPUs if any, "
-                      "else TPU chips if any, else CPU cores).")
-    flags.DEFINE_integer("devices_per_run", 1, "Devices (cores, GPUs, TPU chips) of each run with --parallel.")
+                      "else TPU chips if any, else CPU cores).", flag_values=values)
+    flags.DEFINE_integer("devices_per_run", 1, "Devices (cores, GPUs, TPU chips) of each run with --parallel.",
+                         flag_values=values)
     flags.DEFINE_integer("runs_per_device", 1, "Runs that share each device (group) with --parallel: for small "
                          "models that leave a GPU mostly idle; each then preallocates its share of the GPU's memory. "
-                         "Not on TPU (a chip belongs to one process).")
-    flags.DEFINE_string("root", os.path.join("runs", "sweep"), "Root of the run directories.")
-    flags.DEFINE_bool("emit", False, "Print one train command per unfinished run (for a cluster) and exit.")
+                         "Not on TPU (a chip belongs to one process).", flag_values=values)
+    flags.DEFINE_string("root", os.path.join("runs", "sweep"), "Root of the run directories.", flag_values=values)
+    flags.DEFINE_bool("emit", False, "Print one train command per unfinished run (for a cluster) and exit.",
+                      flag_values=values)
     flags.DEFINE_bool("distributed", False, "With --emit: the multi-host form, each command with --distributed, "
-                      "to be run on every host of a TPU VM slice or every node of a Slurm job at once.")
+                      "to be run on every host of a TPU VM slice or every node of a Slurm job at once.",
+                      flag_values=values)
     flags.DEFINE_bool("dry_run", False, "Print the plan and exit: each run's state (done / resume / new) and train "
-                      "command, ready to paste into a shell, then the totals (runs, done, to run; waiting cells).")
+                      "command, ready to paste into a shell, then the totals (runs, done, to run; waiting cells).",
+                      flag_values=values)
     flags.DEFINE_bool("estimate", False, "Train nothing: time a few steps of each distinct unfinished run "
                       "shape on random tokens (`train --estimate`, no data needed) and print each run's "
-                      "projected training time and the total.")
+                      "projected training time and the total.", flag_values=values)
     flags.DEFINE_enum("executor", "local", ["local", "slurm"], "local: train here (--parallel); slurm: submit "
                       "the runs not finished and not queued as one Slurm array job (scripts/slurm_sweep.sbatch), "
-                      "job ids recorded in <root>/slurm/jobs.json.")
+                      "job ids recorded in <root>/slurm/jobs.json.", flag_values=values)
     flags.DEFINE_bool("status", False, "Print each run's state (done, pending, running, requeued, failed, not "
-                      "submitted) from its results.json and Slurm's view of the recorded jobs, and exit.")
-    flags.DEFINE_string("partition", "", "--executor=slurm: the Slurm partition (default: the cluster's).")
-    flags.DEFINE_string("account", "", "--executor=slurm: the Slurm account to charge (default: yours).")
+                      "submitted) from its results.json and Slurm's view of the recorded jobs, and exit.",
+                      flag_values=values)
+    flags.DEFINE_string("partition", "", "--executor=slurm: the Slurm partition (default: the cluster's).",
+                        flag_values=values)
+    flags.DEFINE_string("account", "", "--executor=slurm: the Slurm account to charge (default: yours).",
+                        flag_values=values)
     flags.DEFINE_string("time", "24:00:00", "--executor=slurm: time limit per run; 5 min before it the run "
-                        "checkpoints, and is requeued to resume.")
-    flags.DEFINE_integer("gpus_per_run", 1, "--executor=slurm: GPUs per run (--gres=gpu:N; 0 for none).")
-    flags.DEFINE_integer("cpus_per_run", 8, "--executor=slurm: CPU cores per run (--cpus-per-task).")
-    flags.DEFINE_string("mem", "", "--executor=slurm: memory per run, e.g. 64G (default: the cluster's).")
-    flags.DEFINE_integer("max_running", 0, "--executor=slurm: array tasks running at once (0: no limit).")
+                        "checkpoints, and is requeued to resume.", flag_values=values)
+    flags.DEFINE_integer("gpus_per_run", 1, "--executor=slurm: GPUs per run (--gres=gpu:N; 0 for none).",
+                         flag_values=values)
+    flags.DEFINE_integer("cpus_per_run", 8, "--executor=slurm: CPU cores per run (--cpus-per-task).",
+                         flag_values=values)
+    flags.DEFINE_string("mem", "", "--executor=slurm: memory per run, e.g. 64G (default: the cluster's).",
+                        flag_values=values)
+    flags.DEFINE_integer("max_running", 0, "--executor=slurm: array tasks running at once (0: no limit).",
+                         flag_values=values)
     flags.DEFINE_string("target", "", "With --estimate: no timing here; chip-hours modeled by the TPU compiler for "
-                        "this compile target (e.g. tpu-v5e:2x2; lra_jax.experiments.sweep_modeled), labelled modeled.")
+                        "this compile target (e.g. tpu-v5e:2x2; lra_jax.experiments.sweep_modeled), labelled modeled.",
+                        flag_values=values)
 
 # ----------------------------------------------------------------------------- entry point
 
-def main(argv: list[str]) -> None:
-    overrides = argv[1:]
+def main(argv: list[str] | None = None) -> None:
+    args, overrides = parse_command_line("lra_jax.tools.sweep", __doc__, define_flags, argv,
+                                         positionals="[-- --config.KEY=VALUE ...]")
     try:
-        runs = plan(FLAGS.variants, FLAGS.tasks, FLAGS.scales, FLAGS.seeds, FLAGS.root, overrides,
-                    grid=parse_grid(FLAGS.grid, overrides), pretraining=FLAGS.pretrain,
-                    pretrain_steps=FLAGS.pretrain_steps)
+        runs = plan(args.variants, args.tasks, args.scales, args.seeds, args.root, overrides,
+                    grid=parse_grid(args.grid, overrides), pretraining=args.pretrain,
+                    pretrain_steps=args.pretrain_steps)
         check_configs(runs)
-        if FLAGS.parallel < 1:
-            raise LraError(f"--parallel={FLAGS.parallel}: give 1 or more runs at once")
-        if FLAGS.status and not os.path.isdir(FLAGS.root):
-            raise LraError(f"--root={FLAGS.root} does not exist: no run of this sweep was made or submitted there; "
+        if args.parallel < 1:
+            raise LraError(f"--parallel={args.parallel}: give 1 or more runs at once")
+        if args.status and not os.path.isdir(args.root):
+            raise LraError(f"--root={args.root} does not exist: no run of this sweep was made or submitted there; "
                            "check --root")
-        now, waiting = protocol_runs(runs, FLAGS.protocol)
-        slots = (device_slots.slots(FLAGS.devices, FLAGS.parallel, FLAGS.devices_per_run, FLAGS.runs_per_device)
-                 if FLAGS.parallel > 1 or FLAGS.devices_per_run > 1 or FLAGS.runs_per_device > 1 else [None])
+        now, waiting = protocol_runs(runs, args.protocol)
+        slots = (device_slots.slots(args.devices, args.parallel, args.devices_per_run, args.runs_per_device)
+                 if args.parallel > 1 or args.devices_per_run > 1 or args.runs_per_device > 1 else [None])
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    pending = (f"{len(waiting)} (variant, task) cells wait for their first stage (seed {FLAGS.seeds[0]} at every "
+    pending = (f"{len(waiting)} (variant, task) cells wait for their first stage (seed {args.seeds[0]} at every "
                f"grid point) before their other seeds can be planned: {', '.join(waiting)}") if waiting else ""
-    if FLAGS.emit:
+    if args.emit:
         for r in now:
             if r.state() == "stale":
                 print(f"note: {r.name} finished with another config ({', '.join(r.changes())} differ); "
@@ -173,35 +192,35 @@ def main(argv: list[str]) -> None:
             elif r.state() == "diverged":
                 print(f"note: {r.name} {r.divergence()}; not emitted", file=sys.stderr)
             elif r.state() != "done":
-                print(r.shell_command(*(["--distributed"] if FLAGS.distributed else [])))
+                print(r.shell_command(*(["--distributed"] if args.distributed else [])))
         if pending:
             print(f"note: {pending}; emit again once those runs are finished", file=sys.stderr)
         return
-    if FLAGS.estimate and FLAGS.target:
-        sys.exit(sweep_modeled.estimate_sweep(now + second_stage_stand_ins(runs, waiting), FLAGS.target))
-    if FLAGS.estimate:
+    if args.estimate and args.target:
+        sys.exit(sweep_modeled.estimate_sweep(now + second_stage_stand_ins(runs, waiting), args.target))
+    if args.estimate:
         stand_ins = second_stage_stand_ins(runs, waiting)
         rows = estimate_runs(now + stand_ins, capture_output)
-        print("\n" + estimate_table(rows, FLAGS.parallel))
+        print("\n" + estimate_table(rows, args.parallel))
         if stand_ins:
             print(f"({len(stand_ins)} second-stage runs counted at their cell's first grid point, "
                   "as the chosen one is not known yet)")
         sys.exit(1 if any(r["status"] != "ok" for r in rows) else 0)
-    if FLAGS.dry_run:
+    if args.dry_run:
         print("\n".join(plan_lines(runs, now)))
         if pending:
             print(f"waiting  {pending}")
         return
-    if FLAGS.status or FLAGS.executor == "slurm":
-        sys.exit(slurm_main(now, pending))
+    if args.status or args.executor == "slurm":
+        sys.exit(slurm_main(args, now, pending))
     with Stop() as stop:
-        summary = run_sweep(lambda: protocol_runs(runs, FLAGS.protocol)[0],
+        summary = run_sweep(lambda: protocol_runs(runs, args.protocol)[0],
                             subprocess_runner(stop, log_to_workdir=len(slots) > 1), stop, slots=slots)
     print("\n" + summary_table(summary))
-    chosen = selection_table(protocol_runs(runs, FLAGS.protocol)[0])
+    chosen = selection_table(protocol_runs(runs, args.protocol)[0])
     if chosen:
         print("\n" + chosen)
-    compared = pretraining_table(protocol_runs(runs, FLAGS.protocol)[0])
+    compared = pretraining_table(protocol_runs(runs, args.protocol)[0])
     if compared:
         print("\n" + compared)
     if stop.requested:
@@ -212,17 +231,17 @@ def main(argv: list[str]) -> None:
         sys.exit(1)
 
 
-def slurm_main(now: list, pending: str) -> int:
+def slurm_main(args: flags.FlagValues, now: list, pending: str) -> int:
     """--status, or --executor=slurm: submit what is neither finished nor queued; the exit status."""
     try:
-        if FLAGS.status:
-            print(slurm.status_table(now, slurm.states(now, FLAGS.root)))
+        if args.status:
+            print(slurm.status_table(now, slurm.states(now, args.root)))
         else:
-            options = slurm.Options(FLAGS.partition, FLAGS.account, FLAGS.time, FLAGS.gpus_per_run,
-                                    FLAGS.cpus_per_run, FLAGS.mem, FLAGS.max_running)
-            job_id, submitted = slurm.submit(now, FLAGS.root, options)
+            options = slurm.Options(args.partition, args.account, args.time, args.gpus_per_run,
+                                    args.cpus_per_run, args.mem, args.max_running)
+            job_id, submitted = slurm.submit(now, args.root, options)
             print(f"submitted {len(submitted)} runs as Slurm array job {job_id} (recorded in "
-                  f"{slurm.jobs_path(FLAGS.root)}); follow them with --status" if job_id else
+                  f"{slurm.jobs_path(args.root)}); follow them with --status" if job_id else
                   "nothing to submit: every run is finished, queued or running (see --status)")
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -234,8 +253,7 @@ def slurm_main(now: list, pending: str) -> int:
 
 def cli() -> None:
     """The command (`python -m lra_jax.tools.sweep`, `lra-sweep`)."""
-    define_flags()
-    app.run(main)
+    main()
 
 
 if __name__ == "__main__":

@@ -15,20 +15,25 @@ import sys
 import time
 
 import jax
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
 from lra_jax import compat
 from lra_jax.config import checks as config_errors
+from lra_jax.config import settings as config_settings
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import LraError
+from lra_jax.tools import bad_input, command_arguments, parse_command_line
 from lra_jax.training import steps, trainer
 
-config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/transformer.py:listops,mini",
-                                lock_config=True)
-flags.DEFINE_integer("batches", 500, "Batches the pipeline delivers while timed.")
-flags.DEFINE_integer("steps", 20, "Train steps timed (after one untimed step).")
-FLAGS = flags.FLAGS
+
+def define_flags(values: flags.FlagValues, argv: list[str]) -> None:
+    """The command's flags, on `values` (`parse_command_line`); `argv`, the arguments, holds the
+    `--config.KEY=VALUE` overrides that ml_collections defines as flags of their own."""
+    config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/transformer.py:listops,mini",
+                                    flag_values=values, lock_config=True, sys_argv=["throughput", *argv])
+    flags.DEFINE_integer("batches", 500, "Batches the pipeline delivers while timed.", flag_values=values)
+    flags.DEFINE_integer("steps", 20, "Train steps timed (after one untimed step).", flag_values=values)
 
 
 def pipeline_examples_per_second(train_split: tasks.Split, batch_size: int, seed: int, mesh, num_batches: int) -> float:
@@ -66,32 +71,33 @@ def train_examples_per_second(config, task: tasks.TaskSpec, train_split: tasks.S
     return num_steps * config.batch_size / seconds
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    if FLAGS.config is None:
-        raise app.UsageError("--config is required, e.g. --config=configs/transformer.py:listops,mini")
+def main(argv: list[str] | None = None) -> None:
+    argv = command_arguments(argv)
+    args, _ = parse_command_line("lra_jax.tools.throughput", __doc__, lambda values: define_flags(values, argv),
+                                 argv, check=config_errors.check)
+    if args.config is None:
+        bad_input("--config is required, e.g. --config=configs/transformer.py:listops,mini")
     logging.set_verbosity(logging.WARNING)
-    config = FLAGS.config
     try:
+        config = config_settings.from_config(args.config)
         task = tasks.get_task(config.task)
-        train_split = task.load(config)["train"]
+        train_split = task.load(config.data, config.max_len)["train"]
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     mesh = trainer.make_mesh()
-    fed = pipeline_examples_per_second(train_split, config.batch_size, config.seed, mesh, FLAGS.batches)
-    trained = train_examples_per_second(config, task, train_split, mesh, FLAGS.steps)
-    print(f"{config.attention.name} {config.task},{config.scale}, batch {config.batch_size}, "
+    fed = pipeline_examples_per_second(train_split, config.batch_size, config.seed, mesh, args.batches)
+    trained = train_examples_per_second(config, task, train_split, mesh, args.steps)
+    print(f"{config.variant} {config.task},{config.scale}, batch {config.batch_size}, "
           f"{jax.device_count()} x {jax.devices()[0].device_kind}:")
-    print(f"  input pipeline  {fed:12,.0f} examples/s ({FLAGS.batches} batches)")
-    print(f"  train step      {trained:12,.0f} examples/s ({FLAGS.steps} steps)")
+    print(f"  input pipeline  {fed:12,.0f} examples/s ({args.batches} batches)")
+    print(f"  train step      {trained:12,.0f} examples/s ({args.steps} steps)")
     print(f"  pipeline / step {fed / trained:12.1f}x")
 
 
 def cli() -> None:
     """The command (`python -m lra_jax.tools.throughput`, `lra-throughput`)."""
-    app.run(main, flags_parser=config_errors.parse_flags)
+    main()
 
 
 if __name__ == "__main__":

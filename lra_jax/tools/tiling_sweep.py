@@ -11,7 +11,6 @@ Results: experiments/results/tilings-<device>.json. Needs a GPU (interpreted ker
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -21,11 +20,14 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import flags
 
 from lra_jax import provenance
 from lra_jax.kernels import pallas_available, tiling
 from lra_jax.kernels.flash import pallas_gpu
 from lra_jax.measure.kernel_timing import time_fwd_bwd
+from lra_jax.tools import parse_command_line
+
 
 BLOCKS = ((16, 16), (32, 32), (64, 32), (32, 64), (64, 64), (128, 64))
 WARPS = (4, 8)
@@ -43,17 +45,22 @@ def kernel_at(tiles: tiling.Tiling, rate: float, interpret: bool = False):
     return fn
 
 
+def define_flags(values: flags.FlagValues) -> None:
+    """The command's flags, on `values` (`parse_command_line`)."""
+    flags.DEFINE_string("head-dims", "64,128", "powers of two >= 16", flag_values=values)
+    flags.DEFINE_integer("n", 4096, "sequence length", flag_values=values)
+    flags.DEFINE_integer("batch", 8, "sequences per batch", flag_values=values)
+    flags.DEFINE_integer("heads", 4, "attention heads", flag_values=values)
+    flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "dtype of q, k and v", flag_values=values)
+    flags.DEFINE_float("dropout-rate", 0.1, "attention dropout rate of the kernel", flag_values=values)
+    flags.DEFINE_integer("repeats", 7, "timed runs per tiling (the median is recorded)", flag_values=values)
+    flags.DEFINE_string("out", None, "JSON path (default experiments/results/tilings-<device>.json)",
+                        flag_values=values)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--head-dims", default="64,128", help="powers of two >= 16")
-    parser.add_argument("--n", type=int, default=4096)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    parser.add_argument("--dropout-rate", type=float, default=0.1)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--out", default=None, help="JSON path (default experiments/results/tilings-<device>.json)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args, _ = parse_command_line("lra_jax.tools.tiling_sweep", __doc__, define_flags, argv)
+    head_dims, dropout_rate = args["head-dims"].value, args["dropout-rate"].value
     if not pallas_available():
         sys.exit("error: the tiling sweep times compiled Triton kernels and needs a GPU (jax.default_backend() "
                  f"is {jax.default_backend()!r})")
@@ -68,13 +75,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     def save(complete: bool) -> dict:  # after every tiling: a sweep cut short keeps what it timed
         report = {"device": device_name, "versions": versions, "n": args.n, "batch": args.batch,
-                  "heads": args.heads, "dtype": args.dtype, "dropout_rate": args.dropout_rate,
+                  "heads": args.heads, "dtype": args.dtype, "dropout_rate": dropout_rate,
                   "shared_memory": limit, "measure": "median seconds of one jitted forward + backward",
                   "complete": complete, "results": results}
         path.write_text(json.dumps(report, indent=1))
         return report
 
-    for d in (int(x) for x in args.head_dims.split(",")):
+    for d in (int(x) for x in head_dims.split(",")):
         rng = np.random.default_rng(0)
         q, k, v = (jnp.asarray(rng.standard_normal((args.batch, args.n, args.heads, d)), args.dtype) for _ in range(3))
         lengths = np.where(np.arange(args.batch) % 2, 3 * args.n // 4, args.n)
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
                      "chosen": (bq, bk, warps, stages) == (chosen.block_q, chosen.block_k, chosen.num_warps,
                                                             chosen.num_stages)}
             try:
-                entry.update(time_fwd_bwd(kernel_at(tiles, args.dropout_rate), q, k, v, mask, args.repeats))
+                entry.update(time_fwd_bwd(kernel_at(tiles, dropout_rate), q, k, v, mask, args.repeats))
             except Exception as error:  # noqa: BLE001  (a tiling the compiler refuses is a result too)
                 entry["error"] = f"{type(error).__name__}: {str(error)[:300]}"
             print(json.dumps(entry), flush=True)
