@@ -1,4 +1,4 @@
-"""The training loop: `train_and_evaluate(config, workdir)`.
+"""The training loop: `train_and_evaluate(settings, workdir)`.
 
 The config is read once, at the entry, into checked typed settings (`lra_jax.config.settings`);
 the workdir and its records are `run_dir`'s.
