@@ -17,7 +17,7 @@ def _step_once(config, tx, batch, accum_steps):
     graphdef, _, state = trainer.create_train_state(from_config(config), task, trainer.make_mesh())
     state = {**state, "opt_state": tx.init(state["params"])}
     before = [np.asarray(x) for x in jax.tree.leaves(state["params"])]
-    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(from_config(config)), accum_steps=accum_steps)
+    step = steps.make_train_step(graphdef, tx, trainer.run_key(from_config(config), "dropout"), accum_steps=accum_steps)
     state, metrics = step(state, batch)
     after = [np.asarray(x) for x in jax.tree.leaves(state["params"])]
     return [b - a for a, b in zip(after, before)], metrics

@@ -211,7 +211,7 @@ def test_non_finite_updates_are_skipped_up_to_the_limit(data_cache):
     leaves[0] = leaves[0].at[(0,) * leaves[0].ndim].set(np.nan)  # every gradient is NaN from now on
     state["params"] = jax.tree.unflatten(treedef, leaves)
     poisoned = [np.asarray(x) for x in jax.tree.leaves(state["params"])]
-    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(from_config(config)), skipped_updates=2)
+    step = steps.make_train_step(graphdef, tx, trainer.run_key(from_config(config), "dropout"), skipped_updates=2)
     batch = {"inputs": np.ones((config.batch_size, config.max_len), np.int32),
              "label": np.zeros(config.batch_size, np.int32)}
     flags = []
@@ -239,18 +239,19 @@ def test_resuming_with_a_different_model_is_refused(straight, tmp_path):
 SHARDED_VS_SINGLE = r"""
 import jax, numpy as np
 from helpers import assert_close, reassociation_tol, tiny_config
-from lra_jax.training import steps, trainer
+from lra_jax.config.settings import from_config
 from lra_jax.data import pipeline, tasks
+from lra_jax.training import steps, trainer
 assert jax.device_count() == 4, jax.devices()
-config = tiny_config("/unused")
+config = from_config(tiny_config("/unused"))
 task = tasks.get_task("listops")
 rng = np.random.default_rng(0)
 batches = [{"inputs": rng.integers(0, task.vocab_size, (16, 32)).astype(np.int32),
             "label": rng.integers(0, 10, 16).astype(np.int32)} for _ in range(3)]
 runs = []
 for mesh in (trainer.make_mesh(jax.devices()[:1]), trainer.make_mesh()):
-    graphdef, tx, state = trainer.create_train_state(from_config(config), task, mesh)
-    step = steps.make_train_step(graphdef, tx, trainer.dropout_key(from_config(config)))
+    graphdef, tx, state = trainer.create_train_state(config, task, mesh)
+    step = steps.make_train_step(graphdef, tx, trainer.run_key(config, "dropout"))
     losses = []
     for batch in batches:
         state, metrics = step(state, jax.device_put(batch, pipeline.data_sharding(mesh)))

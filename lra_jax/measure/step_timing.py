@@ -80,7 +80,7 @@ def time_train_steps(configs: list[Settings], task: TaskSpec, mesh: Mesh, *,
                                NamedSharding(mesh, PartitionSpec("data")))
         start = time.perf_counter()
         with compat.abstract_mesh(mesh):  # kernels per device (`kernels.sharding`)
-            compiled = make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, batch).compile()
+            compiled = make_train_step(graphdef, tx, trainer.run_key(config, "dropout")).lower(state, batch).compile()
         compile_seconds = time.perf_counter() - start
         step_memory = memory.peak_memory(compiled)
         memory.check_fits(step_memory, config)

@@ -58,7 +58,7 @@ def train_examples_per_second(config, task: tasks.TaskSpec, train_split: tasks.S
     try:
         first = next(batches)
         with compat.abstract_mesh(mesh):  # kernels per device (`kernels.sharding`)
-            step = steps.make_train_step(graphdef, tx, trainer.dropout_key(config)).lower(state, first).compile()
+            step = steps.make_train_step(graphdef, tx, trainer.run_key(config, "dropout")).lower(state, first).compile()
         state, metrics = step(state, first)
         jax.block_until_ready(metrics)
         start = time.perf_counter()

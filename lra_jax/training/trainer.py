@@ -14,14 +14,16 @@ checkpoint, its validation accuracy, steps/s, examples/s, peak memory,
 parameter count, the attention settings as built, the config and library versions;
 "pretrain_objective" ("none" from scratch) and "pretrain" (the stage's record, or None).
 
-Self-pretraining (`config.pretrain`, `training.pretrain`): a first stage in workdir/pretrain/ on the
-training split alone, through the same loop (`_Loop`) with its own checkpoints, metrics and record,
-resumed like any run; fine-tuning then starts from its encoder with a new classifier head.
+Both stages are a `Stage` trained by one function (`_train_stage`). Self-pretraining (`config.pretrain`,
+`training.pretrain`) is a first stage in workdir/pretrain/ on the training split alone, with its own
+checkpoints, metrics and record, resumed like any run; fine-tuning then starts from its encoder with a new
+classifier head.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import signal
@@ -42,7 +44,7 @@ from tqdm import tqdm
 from lra_jax import compat, provenance
 from lra_jax.attention import registry
 from lra_jax.config import settings as config_settings
-from lra_jax.config.settings import Settings
+from lra_jax.config.settings import OptimizerSettings, Settings
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import DataError, DiskFull, TrainingDiverged
 from lra_jax.models.classifier import build_model
@@ -124,6 +126,16 @@ def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
     return Mesh(np.array(devices or jax.devices()), ("data",))
 
 
+# The run's random streams, each the seed's key folded with its number (fixed: a resumed run draws the same).
+STREAMS = {"init": 0, "dropout": 1, "pretrain_init": 2, "pretrain": 3}
+
+
+def run_key(config: Settings, stream: str) -> jax.Array:
+    """The key of the run's random stream `stream` (`STREAMS`): "dropout" is fine-tuning's (folded with
+    the step), "pretrain" the pretraining stage's masks and dropout, "*init" the models' parameters."""
+    return jax.random.fold_in(jax.random.key(config.seed), STREAMS[stream])
+
+
 def create_train_state(config: Settings, task: tasks.TaskSpec, mesh: Mesh, *, pretraining: bool = False):
     """Builds the model and optimizer; returns (graphdef, optimizer, state replicated on `mesh`).
 
@@ -134,8 +146,7 @@ def create_train_state(config: Settings, task: tasks.TaskSpec, mesh: Mesh, *, pr
     Initialisation is jitted: one compilation instead of many small eager ones.
     """
     config_settings.check_devices(config, mesh.size)
-    stream = 2 if pretraining else 0
-    init_key = jax.random.fold_in(jax.random.key(config.seed), stream)
+    stream = "pretrain_init" if pretraining else "init"
     if pretraining:
         build = pretrain.build_model(config, task)
     else:
@@ -143,11 +154,11 @@ def create_train_state(config: Settings, task: tasks.TaskSpec, mesh: Mesh, *, pr
         build = lambda key: build_model(config, vocab_size=vocab_size,  # noqa: E731
                                         num_classes=task.num_classes, rngs=nnx.Rngs(key), dual=task.dual)
     # configuration errors surface here, before any compilation
-    graphdef = nnx.split(nnx.eval_shape(build, init_key), nnx.Param, ...)[0]
+    graphdef = nnx.split(nnx.eval_shape(build, run_key(config, stream)), nnx.Param, ...)[0]
     tx = optimizer.make_optimizer(config.pretrain_optimizer if pretraining else config.optimizer)
 
     def init():  # the key is made inside: a process-local array cannot enter a multi-process program
-        _, params, rest = nnx.split(build(jax.random.fold_in(jax.random.key(config.seed), stream)), nnx.Param, ...)
+        _, params, rest = nnx.split(build(run_key(config, stream)), nnx.Param, ...)
         return dict(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
 
     return graphdef, tx, jax.jit(init, out_shardings=NamedSharding(mesh, PartitionSpec()))()
@@ -159,10 +170,6 @@ def attention_settings(graphdef: nnx.GraphDef, state: dict[str, Any]) -> dict[st
     "kernels", the kernel each attention layer runs (`registry.layer_kernels`)."""
     model = nnx.merge(graphdef, state["params"], state["rest"])
     return {**registry.layer_settings(model), "kernels": registry.layer_kernels(model)}
-
-
-def dropout_key(config: Settings) -> jax.Array:
-    return jax.random.fold_in(jax.random.key(config.seed), 1)
 
 
 def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks.Split:
@@ -215,6 +222,7 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
     # The code that runs: read before the run writes anything (its own files may be tracked by git).
     versions = provenance.library_versions()
     task = tasks.get_task(config.task)
+    stage = Stage("train", workdir, config.num_train_steps, config.optimizer, "dropout")
     graphdef, tx, state = create_train_state(config, task, mesh)
     num_parameters = sum(x.size for x in jax.tree.leaves(state["params"]))
     attention = attention_settings(graphdef, state)
@@ -223,7 +231,7 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
     results_path = os.path.join(workdir, "results.json")
     stage_dir = os.path.join(workdir, pretrain.STAGE_DIR)
 
-    checkpoints = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints"), config.keep_checkpoints)
+    checkpoints = checkpointing.Checkpoints(os.path.join(stage.folder, "checkpoints"), config.keep_checkpoints)
     run_dir.check_config(config, workdir)
     restored = checkpoints.restore_last(state)
     state = restored or state
@@ -253,20 +261,9 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
     validated_on = ("" if len(splits["val"][1]) == val_size else
                     f", on {len(splits['val'][1]):,} of the {val_size:,} validation examples")
     eval_step = steps.make_eval_step(graphdef)
-    batches = pipeline.prefetch_to_mesh(
-        pipeline.train_batches(*splits["train"], batch_size=config.batch_size, seed=config.seed,
-                               start_step=start, rows=pipeline.process_rows(mesh, config.batch_size)), mesh)
-    first = next(batches)
-    train_step = steps.make_train_step(graphdef, tx, dropout_key(config), config.optimizer.skip_nonfinite_updates,
-                                       config.grad_accum_steps)
-    train_step = train_step.lower(state, first).compile()
-    step_memory = memory.peak_memory(train_step)
-    memory.check_fits(step_memory, config)
-
-    writer = metrics.MetricsWriter(workdir, start_step=start, enabled=primary)
     best = checkpoints.best_metrics() or {"accuracy": -1.0, "step": -1}
 
-    def validate(step, state):
+    def validate(step, state, writer):
         nonlocal best
         val = evaluate(eval_step, state, splits["val"], config.eval_batch_size, mesh)
         writer.write(step, {"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
@@ -275,11 +272,10 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
             checkpoints.save_best(step, state, best)
         return best["accuracy"]
 
-    loop = _Loop(config, "train", config.num_train_steps, workdir, checkpoints, writer,
-                 optimizer.make_schedule(config.optimizer), versions, validate,
-                 best_val=best["accuracy"] if best["step"] >= 0 else None, on_step_time=on_step_time)
-    state, step, timing = loop.run(state, train_step, first, batches, start)
-    if step < config.num_train_steps:
+    state, step, timing, step_memory, writer = _train_stage(
+        config, stage, graphdef, tx, state, checkpoints, splits["train"], mesh, versions, validate=validate,
+        best_val=best["accuracy"] if best["step"] >= 0 else None, on_step_time=on_step_time)
+    if step < stage.num_steps:
         return None
 
     best_state = checkpoints.restore_best(state)
@@ -307,33 +303,23 @@ def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_
     {"state": its final state, "record": its record}, or None if stopped by SIGTERM. It is given
     the training split alone; its checkpoints, metrics and record (`pretrain.STAGE_RECORD`) are its own."""
     primary = jax.process_index() == 0
+    stage = Stage("pretrain", stage_dir, config.pretrain.num_steps, config.pretrain_optimizer, "pretrain",
+                  objective=pretrain.make_objective(config, task.vocab_size), record=pretrain.STAGE_RECORD)
     graphdef, tx, state = create_train_state(config, task, mesh, pretraining=True)
-    num_steps = config.pretrain.num_steps
-    os.makedirs(stage_dir, exist_ok=True)
-    results_path = os.path.join(stage_dir, pretrain.STAGE_RECORD)
-    checkpoints = checkpointing.Checkpoints(os.path.join(stage_dir, "checkpoints"), config.keep_checkpoints)
+    os.makedirs(stage.folder, exist_ok=True)
+    results_path = os.path.join(stage.folder, stage.record)
+    checkpoints = checkpointing.Checkpoints(os.path.join(stage.folder, "checkpoints"), config.keep_checkpoints)
     state = checkpoints.restore_last(state) or state
     start = int(state["step"])
-    finished = run_dir.finished_results(results_path) if start >= num_steps else None
-    if finished is not None and metrics.whole(stage_dir):
+    finished = run_dir.finished_results(results_path) if start >= stage.num_steps else None
+    if finished is not None and metrics.whole(stage.folder):
         checkpoints.close()
         return {"state": state, "record": finished}
     if start and primary:
-        print(f"{stage_dir}: resuming pretraining from step {start}")
-    batches = pipeline.prefetch_to_mesh(
-        pipeline.train_batches(*train, batch_size=config.batch_size, seed=config.seed, start_step=start,
-                               rows=pipeline.process_rows(mesh, config.batch_size)), mesh)
-    first = next(batches)
-    train_step = steps.make_train_step(graphdef, tx, pretrain_key(config), config.optimizer.skip_nonfinite_updates,
-                                       config.grad_accum_steps, objective=pretrain.make_objective(config, task.vocab_size))
-    train_step = train_step.lower(state, first).compile()
-    memory.check_fits(memory.peak_memory(train_step), config)
-    writer = metrics.MetricsWriter(stage_dir, start_step=start, enabled=primary)
-    loop = _Loop(config, "pretrain", num_steps, stage_dir, checkpoints, writer,
-                 optimizer.make_schedule(config.pretrain_optimizer), versions, record=pretrain.STAGE_RECORD,
-                 on_step_time=on_step_time)
-    state, step, timing = loop.run(state, train_step, first, batches, start)
-    if step < num_steps:
+        print(f"{stage.folder}: resuming pretraining from step {start}")
+    state, step, timing, _, writer = _train_stage(config, stage, graphdef, tx, state, checkpoints, train, mesh,
+                                                  versions, on_step_time=on_step_time)
+    if step < stage.num_steps:
         return None
     writer.close()
     checkpoints.close()
@@ -344,6 +330,47 @@ def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_
         run_dir.write_json(results_path, record)
         print(f"pretraining ({config.pretrain.objective}) done at step {step}; fine-tuning from its encoder")
     return {"state": state, "record": record}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of a run, trained by `_train_stage`: fine-tuning ("train") or self-pretraining ("pretrain").
+
+    folder: where its checkpoints/, metrics.jsonl and record live; num_steps, optimizer: its steps and
+    optimizer settings; stream: its random stream (`STREAMS`, folded with the step); objective: its loss
+    (`steps.classification`, or the pretraining objective); record: its record's file name in `folder`."""
+
+    name: str
+    folder: str
+    num_steps: int
+    optimizer: OptimizerSettings
+    stream: str
+    objective: Callable = steps.classification
+    record: str = "results.json"
+
+
+def _train_stage(config: Settings, stage: Stage, graphdef, tx, state, checkpoints: checkpointing.Checkpoints,
+                 train: tasks.Split, mesh: Mesh, versions: dict[str, str], *, validate=None,
+                 best_val: float | None = None, on_step_time: StepTimeHook | None = None):
+    """Trains `stage` from `state`'s step to its num_steps: the batches resumed where the state is, the
+    step compiled and refused if it cannot fit, its metrics written, the loop (`_Loop`) run.
+    -> (state, the step it ended at, the loop's timing, the step's memory, the stage's metrics writer)."""
+    start = int(state["step"])
+    batches = pipeline.prefetch_to_mesh(
+        pipeline.train_batches(*train, batch_size=config.batch_size, seed=config.seed, start_step=start,
+                               rows=pipeline.process_rows(mesh, config.batch_size)), mesh)
+    first = next(batches)
+    train_step = steps.make_train_step(graphdef, tx, run_key(config, stage.stream),
+                                       config.optimizer.skip_nonfinite_updates, config.grad_accum_steps,
+                                       objective=stage.objective)
+    train_step = train_step.lower(state, first).compile()
+    step_memory = memory.peak_memory(train_step)
+    memory.check_fits(step_memory, config)
+    writer = metrics.MetricsWriter(stage.folder, start_step=start, enabled=jax.process_index() == 0)
+    loop = _Loop(config, stage, checkpoints, writer, optimizer.make_schedule(stage.optimizer), versions, validate,
+                 best_val=best_val, on_step_time=on_step_time)
+    state, step, timing = loop.run(state, train_step, first, batches, start)
+    return state, step, timing, step_memory, writer
 
 
 def _adding_steps(hook: StepTimeHook | None, later: int) -> StepTimeHook | None:
@@ -360,11 +387,6 @@ def check_not_empty(config: Settings, splits: dict[str, tasks.Split], names: lis
                         f"{'them' if len(empty) > 1 else 'it'}, or pass another --config.data.data_dir")
 
 
-def pretrain_key(config: Settings) -> jax.Array:
-    """The pretraining stage's key (masks and dropout), apart from fine-tuning's `dropout_key`."""
-    return jax.random.fold_in(jax.random.key(config.seed), 3)
-
-
 class _Loop:
     """The train loop of one stage (fine-tuning "train", or "pretrain"), shared by both.
 
@@ -376,13 +398,12 @@ class _Loop:
     saves the step in flight and stops; a non-finite step raises TrainingDiverged with the stage's
     record (`record`) saying so. `on_step_time` is `train_and_evaluate`'s (`_FirstSteps`)."""
 
-    def __init__(self, config: Settings, name: str, num_steps: int, workdir: str,
-                 checkpoints: checkpointing.Checkpoints, writer: metrics.MetricsWriter, schedule, versions,
-                 validate=None, record: str = "results.json", best_val: float | None = None,
+    def __init__(self, config: Settings, stage: Stage, checkpoints: checkpointing.Checkpoints,
+                 writer: metrics.MetricsWriter, schedule, versions, validate=None, best_val: float | None = None,
                  on_step_time: StepTimeHook | None = None):
-        self.config, self.name, self.num_steps, self.workdir = config, name, num_steps, workdir
+        self.config, self.name, self.num_steps, self.workdir = config, stage.name, stage.num_steps, stage.folder
         self.checkpoints, self.writer, self.schedule, self.versions = checkpoints, writer, schedule, versions
-        self.validate, self.record, self.best_val, self.on_step_time = validate, record, best_val, on_step_time
+        self.validate, self.record, self.best_val, self.on_step_time = validate, stage.record, best_val, on_step_time
 
     def run(self, state, train_step, first, batches, start: int):
         """-> (state, the step it ended at, {"steps_per_second", "last_loss"}); the stage's files are
@@ -435,7 +456,7 @@ class _Loop:
                                             f"{self.name}/learning_rate": float(self.schedule(step))})
                         shown.update(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}")
                     if validate:
-                        shown["best_val"] = f"{self.validate(step, state):.3f}"
+                        shown["best_val"] = f"{self.validate(step, state, writer):.3f}"
                     progress.set_postfix(shown)  # after this step's validation: the bar never shows a stale best
                     if save:
                         checkpoints.save_last(step, state, unlogged(window))
