@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -387,87 +387,103 @@ def check_not_empty(config: Settings, splits: dict[str, tasks.Split], names: lis
                         f"{'them' if len(empty) > 1 else 'it'}, or pass another --config.data.data_dir")
 
 
+class _Every(NamedTuple):
+    """A loop hook: `run(step, state)` after every `every` steps and after the last one."""
+
+    every: int
+    run: Callable[[int, Any], None]
+
+
 class _Loop:
     """The train loop of one stage (fine-tuning "train", or "pretrain"), shared by both.
 
-    At most two steps in flight; every `log_every` steps the window's mean metrics under
-    "<name>/..."; every `eval_every` steps `validate(step, state)` (fine-tuning only; it returns the
-    best validation accuracy so far, which the progress bar shows as best_val once that validation is
-    done: the figure the run's last line gives; `best_val` is the best before this loop, None if none);
-    every `checkpoint_every` steps the last checkpoint, with the window's unlogged metrics. A SIGTERM
-    saves the step in flight and stops; a non-finite step raises TrainingDiverged with the stage's
-    record (`record`) saying so. `on_step_time` is `train_and_evaluate`'s (`_FirstSteps`)."""
+    At most two steps in flight, each under a profiler step annotation (`jax.profiler.StepTraceAnnotation`,
+    named after the stage), so that a trace taken of a run shows its steps. A SIGTERM or SIGINT saves the
+    step in flight and stops; a non-finite step raises TrainingDiverged with the stage's record saying so.
+    The periodic work is a list of hooks (`_Every`), run in order once the step's state is ready and
+    checked finite, and never counted as training time:
+      - log, every `log_every` steps: the window's mean metrics under "<name>/...";
+      - validate, every `eval_every` steps (fine-tuning only): `validate(step, state, writer)` returns the
+        best validation accuracy so far, which the progress bar shows as best_val (the figure the run's
+        last line gives; `best_val` is the best before this loop, None if none);
+      - save, every `checkpoint_every` steps: the last checkpoint, with the window's unlogged metrics.
+    `on_step_time` is `train_and_evaluate`'s (`_FirstSteps`)."""
 
     def __init__(self, config: Settings, stage: Stage, checkpoints: checkpointing.Checkpoints,
                  writer: metrics.MetricsWriter, schedule, versions, validate=None, best_val: float | None = None,
                  on_step_time: StepTimeHook | None = None):
-        self.config, self.name, self.num_steps, self.workdir = config, stage.name, stage.num_steps, stage.folder
-        self.checkpoints, self.writer, self.schedule, self.versions = checkpoints, writer, schedule, versions
-        self.validate, self.record, self.best_val, self.on_step_time = validate, stage.record, best_val, on_step_time
+        self.config, self.stage, self.checkpoints, self.writer = config, stage, checkpoints, writer
+        self.schedule, self.versions, self.validate, self.on_step_time = schedule, versions, validate, on_step_time
+        self.shown = {"loss": "-", "acc": "-"}  # the progress bar's figures, as of the last log and validation
+        if validate is not None:
+            self.shown["best_val"] = "-" if best_val is None else f"{best_val:.3f}"
+        # a run resumed mid-window logs what it would have: the saved metrics as the step gave them (float32)
+        self.window = [{key: np.float32(value) for key, value in m.items()} for m in checkpoints.unlogged_metrics()]
+        self.last_loss = None
+        self.hooks = [_Every(config.log_every, self._log),
+                      *([_Every(config.eval_every, self._validate)] if validate is not None else []),
+                      _Every(config.checkpoint_every, self._save)]
+
+    def _log(self, step: int, state) -> None:
+        summary, name = window_summary(self.window), self.stage.name
+        self.window, self.last_loss = [], summary["loss"]
+        self.writer.write(step, {f"{name}/loss": summary["loss"], f"{name}/accuracy": summary["accuracy"],
+                                 f"{name}/grad_norm": summary["grad_norm"],
+                                 f"{name}/skipped_updates": summary["skipped"],
+                                 f"{name}/learning_rate": float(self.schedule(step))})
+        self.shown.update(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}")
+
+    def _validate(self, step: int, state) -> None:
+        self.shown["best_val"] = f"{self.validate(step, state, self.writer):.3f}"
+
+    def _save(self, step: int, state) -> None:
+        self.checkpoints.save_last(step, state, unlogged(self.window))
 
     def run(self, state, train_step, first, batches, start: int):
         """-> (state, the step it ended at, {"steps_per_second", "last_loss"}); the stage's files are
         closed when it stops before num_steps (then it prints how to resume)."""
-        config, checkpoints, writer, primary = self.config, self.checkpoints, self.writer, jax.process_index() == 0
-        last_loss = None
-        shown = {"loss": "-", "acc": "-"}  # the progress bar's figures, as of the last log and validation
-        if self.validate is not None:
-            shown["best_val"] = "-" if self.best_val is None else f"{self.best_val:.3f}"
-        # a run resumed mid-window logs what it would have: the saved metrics as the step gave them (float32)
-        window = [{key: np.float32(value) for key, value in m.items()} for m in checkpoints.unlogged_metrics()]
+        config, stage, checkpoints, writer = self.config, self.stage, self.checkpoints, self.writer
+        primary = jax.process_index() == 0
         train_seconds, timed_steps, steps_since_tick = 0.0, 0, 0
-        desc = f"{config.variant} {config.task}" + (f" {self.name}" if self.name != "train" else "")
-        progress = tqdm(total=self.num_steps, initial=start, unit="step", dynamic_ncols=True,
+        desc = f"{config.variant} {config.task}" + (f" {stage.name}" if stage.name != "train" else "")
+        progress = tqdm(total=stage.num_steps, initial=start, unit="step", dynamic_ncols=True,
                         desc=desc, mininterval=1.0, disable=not primary)
         step = start
-        first_steps = _FirstSteps(self.on_step_time, start, self.num_steps) if self.on_step_time and primary else None
+        first_steps = _FirstSteps(self.on_step_time, start, stage.num_steps) if self.on_step_time and primary else None
         try:
             with _StopSignal() as stop:
                 tick = time.perf_counter()
                 for batch in itertools.chain([first], batches):
-                    if step >= self.num_steps or stop.agreed():
+                    if step >= stage.num_steps or stop.agreed():
                         break
-                    state, step_metrics = train_step(state, batch)
-                    if window:  # at most two steps in flight: a stop or a save never waits for a long queue
-                        check_finite(window[-1], step, self.workdir, checkpoints)
+                    with jax.profiler.StepTraceAnnotation(stage.name, step_num=step):
+                        state, step_metrics = train_step(state, batch)
+                    if self.window:  # at most two steps in flight: a stop or a save never waits for a long queue
+                        check_finite(self.window[-1], step, stage.folder, checkpoints)
                     step += 1
                     steps_since_tick += 1
-                    window.append(step_metrics)
+                    self.window.append(step_metrics)
                     progress.update(1)
                     if first_steps is not None:
                         first_steps.after(step, state, progress)
-                    last = step == self.num_steps
-                    log, validate, save = (last or step % every == 0 for every in
-                                           (config.log_every, config.eval_every, config.checkpoint_every))
-                    validate = validate and self.validate is not None
-                    if not (log or validate or save):
+                    due = [hook for hook in self.hooks if step == stage.num_steps or step % hook.every == 0]
+                    if not due:
                         continue
                     jax.block_until_ready(state)  # time training only, not validation or saving
                     train_seconds += time.perf_counter() - tick
                     timed_steps, steps_since_tick = timed_steps + steps_since_tick, 0
-                    check_finite(step_metrics, step, self.workdir, checkpoints)  # before anything is written
-                    if log:
-                        summary = window_summary(window)
-                        window, last_loss = [], summary["loss"]
-                        writer.write(step, {f"{self.name}/loss": summary["loss"],
-                                            f"{self.name}/accuracy": summary["accuracy"],
-                                            f"{self.name}/grad_norm": summary["grad_norm"],
-                                            f"{self.name}/skipped_updates": summary["skipped"],
-                                            f"{self.name}/learning_rate": float(self.schedule(step))})
-                        shown.update(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}")
-                    if validate:
-                        shown["best_val"] = f"{self.validate(step, state, writer):.3f}"
-                    progress.set_postfix(shown)  # after this step's validation: the bar never shows a stale best
-                    if save:
-                        checkpoints.save_last(step, state, unlogged(window))
+                    check_finite(step_metrics, step, stage.folder, checkpoints)  # before anything is written
+                    for hook in due:
+                        hook.run(step, state)
+                    progress.set_postfix(self.shown)  # after this step's validation: the bar never shows a stale best
                     tick = time.perf_counter()
-                if stop.requested and step < self.num_steps:
-                    if window:
-                        check_finite(window[-1], step, self.workdir, checkpoints)
-                    checkpoints.save_last(step, state, unlogged(window))
+                if stop.requested and step < stage.num_steps:
+                    if self.window:
+                        check_finite(self.window[-1], step, stage.folder, checkpoints)
+                    self._save(step, state)
         except TrainingDiverged as diverged:
             if primary:
-                run_dir.write_json(os.path.join(self.workdir, self.record),
+                run_dir.write_json(os.path.join(stage.folder, stage.record),
                                    run_dir.diverged_record(config, diverged, self.versions))
             writer.close()
             checkpoints.close()
@@ -480,13 +496,13 @@ class _Loop:
         finally:
             batches.close()
             progress.close()
-        if step < self.num_steps:
+        if step < stage.num_steps:
             if primary:
-                print(f"stopped at step {step}; checkpoint saved in {self.workdir}. Run the same command to resume.")
+                print(f"stopped at step {step}; checkpoint saved in {stage.folder}. Run the same command to resume.")
             writer.close()
             checkpoints.close()
         steps_per_second = timed_steps / train_seconds if timed_steps else None
-        return state, step, {"steps_per_second": steps_per_second, "last_loss": last_loss}
+        return state, step, {"steps_per_second": steps_per_second, "last_loss": self.last_loss}
 
 
 class _FirstSteps:
