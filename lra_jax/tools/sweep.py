@@ -52,7 +52,8 @@ in one line and its run treated as unfinished: it is started again and ends agai
 SIGINT/SIGTERM: every running child gets SIGTERM, saves a checkpoint and exits; the sweep then stops
 (run the same command to continue).
 
-`--executor=slurm` submits the runs that are neither finished nor queued as one Slurm array job of
+`--executor` chooses where the runs train (`lra_jax.experiments.sweep_executors`): `local` here, and
+`slurm` submits the runs that are neither finished nor queued as one Slurm array job of
 scripts/slurm_sweep.sbatch (one task per run, resources from --partition, --account, --time,
 --gpus_per_run, --cpus_per_run, --mem, --max_running) and records its id in <root>/slurm/jobs.json;
 `--status` gives each run's state from its results.json and Slurm's view (lra_jax.experiments.slurm).
@@ -83,16 +84,8 @@ from lra_jax.experiments.sweep_plan import (
     protocol_runs,
     second_stage_stand_ins,
 )
-from lra_jax.experiments.sweep_report import (
-    capture_output,
-    estimate_runs,
-    estimate_table,
-    plan_lines,
-    pretraining_table,
-    selection_table,
-    summary_table,
-)
-from lra_jax.experiments.sweep_run import UNFINISHED, Stop, run_sweep, subprocess_runner
+from lra_jax.experiments.sweep_executors import LocalExecutor, SlurmExecutor
+from lra_jax.experiments.sweep_report import capture_output, estimate_runs, estimate_table, plan_lines
 from lra_jax.tools import parse_command_line
 
 
@@ -211,43 +204,23 @@ def main(argv: list[str] | None = None) -> None:
         if pending:
             print(f"waiting  {pending}")
         return
-    if args.status or args.executor == "slurm":
-        sys.exit(slurm_main(args, now, pending))
-    with Stop() as stop:
-        summary = run_sweep(lambda: protocol_runs(runs, args.protocol)[0],
-                            subprocess_runner(stop, log_to_workdir=len(slots) > 1), stop, slots=slots)
-    print("\n" + summary_table(summary))
-    chosen = selection_table(protocol_runs(runs, args.protocol)[0])
-    if chosen:
-        print("\n" + chosen)
-    compared = pretraining_table(protocol_runs(runs, args.protocol)[0])
-    if compared:
-        print("\n" + compared)
-    if stop.requested:
-        print("sweep stopped; run the same command to continue (finished runs are skipped, "
-              "interrupted ones resume)")
-        sys.exit(130)
-    if any(s["status"] in UNFINISHED for s in summary):
-        sys.exit(1)
+    if args.status:
+        sys.exit(status(args.root, now))
+    executor = (SlurmExecutor(args.root, slurm.Options(args.partition, args.account, args.time, args.gpus_per_run,
+                                                       args.cpus_per_run, args.mem, args.max_running))
+                if args.executor == "slurm" else LocalExecutor(slots))
+    code = executor.execute(lambda: protocol_runs(runs, args.protocol)[0], pending)
+    if code:
+        sys.exit(code)
 
 
-def slurm_main(args: flags.FlagValues, now: list, pending: str) -> int:
-    """--status, or --executor=slurm: submit what is neither finished nor queued; the exit status."""
+def status(root: str, now: list) -> int:
+    """--status: each run's state from its results.json and Slurm's view; the exit status."""
     try:
-        if args.status:
-            print(slurm.status_table(now, slurm.states(now, args.root)))
-        else:
-            options = slurm.Options(args.partition, args.account, args.time, args.gpus_per_run,
-                                    args.cpus_per_run, args.mem, args.max_running)
-            job_id, submitted = slurm.submit(now, args.root, options)
-            print(f"submitted {len(submitted)} runs as Slurm array job {job_id} (recorded in "
-                  f"{slurm.jobs_path(args.root)}); follow them with --status" if job_id else
-                  "nothing to submit: every run is finished, queued or running (see --status)")
+        print(slurm.status_table(now, slurm.states(now, root)))
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if pending:
-        print(f"note: {pending}; submit again once those runs are finished", file=sys.stderr)
     return 0
 
 
