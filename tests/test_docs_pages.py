@@ -12,13 +12,26 @@ import sys
 
 import pytest
 
-from lra_jax.experiments import docs_pages
+from lra_jax.experiments import docs_pages, kernel_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_committed_pages_are_what_the_generator_writes():
     assert docs_pages.stale(os.path.join(REPO, "docs"), REPO) == []
+
+
+def test_the_kernel_table_is_what_plan_picks_from_the_declarations_and_the_page_holds_it():
+    table = kernel_table.block()
+    ops = kernel_table.ops()
+    assert {op.name for op in ops} >= {"flash", "block_sparse", "linear", "gated_scan"}
+    rows = {tuple(cell.strip() for cell in line.strip("|").split("|")) for line in table.splitlines()[2:]}
+    assert ("`flash`", "`luong`, `softmax`, `synthesizer`", "`auto`", "`pallas-triton`",
+            "`pallas-mosaic-splash`; with attention dropout `pallas-mosaic-flash`", "`xla`") in rows
+    assert ("", "", "`pallas`", "`pallas-triton`", "`xla`", "`pallas-triton` (interpreted)") in rows  # linear, gated
+    path, text = kernel_table.current(os.path.join(REPO, "docs"))
+    with open(path, encoding="utf-8") as f:
+        assert f.read() == text, "docs/kernels.md's table is stale: run python -m lra_jax.tools.docs"
 
 
 def _copy(tmp_path):

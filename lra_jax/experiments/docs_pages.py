@@ -83,6 +83,16 @@ def variants_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def with_block(text: str, block: str, path: str, begin: str, end: str) -> str:
+    """`text` (the file `path`) with what lies between its markers `begin` and `end` replaced by `block`: a
+    generated part of a page written by hand (README's results, the kernels page's table)."""
+    first, last = text.find(begin), text.find(end)
+    if first < 0 or last < first:
+        raise LraError(f"{path} lacks its generated block's markers: put {begin} and {end} on lines of their own "
+                       "where the generated text goes")
+    return text[:first + len(begin)] + "\n" + block + text[last:]
+
+
 def _load(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import results_summary
+from lra_jax.experiments import docs_pages, results_summary
 
 README = "README.md"
 SUMMARY = os.path.join("experiments", "charts", results_summary.NAME)
@@ -31,17 +31,8 @@ def block(root: str = ".") -> str:
             f"point and source is in `experiments/charts/lra_results.md`.\n\n{body}\n")
 
 
-def readme_with_block(readme: str, text: str, path: str = README) -> str:
-    """`readme` with the text between its markers replaced by `text`."""
-    begin, end = readme.find(BEGIN), readme.find(END)
-    if begin < 0 or end < begin:
-        raise LraError(f"{path} lacks the results markers: put {BEGIN} and {END} on lines of their own where the "
-                       "results table goes")
-    return readme[:begin + len(BEGIN)] + "\n" + text + readme[end:]
-
-
 def current(root: str = ".") -> tuple[str, str]:
     """(README.md's path, its text with the results block regenerated)."""
     path = os.path.join(root, README)
     with open(path, encoding="utf-8") as f:
-        return path, readme_with_block(f.read(), block(root), path)
+        return path, docs_pages.with_block(f.read(), block(root), path, BEGIN, END)

@@ -14,14 +14,10 @@ Beside them: `target` (the platform kernels are built for), `dispatch` (the tabl
 `operands` (masks, dropout seed and padding every op prepares), `dropout`, `sharding`, `tiling`.
 
 Which kernel runs is decided once (`dispatch.plan`) for a *target platform*, by default
-the platform jax runs on (`jax.default_backend()`):
-
-    impl      gpu                 tpu                     cpu
-    "xla"     XLA                 XLA                     XLA
-    "pallas"  Pallas Triton       Pallas Mosaic (splash)  Pallas Triton, interpreted
-    "auto"    Pallas Triton       Pallas Mosaic (splash)  XLA
-
-A kernel that does not exist for the target (linear attention and the gated scan on TPU) is XLA.
+the platform jax runs on (`jax.default_backend()`); `auto` is a Pallas kernel on GPU and TPU and XLA
+on CPU, and a kernel that does not exist for the target is XLA. The table of what each op runs for each
+impl and platform is generated from the ops' declarations into docs/kernels.md
+(`lra_jax.experiments.kernel_table`).
 `target_platform("tpu")` changes the target for what is built and traced inside
 it: the lowering tool (`python -m lra_jax.tools.lower`) lowers a CUDA or TPU
 train step on a CPU that way, and `target_platform("tpu", interpret=True)` runs

@@ -5,13 +5,9 @@ a `KernelOp`: its implementations in order of preference, each a name (as runs r
 that runs it and what it supports (Pallas backend, platforms, attention dropout, dtypes, interpreter).
 `plan(impl, target, op, ...)` picks one for a target and returns it in a `KernelPlan`; the op's
 entry point runs `plan.implementation` and decides nothing again. An attention variant names its
-op once (`TokenMixer.kernel_op`) and passes its layer's plan to the op.
-
-    impl      gpu                 tpu                            cpu
-    "xla"     XLA                 XLA                            XLA
-    "pallas"  Pallas Triton       Pallas Mosaic (splash; ours    Pallas Triton (interpreted
-                                  where dropout is on)           where the target says so)
-    "auto"    Pallas Triton       Pallas Mosaic                  XLA
+op once (`TokenMixer.kernel_op`) and passes its layer's plan to the op. What `plan` picks for each op,
+impl and platform is generated from these declarations into docs/kernels.md
+(`lra_jax.experiments.kernel_table`), the one copy of that table.
 
 An op without a kernel for the target's backend (linear attention, the gated scan on TPU), or whose kernels there
 lack what the call needs (dropout, a dtype, a setting the variant says it cannot serve), runs XLA,

@@ -1,10 +1,12 @@
 r"""The docs pages generated from the registry and the committed JSON (`lra_jax.experiments.docs_pages`).
 
     python -m lra_jax.tools.docs            # write docs/variants.md, docs/results/*.md, docs/assets/ (the
-                                            # chart the site shows), README.md's results
+                                            # chart the site shows), README.md's results, docs/kernels.md's
+                                            # kernel table
     python -m lra_jax.tools.docs --check    # write nothing; exit 1 naming every page or asset that differs
 
-README.md's results table is the chart's short table (`lra_jax.experiments.readme_results`).
+README.md's results table is the chart's short table (`lra_jax.experiments.readme_results`); docs/kernels.md's
+table of what each kernel op runs where is generated from the ops' declarations (`lra_jax.experiments.kernel_table`).
 """
 
 import sys
@@ -12,7 +14,7 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import docs_pages, readme_results
+from lra_jax.experiments import docs_pages, kernel_table, readme_results
 from lra_jax.tools import parse_command_line
 
 
@@ -27,11 +29,12 @@ def define_flags(values: flags.FlagValues) -> None:
 def main(argv: list[str] | None = None) -> None:
     args, _ = parse_command_line("lra_jax.tools.docs", __doc__, define_flags, argv)
     try:
-        readme, readme_text = readme_results.current(args.root)
+        blocks = [readme_results.current(args.root), kernel_table.current(args.docs_dir)]  # (path, text)
         if args.check:
             stale = docs_pages.stale(args.docs_dir, args.root)
-            with open(readme, encoding="utf-8") as f:
-                stale += [readme] if f.read() != readme_text else []
+            for path, text in blocks:
+                with open(path, encoding="utf-8") as f:
+                    stale += [path] if f.read() != text else []
             for path in stale:
                 print(f"error: {path} differs from what `python -m lra_jax.tools.docs` generates from the "
                       "code, the committed JSON and the chart (edited by hand, or its source changed); run it and commit",
@@ -42,9 +45,10 @@ def main(argv: list[str] | None = None) -> None:
             return
         for path in docs_pages.write(args.docs_dir, args.root):
             print(f"wrote {path}")
-        with open(readme, "w", encoding="utf-8") as f:
-            f.write(readme_text)
-        print(f"wrote {readme}'s results table")
+        for path, text in blocks:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            print(f"wrote {path}'s generated block")
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
