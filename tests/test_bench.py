@@ -21,6 +21,7 @@ TINY = {"batch_size": 4, "steps": 5, "warmup": 1, "dtype": "float32", "scan_laye
 
 
 @pytest.mark.slow
+@pytest.mark.one_stack("oldest")  # the bench's files and columns are this package's Python: CI runs it once
 def test_tiny_real_benchmark_writes_json_with_relative_columns(tmp_path, monkeypatch):
     monkeypatch.setenv("LRA_JAX_CACHE", str(tmp_path / "cache"))  # the cells' compilation cache
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")  # cells compile in 3 s, not 10

@@ -182,6 +182,7 @@ def test_the_best_runs_per_device_is_the_fewest_within_three_percent_of_the_most
 
 
 @pytest.mark.slow
+@pytest.mark.one_stack("newest")  # the device machine runs the newest jax, as for the stage itself
 def test_the_probe_times_processes_sharing_a_core_and_the_stage_reads_its_best(tmp_path, monkeypatch):
     monkeypatch.setenv("LRA_JAX_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("XLA_FLAGS", FAST_COMPILE)

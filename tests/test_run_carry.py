@@ -40,6 +40,7 @@ def lines(workdir):
 
 
 @pytest.mark.slow
+@pytest.mark.one_stack("newest")  # packing and unpacking are this package's Python; the device machine runs newest
 def test_a_run_carried_to_a_fresh_machine_ends_as_one_that_never_moved(tmp_path, monkeypatch):
     straight = str(tmp_path / "straight" / RUN)
     expected = trainer.train_and_evaluate(from_config(tiny_pathfinder(tmp_path / "cache")), straight)
