@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-# It collects the whole suite in a process of its own (seconds): CI runs it, the fast tier does not.
-pytestmark = pytest.mark.slow
+# It collects the whole suite in a process of its own (about a minute): CI runs it, once (the markers are
+# the suite's, not the jax version's), and the fast tier does not.
+pytestmark = [pytest.mark.slow, pytest.mark.one_stack("oldest")]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
