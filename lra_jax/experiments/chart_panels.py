@@ -18,6 +18,7 @@ legend and the title state the scale behind every point.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import matplotlib
@@ -209,7 +210,7 @@ def draw_paper(ax, reference: dict[str, Any] | None, ours: list[Point],
         tasks = scored_tasks({model["variant"]: scores[same.series][model["variant"]]}) if same else first
         if not tasks:
             continue
-        x, y = model["relative_speed_4k"], sum(model["accuracy"][t] for t in tasks) / len(tasks)
+        x, y = model["relative_speed_4k"], math.fsum(model["accuracy"][t] for t in tasks) / len(tasks)
         size = bubble_area(model["memory_4k_gb"] / base["memory_4k_gb"], largest)
         ax.scatter([x], [y], s=size, marker="s", facecolor=PAPER_COLOR, edgecolor="0.1", linewidth=1.2, alpha=0.35,
                    zorder=2.5)
@@ -242,7 +243,7 @@ def draw_published(ax, published: dict[str, tuple[dict[str, Any], dict[str, Any]
         values = [row["accuracy"].get(t) for t in tasks]
         if not tasks or not all(isinstance(v, (int, float)) for v in values):
             continue
-        y = sum(values) / len(values)
+        y = math.fsum(values) / len(values)
         color = "black" if variant in REFERENCE_VARIANTS else styles[variant][0]
         ax.plot([point.x], [y], linestyle="", marker="_", markersize=22, markeredgewidth=2.6, color=color,
                 zorder=3.6, gid=f"published-mark-{variant}")

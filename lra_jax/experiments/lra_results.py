@@ -82,7 +82,7 @@ def score_spread(stds: list[float | None]) -> float | None:
     sqrt(sum of the tasks' variances) / T; None when a task has no std (one seed) or there is none."""
     if not stds or any(s is None for s in stds):
         return None
-    return math.sqrt(sum(s * s for s in stds)) / len(stds)
+    return math.sqrt(math.fsum(s * s for s in stds)) / len(stds)
 
 
 def aggregate(selections: dict[tuple[str, str | None, str], selection.Selection | None]) -> dict[str, dict[str, Any]]:
@@ -100,7 +100,7 @@ def aggregate(selections: dict[tuple[str, str | None, str], selection.Selection 
         present = [t for t in LRA_TASKS if t in accuracy]
         out[variant] = {
             "accuracy": accuracy, "std": std, "seeds": {t: s.n for t, s in chosen.items()}, "chosen": chosen,
-            "score": sum(accuracy[t] for t in present) / len(present) if present else None,
+            "score": math.fsum(accuracy[t] for t in present) / len(present) if present else None,
             "score_std": score_spread([std[t] for t in present]),
             "missing": [t for t in LRA_TASKS if t not in accuracy],
             "path_x": accuracy.get("path_x"),

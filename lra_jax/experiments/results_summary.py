@@ -9,6 +9,7 @@ seeds of its chosen grid point: the training compute, compilation and evaluation
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from lra_jax.experiments.chart_speeds import DeviceSpeeds
@@ -29,7 +30,7 @@ def _hardware(m: dict[str, Any]) -> str:
 
 def _train_time(m: dict[str, Any]) -> float | None:
     seconds = [s.train_seconds for s in m["chosen"].values()]
-    return None if not seconds or None in seconds else sum(seconds)
+    return None if not seconds or None in seconds else math.fsum(seconds)
 
 
 def _speed(speeds: DeviceSpeeds | None, variant: str) -> list[str]:

@@ -152,10 +152,10 @@ class Selection:
 
 def mean_std(values: list[float]) -> tuple[float, float | None]:
     """Mean and sample standard deviation (ddof 1; None for a single value)."""
-    mean = sum(values) / len(values)
+    mean = math.fsum(values) / len(values)
     if len(values) < 2:
         return mean, None
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 TIE = 1e-9  # mean validation accuracies (fractions) closer than this are a tie, broken by `tie_order`
@@ -197,7 +197,7 @@ def select(results: list[Result]) -> Selection | None:
         return None
     shared = set.intersection(*(set(runs) for runs in eligible.values()))
     # No seed common to all points (an unfinished sweep): each point on its own seeds.
-    candidates = {p: sum(runs[s].val_accuracy for s in (shared or runs)) / len(shared or runs)
+    candidates = {p: math.fsum(runs[s].val_accuracy for s in (shared or runs)) / len(shared or runs)
                   for p, runs in eligible.items()}
     top = max(candidates.values())
     best = min((p for p, v in candidates.items() if v >= top - TIE), key=tie_order)
@@ -207,10 +207,10 @@ def select(results: list[Result]) -> Selection | None:
 
     def seed_mean(field: str) -> float | None:  # over the seeds, of a field every run records
         values = [getattr(runs[s], field) for s in seeds]
-        return None if None in values else sum(values) / len(values)
+        return None if None in values else math.fsum(values) / len(values)
 
     return Selection(point=best, seeds=seeds, test_mean=test_mean, test_std=test_std,
-                     val_mean=sum(runs[s].val_accuracy for s in seeds) / len(seeds),
+                     val_mean=math.fsum(runs[s].val_accuracy for s in seeds) / len(seeds),
                      compared_on=sorted(shared), candidates=candidates, diverged=diverged,
                      pretrain_steps=max((runs[s].pretrain_steps or 0 for s in seeds), default=0) or None,
                      pretrain_seconds=seed_mean("pretrain_seconds"), pretrain_loss=seed_mean("pretrain_loss"),

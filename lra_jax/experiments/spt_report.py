@@ -152,7 +152,7 @@ def welch(spt: dict[str, Any], scratch: dict[str, Any], task: str) -> Welch | No
     if v[0] + v[1] == 0:
         return Welch(difference, 0.0, float("nan"), 1.0) if difference == 0 else None
     t = difference / math.sqrt(v[0] + v[1])
-    df = (v[0] + v[1]) ** 2 / sum(vi ** 2 / (n - 1) for vi, (_, _, n) in zip(v, arms))
+    df = (v[0] + v[1]) ** 2 / math.fsum(vi ** 2 / (n - 1) for vi, (_, _, n) in zip(v, arms))
     return Welch(difference, t, df, float(2.0 * stats.t.sf(abs(t), df)))
 
 
@@ -275,7 +275,7 @@ def findings(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any]],
                  f"{_count(counts['loss'], 'clear loss', 'clear losses')}, "
                  f"{counts['noise']} within noise"
                  + (f", {counts['untested']} untested (one seed or no spread)" if counts["untested"] else "")
-                 + f" (Holm, p < {ALPHA:g}); mean gain {sum(gains.values()) / len(gains):+.2f} "
+                 + f" (Holm, p < {ALPHA:g}); mean gain {math.fsum(gains.values()) / len(gains):+.2f} "
                  f"({low} {gains[low]:+.2f} to {high} {gains[high]:+.2f})"]
         if BASELINE in both and SSM in both:
             gap = [arm[SSM]["accuracy"][task] - arm[BASELINE]["accuracy"][task] for arm in (scratch, spt)]
