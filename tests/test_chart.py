@@ -189,8 +189,9 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     lines = table.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("|---")]
     # ours, speed and memory, full scale against the paper (one table per task: the five and Path-X), speed
-    # sources (speed, memory), the LRA paper's (Table 1, Table 2), the S4D, S5, LRU and Mega papers'
-    assert len(heads) == 16
+    # sources (speed, memory), the LRA paper's (Table 1, Table 2), the S4D, S5, LRU and Mega papers', and the
+    # variants scored on fewer tasks, listed apart from the ranking
+    assert len(heads) == 17
     for i in heads:
         assert lines[i].count("---") == len(lines[i - 1].split("|")) - 2
     # the published panel's table comes from experiments/reference with its source

@@ -2,6 +2,7 @@
 written and checked with the chart."""
 
 import json
+import re
 
 from chart_helpers import chart, run_dir, table_rows, write_bench
 
@@ -54,3 +55,23 @@ def test_the_check_names_a_hand_edited_summary(tmp_path, monkeypatch):
     assert f"output missing: out/{results_summary.NAME}" in lra_chart.check_chart(options)
     assert (tmp_path / "out" / chart_manifest.TABLE_NAME).exists()
 
+
+
+def test_a_variant_scored_on_fewer_tasks_is_listed_apart_never_ranked(tmp_path):
+    """A mean over one easy task would top every two-task score: both tables rank only the variants scored
+    on every task shown and list the rest after them, their score marked *."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        write_run(runs, "listops", "softmax", seed, 0.30, 100, 10.0)
+        write_run(runs, "pathfinder", "softmax", seed, 0.60, 100, 10.0)
+        write_run(runs, "listops", "linear", seed, 0.40, 100, 10.0)
+        write_run(runs, "pathfinder", "linear", seed, 0.70, 100, 10.0)
+        write_run(runs, "pathfinder", "ssd", seed, 0.90, 100, 10.0)  # 90.0 on Pathfinder alone
+    paths = chart(runs, tmp_path / "out")
+    for path in (paths["summary"], tmp_path / "out" / chart_manifest.TABLE_NAME):
+        text = open(path, encoding="utf-8").read()
+        variants = [line.split("|")[1].strip() for line in text.splitlines()
+                    if line.startswith("| ") and line.split("|")[1].strip() in ("softmax", "linear", "ssd")]
+        assert variants[:3] == ["linear", "softmax", "ssd"], path
+        assert "not ranked" in text.split("| ssd")[0].rsplit("| softmax", 1)[1], path
+        assert [line for line in text.splitlines() if line.startswith("| ssd") and re.search(r"90\.00? ± 0\.00?\*", line)], path

@@ -277,9 +277,20 @@ def selected_points(measured: dict[str, dict[str, Any]], order: list[str], scale
     return lines
 
 
+def ranked_and_apart(measured: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The variants of one scale split in two: those scored on every task that some variant ran, best score
+    first (the ranking), and the rest, most tasks then best score first. A mean over fewer tasks is a
+    different quantity (one easy task alone can top every full score), so it is listed apart, never ranked."""
+    tasks = set(table_tasks(measured)[0])
+    ran = {v: len(tasks & set(m["accuracy"])) for v, m in measured.items()}
+    order = sorted(measured, key=lambda v: (-ran[v], -(measured[v]["score"] or -1)))
+    return [v for v in order if ran[v] == len(tasks)], [v for v in order if ran[v] < len(tasks)]
+
+
 def score_order(measured: dict[str, dict[str, Any]]) -> list[str]:
-    """The variants of one scale, best score first."""
-    return sorted(measured, key=lambda v: -(measured[v]["score"] or -1))
+    """The variants of one scale: the ranked ones best score first, then those scored on fewer tasks."""
+    ranked, apart = ranked_and_apart(measured)
+    return ranked + apart
 
 
 def scale_table(scale: str, measured: dict[str, dict[str, Any]]) -> list[str]:
@@ -289,8 +300,15 @@ def scale_table(scale: str, measured: dict[str, dict[str, Any]]) -> list[str]:
     lines = ["", f"## Scale: {scale}", "",
              *_header(["Variant", *(TASK_TITLES[t] for t in tasks), "Score", *(["Path-X"] if path_x else []),
                        "Seeds"])]
-    order = score_order(measured)
-    lines += [_variant_row(v, measured[v], tasks, path_x) for v in order]
+    ranked, apart = ranked_and_apart(measured)
+    order = ranked + apart
+    lines += [_variant_row(v, measured[v], tasks, path_x) for v in ranked]
+    if apart:
+        lines += ["", "Scored on fewer tasks than the rows above, so not ranked with them (a mean over other "
+                  "tasks compares nothing):", "",
+                  *_header(["Variant", *(TASK_TITLES[t] for t in tasks), "Score*", *(["Path-X"] if path_x else []),
+                            "Seeds"]),
+                  *(_variant_row(v, measured[v], tasks, path_x) for v in apart)]
     absent = [TASK_TITLES[t] for t in LRA_TASKS if t not in tasks] + ([] if path_x else ["Path-X"])
     if absent:
         lines += ["", f"Not scored at this scale: {', '.join(absent)}." + (

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from lra_jax.experiments.chart_speeds import DeviceSpeeds
-from lra_jax.experiments.lra_results import LRA_TASKS, TASK_TITLES, base_scale, is_pretrained
+from lra_jax.experiments.lra_results import LRA_TASKS, TASK_TITLES, base_scale, is_pretrained, ranked_and_apart
 from lra_jax.measure.units import duration
 
 NAME = "lra_summary.md"
@@ -55,12 +55,20 @@ def summary(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | N
              "| Variant | " + " | ".join(TASK_TITLES[t] for t in tasks) + " | Score | Speed (× softmax) | "
              "Memory (GiB) | Scale | Trained on | Train time |",
              "|---" * (len(tasks) + 7) + "|"]
+    header_at = len(lines) - 2
+    apart = []
     for name in series:
-        measured = scores[name]
-        for variant in sorted(measured, key=lambda v: -(measured[v]["score"] or -1)):
-            m = measured[variant]
-            cells = [_score(m["accuracy"].get(t), m["std"].get(t)) for t in tasks]
-            lines.append("| " + " | ".join([variant, *cells, _score(m["score"], m["score_std"]),
-                                            *_speed(main, variant), base_scale(name), _hardware(m),
-                                            duration(_train_time(m), missing="—")]) + " |")
+        ranked, fewer = ranked_and_apart(scores[name])
+        lines += [_row(scores[name][v], v, name, tasks, main) for v in ranked]
+        apart += [_row(scores[name][v], v, name, tasks, main) for v in fewer]
+    if apart:
+        lines += ["", "Scored on fewer tasks than the rows above, so not ranked with them; their score (*) is the "
+                  "mean over the tasks they ran:", "", *lines[header_at:header_at + 2], *apart]
     return "\n".join(lines) + "\n"
+
+
+def _row(m: dict[str, Any], variant: str, series: str, tasks: list[str], main: DeviceSpeeds | None) -> str:
+    cells = [_score(m["accuracy"].get(t), m["std"].get(t)) for t in tasks]
+    score = _score(m["score"], m["score_std"]) + ("*" if any(t not in m["accuracy"] for t in tasks) else "")
+    return "| " + " | ".join([variant, *cells, score, *_speed(main, variant), base_scale(series), _hardware(m),
+                              duration(_train_time(m), missing="—")]) + " |"
