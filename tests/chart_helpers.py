@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from lra_jax.experiments import lra_chart, lra_results, selection
-from lra_jax.experiments.chart_manifest import ChartOptions
+from lra_jax.research.reports import lra_chart, lra_results
+from lra_jax.research.sweeps import selection
+from lra_jax.research.reports.chart_manifest import ChartOptions
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 

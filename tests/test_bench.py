@@ -12,7 +12,7 @@ import pytest
 
 from lra_jax import provenance
 from lra_jax.errors import ConfigError
-from lra_jax.experiments import bench_cells, bench_report
+from lra_jax.research.benchmarks import bench_cells, bench_report
 from lra_jax.measure import host_memory, out_of_memory
 from lra_jax.tools import bench
 

@@ -20,7 +20,7 @@ from chart_helpers import (  # noqa: F401 - runs is a fixture
 from PIL import Image
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import chart_speeds, lra_results
+from lra_jax.research.reports import chart_speeds, lra_results
 
 
 def test_score_is_mean_of_five_tasks_with_seeds_averaged_and_path_x_separate(runs):
@@ -275,7 +275,7 @@ def test_crowded_labels_do_not_overlap_and_stay_inside_the_axes():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lra_jax.experiments.chart_labels import (
+    from lra_jax.research.reports.chart_labels import (
         overlapping_pairs,
         place_labels,
         text_extent,

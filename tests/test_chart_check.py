@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from lra_jax.experiments import chart_manifest, lra_chart
-from lra_jax.experiments.chart_manifest import ChartOptions
+from lra_jax.research.reports import chart_manifest, lra_chart
+from lra_jax.research.reports.chart_manifest import ChartOptions
 
 OUT = "experiments/charts"
 FIXED_RESULT = "runs/listops-full/softmax/seed0/results.json"

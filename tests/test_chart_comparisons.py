@@ -9,8 +9,8 @@ import pytest
 from chart_helpers import chart, measure, run_dir, runs, table_rows, write_bench, write_result  # noqa: F401 - runs
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import chart_speeds, lra_chart, lra_results
-from lra_jax.experiments.chart_manifest import ChartOptions
+from lra_jax.research.reports import chart_speeds, lra_chart, lra_results
+from lra_jax.research.reports.chart_manifest import ChartOptions
 
 
 def test_main_panel_speed_is_relative_to_softmax_on_one_device_latest_file_first(runs, tmp_path):
@@ -141,7 +141,7 @@ def test_no_two_labels_of_the_drawn_chart_overlap(tmp_path):
     scales, the paper's points and a CPU panel; no two label boxes overlap on any panel."""
     from matplotlib.text import Annotation
 
-    from lra_jax.experiments.chart_labels import overlapping_pairs
+    from lra_jax.research.reports.chart_labels import overlapping_pairs
 
     root = tmp_path / "runs"
     variants = ["softmax", "linear", "performer", "local", "bigbird", "linformer", "sinkhorn", "strided", "taylor",
@@ -264,7 +264,7 @@ def test_every_variant_has_a_colour_and_a_marker_of_its_own(tmp_path):
     """22 variants drawn from a 20-colour palette shared colours (synthesizer took additive's); now no two
     share a colour or a marker, none takes the paper's square or grey or the reference's diamond or black."""
     from lra_jax.attention import registry
-    from lra_jax.experiments import chart_panels
+    from lra_jax.research.reports import chart_panels
 
     styles = chart_panels.variant_styles()
     attention = [v for v in registry.names() if v not in lra_results.REFERENCE_VARIANTS]

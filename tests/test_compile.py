@@ -14,13 +14,8 @@ import re
 import pytest
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import (
-    compile_matrix,
-    compile_step,
-    lowering,
-    table2_report,
-)
-from lra_jax.experiments.choices import config_files
+from lra_jax.research.compilation import compile_matrix, compile_step, lowering, table2_report
+from lra_jax.research.choices import config_files
 from lra_jax.measure import accelerators, fit, out_of_memory
 from lra_jax.tools import compile as compile_cmd
 from lra_jax.tools import table2

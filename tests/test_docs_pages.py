@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from lra_jax.experiments import docs_pages, kernel_table
+from lra_jax.research.reports import docs_pages, kernel_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from lra_jax.experiments.choices import config_files
+from lra_jax.research.choices import config_files
 from lra_jax.tools import fits
 
 GIB = 2**30

@@ -14,7 +14,7 @@ from flax import nnx
 from helpers import assert_close, reassociation_tol, slow_except
 from lra_jax import kernels
 from lra_jax.attention import registry
-from lra_jax.experiments import lowering
+from lra_jax.research.compilation import lowering
 from lra_jax.kernels import TRITON, XLA, Target, pallas_available
 from lra_jax.kernels.gated_scan import GATED_SCAN, gated_scan
 

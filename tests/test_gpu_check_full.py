@@ -18,7 +18,8 @@ from helpers import FAST_COMPILE
 
 from lra_jax.config import paths as config_paths
 from lra_jax.errors import LraError
-from lra_jax.experiments import device_sharing, full_scale, lra_results, sweep_plan
+from lra_jax.research.reports import lra_results
+from lra_jax.research.sweeps import device_sharing, full_lra_stage, sweep_plan
 from lra_jax.tools import full_scale as full_scale_tool
 
 STAGE = os.path.join(config_paths.REPO_ROOT, ".ci", "gpu-check")
@@ -79,12 +80,12 @@ def test_the_stage_at_mini_scale_makes_data_checks_shares_a_device_stops_in_time
     assert "== full-lra: exit 130" in done.stdout and "the time box of 60 s is over" in log, \
         done.stdout + done.stderr + log[-3000:]
     assert all(f"listops-mini/{v}/seed0: done, skipped" in log for v in VARIANTS)
-    for task in full_scale.TASKS:  # made and timed where it ran, checked once
+    for task in full_lra_stage.TASKS:  # made and timed where it ran, checked once
         data = read(root / f"{task}-mini" / "data.json")
         assert data["seconds"] >= 0 and data["cpu_cores"] >= 1 and data["examples"]["train"] > 0
         record = read(root / f"{task}-mini" / "precision.json")
         assert (record["task"], record["scale"], record["steps"]) == (task, "mini", PRECISION_STEPS)
-        assert all(record[d]["status"] == "complete" and record[d]["seconds"] > 0 for d in full_scale.DTYPES)
+        assert all(record[d]["status"] == "complete" and record[d]["seconds"] > 0 for d in full_lra_stage.DTYPES)
     stopped = root / "pathfinder-mini" / "softmax" / "seed0"
     assert not (stopped / "results.json").exists() and (stopped / "checkpoints" / "last").is_dir()
     assert len(lra_results.read_runs(str(root))) == len(VARIANTS), "a run cut short is never a result"
@@ -92,9 +93,9 @@ def test_the_stage_at_mini_scale_makes_data_checks_shares_a_device_stops_in_time
     # what comes back: the finished runs, the records, and the carried run with its newest checkpoint
     with tarfile.open(tmp_path / "first" / "full-lra.tar.gz") as tar:
         names = set(tar.getnames())
-    assert names == {"carried.tar.gz", *(f"{t}-mini/{n}" for t in full_scale.TASKS for n in ("precision.json",
+    assert names == {"carried.tar.gz", *(f"{t}-mini/{n}" for t in full_lra_stage.TASKS for n in ("precision.json",
                                                                                              "data.json")),
-                     *(f"listops-mini/{v}/seed0/{f}" for v in VARIANTS for f in full_scale.PACKED_FILES)}
+                     *(f"listops-mini/{v}/seed0/{f}" for v in VARIANTS for f in full_lra_stage.PACKED_FILES)}
     assert "pathfinder-mini/softmax/seed0" in log.split("packed", 1)[1].splitlines()[0]
 
     # another machine: the tar.gz unpacked into a fresh root, as committed; the carried run resumes
@@ -105,7 +106,7 @@ def test_the_stage_at_mini_scale_makes_data_checks_shares_a_device_stops_in_time
     again, log = run_stage(tmp_path, "second", fresh, cap=80)
     assert "== full-lra: exit 130" in again.stdout, again.stdout + again.stderr + log[-3000:]
     assert f"carried run restored: pathfinder-mini/softmax/seed0 at step {step}" in log
-    assert all(f"precision check {t} recorded earlier" in log for t in full_scale.TASKS)
+    assert all(f"precision check {t} recorded earlier" in log for t in full_lra_stage.TASKS)
     assert all(f"listops-mini/{v}/seed0: done, skipped" in log for v in VARIANTS)
     assert "pathfinder-mini/softmax/seed0: resuming" in log, log[-3000:]
     moved = metric_lines(fresh / "pathfinder-mini" / "softmax" / "seed0")
@@ -120,21 +121,21 @@ RECORD = {"dtype": "float32", "steps": 300, "float32": {"steps_per_second": 10.0
 
 def test_a_run_that_cannot_travel_starts_only_when_its_estimate_fits_and_a_small_one_always_does(tmp_path):
     # 50 s of startup and compilation (80 s less 300 steps at 10/s), then 5,000 steps at 10/s with the margin
-    assert full_scale.estimated_seconds(RECORD, 5000) == pytest.approx(50 + full_scale.ESTIMATE_MARGIN * 500)
-    assert not full_scale.travels(RECORD)
-    runs = full_scale.main_runs("mini", str(tmp_path), {"listops": "float32"}, ["softmax", "local"],
+    assert full_lra_stage.estimated_seconds(RECORD, 5000) == pytest.approx(50 + full_lra_stage.ESTIMATE_MARGIN * 500)
+    assert not full_lra_stage.travels(RECORD)
+    runs = full_lra_stage.main_runs("mini", str(tmp_path), {"listops": "float32"}, ["softmax", "local"],
                                 {"listops": ["--config.num_train_steps=5000"]})
-    need = full_scale.estimated_seconds(RECORD, 5000)
-    assert full_scale.admitted(runs, {"listops": RECORD}, need + 1) == runs
-    assert full_scale.admitted(runs, {"listops": RECORD}, need - 1) == []
+    need = full_lra_stage.estimated_seconds(RECORD, 5000)
+    assert full_lra_stage.admitted(runs, {"listops": RECORD}, need + 1) == runs
+    assert full_lra_stage.admitted(runs, {"listops": RECORD}, need - 1) == []
     small = {**RECORD, "float32": {**RECORD["float32"], "checkpoint_bytes": 1 << 20}}
-    assert full_scale.admitted(runs, {"listops": small}, 0) == runs
+    assert full_lra_stage.admitted(runs, {"listops": small}, 0) == runs
     os.makedirs(os.path.join(runs[1].workdir, "checkpoints"))  # started on this machine: it resumes
-    assert full_scale.admitted(runs, {"listops": RECORD}, 0) == [runs[1]]
+    assert full_lra_stage.admitted(runs, {"listops": RECORD}, 0) == [runs[1]]
 
 
 def test_the_tasks_take_turns_softmax_first_and_a_task_override_reaches_only_its_runs(tmp_path):
-    runs = full_scale.main_runs("mini", str(tmp_path), {"listops": "bfloat16", "pathfinder": "float32"},
+    runs = full_lra_stage.main_runs("mini", str(tmp_path), {"listops": "bfloat16", "pathfinder": "float32"},
                                 ["softmax", "linear"], {"pathfinder": ["--config.num_train_steps=7"]})
     assert [r.name for r in runs] == ["listops-mini/softmax/seed0", "pathfinder-mini/softmax/seed0",
                                       "listops-mini/linear/seed0", "pathfinder-mini/linear/seed0"]
@@ -161,18 +162,18 @@ F32 = {"status": "complete", "val_accuracy": 0.30, "val_loss": 1.80, "steps_per_
     (dict(status="failed"), "float32", "the bfloat16 run failed"),
 ])
 def test_bfloat16_is_used_only_where_it_holds_validation_and_is_faster(bf16, dtype, says):
-    record = full_scale.compare_precision(F32, {**F32, "run": "bf16", **bf16}, 300, "full", "pathfinder")
+    record = full_lra_stage.compare_precision(F32, {**F32, "run": "bf16", **bf16}, 300, "full", "pathfinder")
     assert record["dtype"] == dtype and says in record["reason"] and record["task"] == "pathfinder"
     assert record["holds"] == (says == "within tolerance" or "not faster" in says)
 
 
 def test_a_check_whose_float32_run_is_at_the_majority_rate_says_so_and_a_failed_float32_is_an_error():
-    record = full_scale.compare_precision({**F32, "val_accuracy": 0.18}, {**F32, "val_accuracy": 0.18,
+    record = full_lra_stage.compare_precision({**F32, "val_accuracy": 0.18}, {**F32, "val_accuracy": 0.18,
                                                                           "steps_per_second": 18.0}, 300, "full")
     assert record["dtype"] == "bfloat16" and "near the majority-class rate" in record["notes"][0]
     for status in ("diverged", "failed"):
         with pytest.raises(LraError, match=f"float32 run f32 {status}: the recipe itself fails"):
-            full_scale.compare_precision({**F32, "status": status}, F32, 300, "full")
+            full_lra_stage.compare_precision({**F32, "status": status}, F32, 300, "full")
 
 
 def test_the_best_runs_per_device_is_the_fewest_within_three_percent_of_the_most():
@@ -193,6 +194,6 @@ def test_the_probe_times_processes_sharing_a_core_and_the_stage_reads_its_best(t
     two = record["counts"]["2"]
     assert len(two["per_run"]) == 2 and len(set(two["slots"])) == 2 and all("(run " in s for s in two["slots"])
     assert two["steps_per_second"] == pytest.approx(2 * 5 / max(r["seconds"] for r in two["per_run"]))
-    full_scale.write_json(str(tmp_path / device_sharing.RECORD), record)
+    full_lra_stage.write_json(str(tmp_path / device_sharing.RECORD), record)
     assert device_sharing.read_best(str(tmp_path)) == record["best"]
     assert device_sharing.read_best(str(tmp_path / "none")) is None

@@ -1,4 +1,4 @@
-"""Deviceless against measured GPU memory (lra_jax.experiments.gpu_memory_report, `python -m lra_jax.tools.gpu_memory`)."""
+"""Deviceless against measured GPU memory (lra_jax.research.reports.gpu_memory_report, `python -m lra_jax.tools.gpu_memory`)."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 from lra_jax.config import paths
 from lra_jax.errors import LraError
-from lra_jax.experiments import gpu_memory_report as report
+from lra_jax.research.reports import gpu_memory_report as report
 from lra_jax.tools import gpu_memory
 
 GIB = 2**30

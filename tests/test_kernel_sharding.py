@@ -109,8 +109,8 @@ def test_the_triton_kernel_compiles_per_gpu_on_a_two_gpu_host():
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from lra_jax import kernels
-    from lra_jax.experiments import compile_step
-    from lra_jax.experiments.lowering import KERNEL_CALLS
+    from lra_jax.research.compilation import compile_step
+    from lra_jax.research.compilation.lowering import KERNEL_CALLS
 
     target = accelerators.get("h100x2")
     mesh = Mesh(np.array(target.devices), ("data",))

@@ -10,12 +10,13 @@ Layers, bottom up (a module may import its own layer and those below it, never a
     config                         ConfigDict -> typed, validated settings
     training                       trainer, steps, optimizer, checkpoints, run directory
     measure                        step timing and profiles, FLOPs, peaks, compile targets, fit planning
-    experiments                    the library under the commands: sweep, bench, compile, chart reports
+    research                       the library under the commands, in sub-layers of its own (RESEARCH):
+                                   benchmarks, compilation, sweeps, reports
     tools, train                   the commands: flags over a library module
 
 The config layer is the boundary of a run's settings: `config.settings.from_config` reads a ConfigDict once
 into typed, frozen Settings. The layers under the commands that build or compare configs (config,
-experiments, tools, train) may hold a ConfigDict; every other layer takes Settings (or their typed parts)
+research, tools, train) may hold a ConfigDict; every other layer takes Settings (or their typed parts)
 and never names ConfigDict or imports ml_collections.
 
 A function-local import hides an edge from this picture (it is how the old circles survived), so an
@@ -33,9 +34,10 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "lra_jax"
 REPO = PACKAGE.parent
 BASE = {"errors", "compat", "provenance", "__init__"}
-LAYERS = ["kernels", "attention", "models", "data", "config", "training", "measure", "experiments", "tools"]
+LAYERS = ["kernels", "attention", "models", "data", "config", "training", "measure", "research", "tools"]
 RANK = {name: rank for rank, name in enumerate(LAYERS)} | {"train": len(LAYERS) - 1}
 INDEPENDENT = {"data": {"kernels", "attention", "models"}}  # data imports no model code
+RESEARCH = ["benchmarks", "compilation", "sweeps", "reports"]  # research's sub-layers, bottom up
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -105,6 +107,32 @@ def test_imports_go_only_downwards():
     assert not upward, "imports against the layering:\n" + "\n".join(sorted(upward))
 
 
+def test_research_sub_packages_import_only_downwards():
+    """Within research: a sub-package imports only those below it in RESEARCH, and research's own shared
+    modules (`choices`, `progress`); the shared modules import no sub-package."""
+    def sub(module):
+        parts = module.split(".")
+        return parts[2] if len(parts) > 3 and parts[1] == "research" else None  # lra_jax.research.<sub>.<module>
+
+    upward = [f"{importer} -> {target}" for importer, targets in GRAPH.items() if layer(importer) == "research"
+              for target in targets if layer(target) == "research" and sub(target) and (
+                  sub(importer) is None or RESEARCH.index(sub(target)) > RESEARCH.index(sub(importer)))]
+    assert {m.split(".")[2] for m in KNOWN if sub(m)} == set(RESEARCH)
+    assert not upward, "research imports against its sub-layers:\n" + "\n".join(sorted(upward))
+
+
+def test_no_module_name_in_two_places():
+    """A name means one thing among the commands and their library: no module of tools/ and research/ shares
+    its file name with another (a command's library is named for what it holds, not like the command). The
+    kernels' sub-packages share a layout on purpose (api, reference, pallas_gpu, ...)."""
+    seen = {}
+    for path in sorted([*(PACKAGE / "tools").rglob("*.py"), *(PACKAGE / "research").rglob("*.py")]):
+        if path.name != "__init__.py":
+            seen.setdefault(path.stem, []).append(str(path.relative_to(REPO)))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not twice, f"module names used twice (rename one): {twice}"
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's algorithm: the components with more than one module (the import circles)."""
     index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
@@ -162,7 +190,7 @@ def test_no_function_local_import_of_the_package_or_without_a_reason():
     assert not hidden, "function-local imports:\n" + "\n".join(sorted(set(hidden)))
 
 
-CONFIG_HOLDERS = {"config", "experiments", "tools"}  # and train, the command
+CONFIG_HOLDERS = {"config", "research", "tools"}  # and train, the command
 
 
 @pytest.mark.parametrize("name", [n for n in LAYERS if n not in CONFIG_HOLDERS])

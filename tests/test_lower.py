@@ -17,8 +17,8 @@ import pytest
 from helpers import slow_except
 
 from lra_jax import kernels
-from lra_jax.experiments import lowering
-from lra_jax.experiments.choices import config_files
+from lra_jax.research.compilation import lowering
+from lra_jax.research.choices import config_files
 from lra_jax.kernels.block_sparse import block_sparse_attention
 from lra_jax.kernels.flash import flash_attention
 from lra_jax.kernels.linear import linear_attention

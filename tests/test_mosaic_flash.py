@@ -142,7 +142,7 @@ def test_compiles_forward_and_backward_with_dropout_for_v5e():
     assert text.count("tpu_custom_call") >= 3, "forward, dq and dk/dv kernels"
     # Each call carries its cost estimate, so XLA's count holds the kernels' matmuls: 2 + 3 + 4 per
     # 128 x 128 tile pair (the 1,000 tokens padded to 1,024), 2 FLOPs per multiply-add.
-    from lra_jax.experiments import compile_step
+    from lra_jax.research.compilation import compile_step
 
     assert compile_step.unestimated_calls(text, "tpu_custom_call") == 0
     cost = compile_step.cost_of(compiled)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from lra_jax.errors import ConfigError
-from lra_jax.experiments import selection, sweep_plan, sweep_report
+from lra_jax.research.sweeps import selection, sweep_plan, sweep_report
 
 FILES = {"softmax": "configs/transformer.py"}
 

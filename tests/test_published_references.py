@@ -9,8 +9,8 @@ import pytest
 from chart_helpers import FIVE, measure, write_result
 
 from lra_jax.attention import registry
-from lra_jax.experiments import chart_panels, lra_results
-from lra_jax.experiments.chart_panels import Point
+from lra_jax.research.reports import chart_panels, lra_results
+from lra_jax.research.reports.chart_panels import Point
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen

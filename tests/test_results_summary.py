@@ -6,8 +6,8 @@ import re
 
 from chart_helpers import chart, run_dir, table_rows, write_bench
 
-from lra_jax.experiments import chart_manifest, lra_chart, results_summary
-from lra_jax.experiments.chart_manifest import ChartOptions
+from lra_jax.research.reports import chart_manifest, lra_chart, results_summary
+from lra_jax.research.reports.chart_manifest import ChartOptions
 
 
 def write_run(root, task, variant, seed, accuracy, steps, steps_per_second, pretrain="none"):

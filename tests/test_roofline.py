@@ -5,7 +5,8 @@ import json
 import pytest
 
 from lra_jax.config import paths
-from lra_jax.experiments import cost_probe, modeled_time_doc, roofline
+from lra_jax.research.compilation import modeled_loops, roofline
+from lra_jax.research.reports import modeled_time_doc
 
 
 def row(**changes):
@@ -41,7 +42,7 @@ def test_band_evidence_takes_negative_times_above_their_whole_seconds():
 
 
 def compiled(trips, layout, modeled, flops, roofline_seconds, loops=0, grad=False):
-    return cost_probe.Compiled(trips, layout, grad, modeled, flops, 1e9, loops, roofline_seconds, 1.0)
+    return modeled_loops.Compiled(trips, layout, grad, modeled, flops, 1e9, loops, roofline_seconds, 1.0)
 
 
 def test_probe_pairs_and_page_come_from_the_json(tmp_path):
@@ -50,13 +51,13 @@ def test_probe_pairs_and_page_come_from_the_json(tmp_path):
     for trips, modeled in ((2, -0.998), (8, 0.0026), (16, 0.0034)):
         results.append(compiled(trips, "unrolled", 0.0011 * trips, 1e11 * trips, 0.001 * trips))
         results.append(compiled(trips, "scanned", modeled, 1e11, 0.001, loops=1))
-    pairs = cost_probe.pairs(results)
+    pairs = modeled_loops.pairs(results)
     assert [p["scanned_whole_seconds_off"] for p in pairs] == [1, 0, 0]
     assert pairs[0]["scanned_corrected_seconds"] == pytest.approx(0.002)
     slope, intercept, distance = modeled_time_doc.line_through_positive(pairs)
     assert slope == pytest.approx(0.0001) and intercept == pytest.approx(0.0018) and distance == pytest.approx(0, abs=1e-12)
     probe = tmp_path / "probe.json"
-    probe.write_text(json.dumps(cost_probe.document("tpu-v5e:2x2", results, 4096, {"commit": "abc1234"})))
+    probe.write_text(json.dumps(modeled_loops.document("tpu-v5e:2x2", results, 4096, {"commit": "abc1234"})))
     table2 = tmp_path / "table2-tpu-v3-4x4.json"
     table2.write_text(json.dumps({"rows": [row(), row(variant="local", modeled_seconds=None,
                                                        modeled_note="not modeled: the TPU cost model gave -3.9")]}))

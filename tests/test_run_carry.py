@@ -1,4 +1,4 @@
-"""Runs that outlive one machine (lra_jax.experiments.run_carry): a run stopped on one machine, packed, unpacked
+"""Runs that outlive one machine (lra_jax.research.sweeps.run_carry): a run stopped on one machine, packed, unpacked
 into a fresh root with a fresh data cache and resumed there ends with the metrics.jsonl and results of a run that
 never moved; the packed file keeps only the newest checkpoint, refuses what is too large, and is unpacked only
 where no newer state exists."""
@@ -14,7 +14,7 @@ from helpers import F32_EPS
 from lra_jax.config import task_defaults
 from lra_jax.config.settings import from_config
 from lra_jax.errors import LraError
-from lra_jax.experiments import run_carry
+from lra_jax.research.sweeps import run_carry
 from lra_jax.training import trainer
 
 RUN = os.path.join("pathfinder-mini", "softmax", "seed0")

@@ -1,11 +1,11 @@
-"""lra_jax.experiments.selection: the grid point is chosen on validation accuracy, never on test; mean and std."""
+"""lra_jax.research.sweeps.selection: the grid point is chosen on validation accuracy, never on test; mean and std."""
 
 import json
 import os
 
 import pytest
 
-from lra_jax.experiments import selection
+from lra_jax.research.sweeps import selection
 
 
 def result(point, seed, val, test, variant="softmax"):

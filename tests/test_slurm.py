@@ -17,7 +17,7 @@ import pytest
 from helpers import child_xla_flags
 from test_distributed import last_state, metric_lines, run_train, small_flags
 
-from lra_jax.experiments import slurm, sweep_plan
+from lra_jax.research.sweeps import slurm, sweep_plan
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEASURED = ("steps_per_second", "examples_per_second", "host_max_rss_bytes")  # of the process: they may differ

@@ -1,4 +1,4 @@
-"""lra_jax.experiments.spt_report: self-pretrained against from scratch, compared only on the same tasks, and
+"""lra_jax.research.reports.spt_report: self-pretrained against from scratch, compared only on the same tasks, and
 what the gain table says computed from its cells."""
 
 import json
@@ -7,7 +7,7 @@ import re
 import pytest
 from scipy import stats
 
-from lra_jax.experiments import spt_report
+from lra_jax.research.reports import spt_report
 from test_chart import chart, run_dir, table_rows, write_bench, write_result
 
 

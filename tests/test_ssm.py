@@ -180,7 +180,7 @@ def test_ssm_peak_rate_is_the_smaller_of_the_cap_and_the_main_peak(schedule, war
 
 
 def test_s4d_config_ssm_rate_follows_a_learning_rate_override():
-    from lra_jax.experiments import sweep_plan
+    from lra_jax.research.sweeps import sweep_plan
 
     def ssm_peak(*overrides):
         config = sweep_plan.train_config(["--config=configs/s4d.py:listops,mini", *overrides])

@@ -92,7 +92,7 @@ def test_configs_timed_together_take_turns_in_alternating_rounds(monkeypatch, ke
     """Two configs (dropout 0 and 0.1), three rounds: A B, B A, A B. Where malloc keeps freed memory, a
     step after a switch is an untimed one of the new config (the switch is never in a timed step);
     where it maps every step's memory afresh anyway, the step after a switch is timed."""
-    from lra_jax.experiments import bench_cells
+    from lra_jax.research.benchmarks import bench_cells
     from lra_jax.training import trainer
 
     calls = []

@@ -81,7 +81,7 @@ def test_a_run_trains_with_accumulation_and_evaluates_in_its_micro_batches(tmp_p
 
 
 def test_the_compiled_eval_step_takes_the_micro_batch():
-    from lra_jax.experiments import lowering
+    from lra_jax.research.compilation import lowering
 
     config = tiny_config("/nonexistent")
     config.grad_accum_steps = 2

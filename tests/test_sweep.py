@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from lra_jax.errors import ConfigError
-from lra_jax.experiments import device_slots, sweep_plan, sweep_report, sweep_run
+from lra_jax.research.sweeps import device_slots, sweep_plan, sweep_report, sweep_run
 
 # The sweep is this package's Python around child processes, not the jax version's: CI runs it once.
 pytestmark = pytest.mark.one_stack("oldest")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lra_jax.experiments import selection, sweep_plan, sweep_report, sweep_run
+from lra_jax.research.sweeps import selection, sweep_plan, sweep_report, sweep_run
 
 # The sweep is this package's Python around child processes, not the jax version's: CI runs it once.
 pytestmark = pytest.mark.one_stack("oldest")

@@ -1,4 +1,4 @@
-"""`sweep --estimate --target` (lra_jax.experiments.sweep_modeled): chip-hours from the TPU compiler's
+"""`sweep --estimate --target` (lra_jax.research.sweeps.sweep_modeled): chip-hours from the TPU compiler's
 modeled step time, with fake targets and rows; the last test compiles for a real TPU target and is
 skipped without libtpu (`[tpu]`)."""
 
@@ -8,7 +8,8 @@ import dataclasses
 
 from test_compile import FakeTarget, make_row, mini, target_or_skip
 
-from lra_jax.experiments import compile_step, roofline, sweep_modeled, sweep_plan
+from lra_jax.research.compilation import compile_step, roofline
+from lra_jax.research.sweeps import sweep_modeled, sweep_plan
 from lra_jax.measure import accelerators
 
 

@@ -12,7 +12,7 @@ from lra_jax.data.tasks import TaskSpec
 from lra_jax.kernels import dropout as counter_mask
 from lra_jax.kernels.masking import MASK_VALUE
 from lra_jax.measure.step_timing import random_batch
-from lra_jax.experiments import bench_cells
+from lra_jax.research.benchmarks import bench_cells
 from lra_jax.training import trainer
 from lra_jax.training.steps import make_train_step
 

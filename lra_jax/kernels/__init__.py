@@ -17,7 +17,7 @@ Which kernel runs is decided once (`dispatch.plan`) for a *target platform*, by 
 the platform jax runs on (`jax.default_backend()`); `auto` is a Pallas kernel on GPU and TPU and XLA
 on CPU, and a kernel that does not exist for the target is XLA. The table of what each op runs for each
 impl and platform is generated from the ops' declarations into docs/kernels.md
-(`lra_jax.experiments.kernel_table`).
+(`lra_jax.research.reports.kernel_table`).
 `target_platform("tpu")` changes the target for what is built and traced inside
 it: the lowering tool (`python -m lra_jax.tools.lower`) lowers a CUDA or TPU
 train step on a CPU that way, and `target_platform("tpu", interpret=True)` runs

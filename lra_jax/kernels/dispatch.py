@@ -7,7 +7,7 @@ that runs it and what it supports (Pallas backend, platforms, attention dropout,
 entry point runs `plan.implementation` and decides nothing again. An attention variant names its
 op once (`TokenMixer.kernel_op`) and passes its layer's plan to the op. What `plan` picks for each op,
 impl and platform is generated from these declarations into docs/kernels.md
-(`lra_jax.experiments.kernel_table`), the one copy of that table.
+(`lra_jax.research.reports.kernel_table`), the one copy of that table.
 
 An op without a kernel for the target's backend (linear attention, the gated scan on TPU), or whose kernels there
 lack what the call needs (dropout, a dtype, a setting the variant says it cannot serve), runs XLA,

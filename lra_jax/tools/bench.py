@@ -36,9 +36,9 @@ from absl import flags, logging
 
 from lra_jax.attention import registry
 from lra_jax.errors import LraError
-from lra_jax.experiments.bench_cells import PROTOCOL, benchmark, probe_device, run_cell
-from lra_jax.experiments.bench_report import profile_table, read_reports, summary
-from lra_jax.experiments.choices import parse_lengths
+from lra_jax.research.benchmarks.bench_cells import PROTOCOL, benchmark, probe_device, run_cell
+from lra_jax.research.benchmarks.bench_report import profile_table, read_reports, summary
+from lra_jax.research.choices import parse_lengths
 from lra_jax.tools import command_arguments, parse_command_line
 
 

@@ -3,7 +3,7 @@ r"""The LRA paper's speed-vs-score bubble chart, measured, and its results table
     python -m lra_jax.tools.chart --runs=experiments/mini-lra --bench='experiments/results/bench-h200-*.json' \
         --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-dropout-2048.json --out=experiments/charts
 
-Scores: every results.json under --runs (`lra_jax.experiments.selection`): per variant and task, the grid
+Scores: every results.json under --runs (`lra_jax.research.sweeps.selection`): per variant and task, the grid
 point with the best mean validation accuracy (never test) is reported by its test accuracy, mean and
 sample std over seeds; diverged runs are never results and are named. A variant's score is the mean of its
 tasks' test means (%) over ListOps, Text, Retrieval, Image and Pathfinder (Path-X on its own), per scale.
@@ -48,10 +48,10 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import chart_manifest
-from lra_jax.experiments.chart_manifest import ChartOptions
-from lra_jax.experiments.lra_chart import check_chart, make_chart
-from lra_jax.experiments.lra_results import REFERENCE
+from lra_jax.research.reports import chart_manifest
+from lra_jax.research.reports.chart_manifest import ChartOptions
+from lra_jax.research.reports.lra_chart import check_chart, make_chart
+from lra_jax.research.reports.lra_results import REFERENCE
 from lra_jax.tools import parse_command_line
 
 

@@ -23,7 +23,7 @@ replicated, with the attention kernels chosen for the target's platform. Per row
 - kernels: the kernel each attention layer compiled to; a Pallas kernel must appear in the compiled
   module as its custom call, else the row is an error;
 - modeled (TPU only): the TPU compiler's modeled step time (`cost_analysis()["optimal_seconds"]`),
-  a model, not a measurement, printed only where it passes its roofline check (`lra_jax.experiments.
+  a model, not a measurement, printed only where it passes its roofline check (`lra_jax.research.
   roofline`, docs/tpu-modeled-time.md): no loop in the step (the model counts a loop body once), no
   Mosaic kernel it does not time, and within 1-2x the roofline of the step's counts (libtpu's figure can
   be off by whole seconds). Otherwise, where the counts are complete, the roofline is printed instead
@@ -71,16 +71,16 @@ from lra_jax import provenance
 from lra_jax.config import checks as config_errors
 from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
-from lra_jax.experiments import compile_matrix, compile_step, lowering, table2_report
-from lra_jax.experiments.choices import choose, config_files, parse_lengths
-from lra_jax.experiments.compile_matrix import (
+from lra_jax.research.compilation import compile_matrix, compile_step, lowering, table2_report
+from lra_jax.research.choices import choose, config_files, parse_lengths
+from lra_jax.research.compilation.compile_matrix import (
     DEFAULT_TARGETS,
     HEADER,
     Job,
     format_row,
     summary,
 )
-from lra_jax.experiments.compile_step import MODES, Row
+from lra_jax.research.compilation.compile_step import MODES, Row
 from lra_jax.measure import accelerators
 from lra_jax.tools import command_arguments, parse_command_line
 

@@ -1,5 +1,5 @@
 r"""Probes what the TPU compiler's modeled step time does with loops, and writes the page that explains it
-(the library: `lra_jax.experiments.cost_probe` and `lra_jax.experiments.modeled_time_doc`).
+(the library: `lra_jax.research.compilation.modeled_loops` and `lra_jax.research.reports.modeled_time_doc`).
 
     python -m lra_jax.tools.cost_probe --target=tpu-v5e:2x2 \
         --out=experiments/results/cost-probe-tpu-v5e.json --doc=docs/tpu-modeled-time.md
@@ -21,7 +21,8 @@ import jax
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import compile_matrix, cost_probe, modeled_time_doc
+from lra_jax.research.compilation import compile_matrix, modeled_loops
+from lra_jax.research.reports import modeled_time_doc
 from lra_jax.measure import accelerators
 from lra_jax.provenance import source_commit
 from lra_jax.tools import command_arguments, parse_command_line
@@ -36,7 +37,7 @@ def define_flags(values: flags.FlagValues) -> None:
                         flag_values=values)
     flags.DEFINE_string("results", "experiments/results", "Where the TPU compile JSONs the page counts are.",
                         flag_values=values)
-    flags.DEFINE_integer("size", cost_probe.SIZE, "The matrices' size n.", flag_values=values)
+    flags.DEFINE_integer("size", modeled_loops.SIZE, "The matrices' size n.", flag_values=values)
     flags.DEFINE_bool("probe", True, "Compile the probe (else only write --doc from the committed --out).",
                       flag_values=values)
 
@@ -49,16 +50,16 @@ def run_probe(args: flags.FlagValues, argv: list[str]) -> None:
     if target.platform != "tpu":
         raise LraError(f"--target={args.target}: only TPU targets have a modeled step time")
     commit = source_commit()  # the code the probe compiles with, as it starts
-    results = cost_probe.probe(target, size=args.size, log=lambda line: print(line, file=sys.stderr, flush=True))
+    results = modeled_loops.probe(target, size=args.size, log=lambda line: print(line, file=sys.stderr, flush=True))
     provenance = {"command": "python -m lra_jax.tools.cost_probe " + " ".join(argv),
                   "commit": commit, "date": datetime.datetime.now().isoformat(timespec="seconds"),
                   "versions": compile_matrix.versions()}
-    document = cost_probe.document(target.name, results, args.size, provenance)
+    document = modeled_loops.document(target.name, results, args.size, provenance)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=1)
         f.write("\n")
-    print(cost_probe.format_pairs(document["pairs"]))
+    print(modeled_loops.format_pairs(document["pairs"]))
 
 
 def main(argv: list[str] | None = None) -> int:

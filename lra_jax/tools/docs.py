@@ -1,12 +1,12 @@
-r"""The docs pages generated from the registry and the committed JSON (`lra_jax.experiments.docs_pages`).
+r"""The docs pages generated from the registry and the committed JSON (`lra_jax.research.reports.docs_pages`).
 
     python -m lra_jax.tools.docs            # write docs/variants.md, docs/results/*.md, docs/assets/ (the
                                             # chart the site shows), README.md's results, docs/kernels.md's
                                             # kernel table
     python -m lra_jax.tools.docs --check    # write nothing; exit 1 naming every page or asset that differs
 
-README.md's results table is the chart's short table (`lra_jax.experiments.readme_results`); docs/kernels.md's
-table of what each kernel op runs where is generated from the ops' declarations (`lra_jax.experiments.kernel_table`).
+README.md's results table is the chart's short table (`lra_jax.research.reports.readme_results`); docs/kernels.md's
+table of what each kernel op runs where is generated from the ops' declarations (`lra_jax.research.reports.kernel_table`).
 """
 
 import sys
@@ -14,7 +14,7 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import docs_pages, kernel_table, readme_results
+from lra_jax.research.reports import docs_pages, kernel_table, readme_results
 from lra_jax.tools import parse_command_line
 
 

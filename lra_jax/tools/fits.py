@@ -35,10 +35,10 @@ from absl import flags
 
 from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
-from lra_jax.experiments import compile_step, lowering
-from lra_jax.experiments.choices import config_files
-from lra_jax.experiments.compile_matrix import DEFAULT_TARGETS
-from lra_jax.experiments.compile_step import MODES
+from lra_jax.research.compilation import compile_step, lowering
+from lra_jax.research.choices import config_files
+from lra_jax.research.compilation.compile_matrix import DEFAULT_TARGETS
+from lra_jax.research.compilation.compile_step import MODES
 from lra_jax.measure.text_table import table as text_table
 from lra_jax.measure.units import gib
 from lra_jax.tools import parse_command_line

@@ -1,5 +1,5 @@
 r"""Full-scale LRA (ListOps and Pathfinder) with the LRA paper's recipe on one GPU (the `full-lra` stage of
-`.ci/gpu-check`; the library and what each step does: `lra_jax.experiments.full_scale`).
+`.ci/gpu-check`; the library and what each step does: `lra_jax.research.sweeps.full_lra_stage`).
 
     python -m lra_jax.tools.full_scale --time_box=500           # data, checks, runs: on every GPU, each shared
     python -m lra_jax.tools.full_scale --probe_runs_per_device=1,2,4,8   # how many runs should share a GPU
@@ -22,10 +22,10 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import device_sharing, device_slots, full_scale
-from lra_jax.experiments.choices import choose
-from lra_jax.experiments.progress import print_now
-from lra_jax.experiments.sweep_run import Stop, subprocess_runner
+from lra_jax.research.sweeps import device_sharing, device_slots, full_lra_stage
+from lra_jax.research.choices import choose
+from lra_jax.research.progress import print_now
+from lra_jax.research.sweeps.sweep_run import Stop, subprocess_runner
 from lra_jax.tools import parse_command_line
 
 
@@ -37,9 +37,9 @@ def define_flags(values: flags.FlagValues) -> None:
                         flag_values=values)
     flags.DEFINE_string("scratch", "runs/full-scale-precision", "Root of the precision checks' runs "
                         "(never results: kept apart from --root).", flag_values=values)
-    flags.DEFINE_string("tasks", ",".join(full_scale.TASKS), "The tasks, taking turns variant by variant.",
+    flags.DEFINE_string("tasks", ",".join(full_lra_stage.TASKS), "The tasks, taking turns variant by variant.",
                         flag_values=values)
-    flags.DEFINE_string("variants", ",".join(full_scale.VARIANTS), "The runs, in order (softmax first).",
+    flags.DEFINE_string("variants", ",".join(full_lra_stage.VARIANTS), "The runs, in order (softmax first).",
                         flag_values=values)
     flags.DEFINE_integer("precision_steps", 300, "Steps of each precision-check run (float32 and bfloat16).",
                          flag_values=values)
@@ -47,11 +47,11 @@ def define_flags(values: flags.FlagValues) -> None:
                          flag_values=values)
     flags.DEFINE_integer("runs_per_device", 0, "Runs that share one device (GPU: each preallocates its share "
                          f"of the memory; CPU: one core). 0: the best N recorded by --probe_runs_per_device in "
-                         f"<root>/{device_sharing.RECORD}, else {full_scale.RUNS_PER_DEVICE}.", flag_values=values)
+                         f"<root>/{device_sharing.RECORD}, else {full_lra_stage.RUNS_PER_DEVICE}.", flag_values=values)
     flags.DEFINE_list("probe_runs_per_device", [], "Train nothing: time N runs of --probe_task's softmax sharing one "
                       "device, for each N given, and record the best N in <root>/" + device_sharing.RECORD + ".",
                       flag_values=values)
-    flags.DEFINE_enum("probe_task", "pathfinder", list(full_scale.TASKS), "The task whose runs the probe times.",
+    flags.DEFINE_enum("probe_task", "pathfinder", list(full_lra_stage.TASKS), "The task whose runs the probe times.",
                       flag_values=values)
     flags.DEFINE_integer("probe_steps", 100, "Timed steps of each process of the probe (after 10 untimed).",
                          flag_values=values)
@@ -79,12 +79,12 @@ def task_overrides(given: list[str], tasks: list[str], common: list[str]) -> dic
 def probe(args: flags.FlagValues, overrides: list[str]) -> None:
     """--probe_runs_per_device: the record, written under --root and printed."""
     counts = [int(n) for n in args.probe_runs_per_device]
-    record = full_scale.read_record(args.root, args.probe_task, args.scale)
-    run = full_scale.main_runs(args.scale, args.root, {args.probe_task: record["dtype"] if record else "float32"},
-                               [full_scale.CHECK_VARIANT], {args.probe_task: overrides})[0]
+    record = full_lra_stage.read_record(args.root, args.probe_task, args.scale)
+    run = full_lra_stage.main_runs(args.scale, args.root, {args.probe_task: record["dtype"] if record else "float32"},
+                               [full_lra_stage.CHECK_VARIANT], {args.probe_task: overrides})[0]
     config_args = [a for a in run.command if a.startswith("--config")]
     result = device_sharing.probe(config_args, counts, args.probe_steps, warmup=10, log=print_now)
-    path = full_scale.write_json(os.path.join(args.root, device_sharing.RECORD), result)
+    path = full_lra_stage.write_json(os.path.join(args.root, device_sharing.RECORD), result)
     print(f"best: {result['best']} run(s) per device ({result['rule']}); record in {path}")
 
 
@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     args, common = parse_command_line("lra_jax.tools.full_scale", __doc__, define_flags, argv,
                                       positionals="[-- --config.KEY=VALUE ...]")
     try:
-        tasks = choose(args.tasks, list(full_scale.TASKS), "task")
+        tasks = choose(args.tasks, list(full_lra_stage.TASKS), "task")
         if args.pack:
-            names, left = full_scale.pack(args.root, args.scale, args.pack, tuple(tasks))
+            names, left = full_lra_stage.pack(args.root, args.scale, args.pack, tuple(tasks))
             print(f"packed {len(names)} files into {args.pack}: " + (", ".join(names) or "nothing finished yet"))
             for line in left:
                 print(f"not carried: {line}")
@@ -103,13 +103,13 @@ def main(argv: list[str] | None = None) -> None:
         if args.probe_runs_per_device:
             probe(args, overrides.get(args.probe_task, list(common)))
             return
-        variants = choose(args.variants, list(full_scale.VARIANTS), "variant")
-        per_device = args.runs_per_device or device_sharing.read_best(args.root) or full_scale.RUNS_PER_DEVICE
+        variants = choose(args.variants, list(full_lra_stage.VARIANTS), "variant")
+        per_device = args.runs_per_device or device_sharing.read_best(args.root) or full_lra_stage.RUNS_PER_DEVICE
         parallel = args.parallel or device_slots.count() * per_device
         print_now(f"{parallel} run(s) at once, {per_device} per device")
         slots = device_slots.slots("auto", parallel, 1, per_device) if parallel > 1 or per_device > 1 else [None]
         with Stop() as stop:
-            outcome = full_scale.run_stage(args.scale, os.path.abspath(args.root), os.path.abspath(args.scratch),
+            outcome = full_lra_stage.run_stage(args.scale, os.path.abspath(args.root), os.path.abspath(args.scratch),
                                            tasks, variants, args.precision_steps, overrides,
                                            subprocess_runner(stop, log_to_workdir=len(slots) > 1), stop, slots,
                                            args.time_box, log=print_now)

@@ -1,5 +1,5 @@
 r"""Writes the table of GPU memory compiled without a GPU against measured on one, from committed JSONs
-(the library: `lra_jax.experiments.gpu_memory_report`).
+(the library: `lra_jax.research.reports.gpu_memory_report`).
 
     python -m lra_jax.tools.gpu_memory --doc=docs/gpu-memory.md
 
@@ -16,7 +16,7 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import gpu_memory_report
+from lra_jax.research.reports import gpu_memory_report
 from lra_jax.tools import parse_command_line
 
 

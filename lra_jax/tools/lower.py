@@ -35,8 +35,8 @@ from absl import flags
 from lra_jax.config import checks as config_errors
 from lra_jax.data.tasks import TASKS
 from lra_jax.errors import LraError
-from lra_jax.experiments.choices import choose, config_files
-from lra_jax.experiments.lowering import (
+from lra_jax.research.choices import choose, config_files
+from lra_jax.research.compilation.lowering import (
     PLATFORMS,
     SCALES,
     combinations,

@@ -24,11 +24,11 @@ Protocols (`--protocol`): `grid` trains every point at every seed; `two_stage` t
 the first seed, then the other seeds only at the point that seed's validation accuracy chose (the
 second stage of a (variant, task) starts as soon as its first stage is finished). Either way the
 reported point is the one with the best mean validation accuracy over the seeds every point has,
-and its test accuracy is given as mean +- std over its seeds (lra_jax.experiments.selection); test
+and its test accuracy is given as mean +- std over its seeds (lra_jax.research.sweeps.selection); test
 accuracy never takes part in the choice.
 
 `--parallel=N` runs N runs at once, each on its own devices (`--devices_per_run`, default 1; see
-lra_jax.experiments.device_slots): CPU cores pinned by affinity, GPUs by CUDA_VISIBLE_DEVICES, TPU chips by
+lra_jax.research.sweeps.device_slots): CPU cores pinned by affinity, GPUs by CUDA_VISIBLE_DEVICES, TPU chips by
 libtpu's visibility variables. `--runs_per_device=K` lets K runs share each device (a small model leaves a
 GPU mostly idle): on a GPU each preallocates 0.9/K of its memory. With N > 1 each run's output goes to
 <workdir>/train.log.
@@ -52,11 +52,11 @@ in one line and its run treated as unfinished: it is started again and ends agai
 SIGINT/SIGTERM: every running child gets SIGTERM, saves a checkpoint and exits; the sweep then stops
 (run the same command to continue).
 
-`--executor` chooses where the runs train (`lra_jax.experiments.sweep_executors`): `local` here, and
+`--executor` chooses where the runs train (`lra_jax.research.sweeps.sweep_executors`): `local` here, and
 `slurm` submits the runs that are neither finished nor queued as one Slurm array job of
 scripts/slurm_sweep.sbatch (one task per run, resources from --partition, --account, --time,
 --gpus_per_run, --cpus_per_run, --mem, --max_running) and records its id in <root>/slurm/jobs.json;
-`--status` gives each run's state from its results.json and Slurm's view (lra_jax.experiments.slurm).
+`--status` gives each run's state from its results.json and Slurm's view (lra_jax.research.sweeps.slurm).
 A task that gets SIGTERM (its time limit, a preemption) checkpoints, requeues itself and resumes.
 
 `--estimate` runs `train --estimate --json` once for each distinct run shape (runs that differ only in seed
@@ -64,7 +64,7 @@ or optimizer settings share one): the train step is compiled and timed on random
 run's training time is projected as compilation + num_train_steps x seconds per step (evaluation and
 data preparation excluded). With `--target=tpu-v5e:2x2` (a compile target) nothing is timed here: each
 shape's train step is compiled for that slice and the runs are given in chip-hours from the TPU
-compiler's modeled step time (`lra_jax.experiments.sweep_modeled`), labelled modeled.
+compiler's modeled step time (`lra_jax.research.sweeps.sweep_modeled`), labelled modeled.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments import device_slots, slurm, sweep_modeled
-from lra_jax.experiments.sweep_plan import (
+from lra_jax.research.sweeps import device_slots, slurm, sweep_modeled
+from lra_jax.research.sweeps.sweep_plan import (
     PROTOCOLS,
     check_configs,
     parse_grid,
@@ -84,8 +84,8 @@ from lra_jax.experiments.sweep_plan import (
     protocol_runs,
     second_stage_stand_ins,
 )
-from lra_jax.experiments.sweep_executors import LocalExecutor, SlurmExecutor
-from lra_jax.experiments.sweep_report import capture_output, estimate_runs, estimate_table, plan_lines
+from lra_jax.research.sweeps.sweep_executors import LocalExecutor, SlurmExecutor
+from lra_jax.research.sweeps.sweep_report import capture_output, estimate_runs, estimate_table, plan_lines
 from lra_jax.tools import parse_command_line
 
 
@@ -151,7 +151,7 @@ def define_flags(values: flags.FlagValues) -> None:
     flags.DEFINE_integer("max_running", 0, "--executor=slurm: array tasks running at once (0: no limit).",
                          flag_values=values)
     flags.DEFINE_string("target", "", "With --estimate: no timing here; chip-hours modeled by the TPU compiler for "
-                        "this compile target (e.g. tpu-v5e:2x2; lra_jax.experiments.sweep_modeled), labelled modeled.",
+                        "this compile target (e.g. tpu-v5e:2x2; lra_jax.research.sweeps.sweep_modeled), labelled modeled.",
                         flag_values=values)
 
 # ----------------------------------------------------------------------------- entry point

@@ -1,5 +1,5 @@
 """Prints the LRA paper's Table 2 as compiled for its hardware, from a compile JSON (the library:
-`lra_jax.experiments.table2_report`).
+`lra_jax.research.compilation.table2_report`).
 
     python -m lra_jax.tools.table2 experiments/results/table2-tpu-v3-4x4.json   # the table again, from the JSON
 """
@@ -11,7 +11,7 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.experiments.table2_report import (
+from lra_jax.research.compilation.table2_report import (
     dropout_cost,
     format_dropout_cost,
     format_table,
