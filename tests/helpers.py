@@ -1,10 +1,13 @@
 """What the tests share: small per-variant settings, random inputs with padding, scaled comparisons.
 
-Import it as `from helpers import ...` (pytest puts tests/ on the path); fixtures stay in
-conftest.py, which is never imported as a module.
+Import it as `from helpers import ...` from any folder of tests/ (pytest puts tests/ on the path when it
+loads tests/conftest.py; chart_helpers, compile_helpers and distributed_helpers import the same way);
+fixtures stay in conftest.py, which is never imported as a module.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +15,9 @@ from flax import nnx
 
 from lra_jax.attention import registry
 from lra_jax.config import task_defaults
+
+# The repository root, for the tests in tests/ and in its sub-folders alike (tests/<layer>/...).
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The one table of small per-variant settings (defaults otherwise), for the contract suite and
 # the model tests, which run sequences of 20-40 tokens: a window, rank, bucket count or block

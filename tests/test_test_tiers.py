@@ -54,7 +54,8 @@ def marked_slow_as_a_whole(path: str) -> bool:
 
 def test_every_test_file_keeps_a_fast_case_or_is_marked_slow_as_a_whole():
     found = tiers()
-    files = sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "tests", "test_*.py")))
+    files = sorted(os.path.relpath(p, REPO)
+                   for p in glob.glob(os.path.join(REPO, "tests", "**", "test_*.py"), recursive=True))
     assert len(found) > 50 and "slow" in set().union(*found.values()), found  # the collection saw the suite
     for path in files:
         if path not in found:  # nothing collected: a module skipped as a whole (pytest.importorskip)

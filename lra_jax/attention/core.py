@@ -1,6 +1,6 @@
 """The attention contract and what every variant shares.
 
-The contract, which every registered variant meets and `tests/test_attention_contract.py`
+The contract, which every registered variant meets and `tests/attention/test_attention_contract.py`
 checks for each of them (this docstring is where the code points to it):
 
   * A variant is an `nnx.Module` built by
@@ -193,10 +193,10 @@ class TokenMixer(nnx.Module):
       cost_exponent: e such that the compiled forward and backward passes' FLOPs and
         temporary memory grow as n^e (log factors aside) when the layer is built for
         length n with `settings_at_length(n)`. 2, the default, is full attention's; a
-        sub-quadratic variant declares less. `tests/test_cost.py` holds every variant to it.
+        sub-quadratic variant declares less. `tests/attention/test_cost.py` holds every variant to it.
       forward_flops(batch, n, dim, num_heads, settings): the forward pass's matmul FLOPs of the
         layer (`lra_jax/measure/flops.py`), or None where the variant does not count them; next to
-        `cost_exponent` in each variant, tested against XLA's count in `tests/test_flops.py`.
+        `cost_exponent` in each variant, tested against XLA's count in `tests/measure/test_flops.py`.
       data_dependent_pattern: True where the keys a query sees are chosen from the
         activations (hash buckets, clusters), so a rounding difference such as
         bfloat16's can move a token to another bucket and change its output entirely.

@@ -89,7 +89,7 @@ def _complex(pair: Float[Array, "... 2"]) -> Complex[Array, "..."]:
 def scan_flops(batch: int, n: int, width: int, *, complex_values: bool) -> float:
     """FLOPs of one scan (`linear_scan`) over [batch, n, width] states: a multiply-add per state and step
     (8 FLOPs complex, 2 real), as the recurrence does it step by step; the parallel scan does a small
-    multiple of that work, at log depth (XLA's count of it: tests/test_flops.py)."""
+    multiple of that work, at log depth (XLA's count of it: tests/measure/test_flops.py)."""
     return (8.0 if complex_values else 2.0) * batch * n * width
 
 

@@ -76,7 +76,7 @@ def _backward(rate, residuals, cotangents):
     # M * P again, from the hash, under a seed tied to dO by a term that is 0 for finite dO (XLA does
     # not fold 0 * x for floats). Untied, XLA merges it with the forward's M * P or computes it as soon
     # as P exists, and keeps a second [q, k] array per layer from the forward to the backward (at
-    # n = 4096, batch 8: 2 GiB a layer; `tests/test_weighted_values.py` checks the step's memory).
+    # n = 4096, batch 8: 2 GiB a layer; `tests/attention/test_weighted_values.py` checks the step's memory).
     # The tie reads dO's first element: raveling dO is a relayout on TPU, a loop per layer at 4K.
     late_seed = seed + (0 * d_out[(0,) * d_out.ndim]).astype(seed.dtype)
     kept = _kept(probs, late_seed, rate).astype(values.dtype)

@@ -6,7 +6,7 @@ the GPU's shared memory per block (with opt-in) does not compile ("Shared memory
 exceeded"), and one whose live tiles need more than 255 registers per thread spills to local memory.
 Each kernel states an upper bound of the shared memory it requests and of the float32 tile elements
 it keeps live per thread, as a function of its blocks (`shared_memory_bytes` / `live_elements` in its
-`pallas_gpu.py`); tests/test_tiling.py checks the shared-memory bound against what XLA:GPU's Triton
+`pallas_gpu.py`); tests/kernels/test_tiling.py checks the shared-memory bound against what XLA:GPU's Triton
 compilation requests for H100 and A100. `choose` takes the largest blocks, then the most stages, whose
 bounds fit the target GPU: no trial compilation, the same choice wherever the step is traced.
 

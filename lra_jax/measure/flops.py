@@ -10,7 +10,7 @@ m_mlp. The mixer's part is the variant's `forward_flops` (next to its `cost_expo
 then has only XLA's compiled count, which also counts elementwise work. Elementwise work
 (softmax, layer norms, GELU, dropout, the optimizer) and the classifier head (B d (m_mlp + classes),
 below 1e-4 of a step here) are left out, so XLA's count of the same step is a little larger:
-`tests/test_flops.py` bounds the difference, for one layer of every variant and for train steps.
+`tests/measure/test_flops.py` bounds the difference, for one layer of every variant and for train steps.
 
 Each variant counts what its XLA path computes, not the ideal pattern: whole masked blocks (local,
 Longformer, BigBird), padded chunks and blocks (Reformer, Sinkhorn, strided). Counted as matmuls too:

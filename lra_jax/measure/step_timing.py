@@ -18,7 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lra_jax import compat
-from lra_jax.config.settings import Settings
+from lra_jax.config.settings import Settings, check_devices
 from lra_jax.data import tasks
 from lra_jax.data.tasks import TaskSpec
 from lra_jax.measure import host_memory
@@ -75,6 +75,7 @@ def time_train_steps(configs: list[Settings], task: TaskSpec, mesh: Mesh, *,
         raise ValueError(f"steps must be at least 1, got {steps}")
     runs = []
     for config in configs:
+        check_devices(config, mesh.size)
         graphdef, tx, state = trainer.create_train_state(config, task, mesh)
         batch = jax.device_put(random_batch(task, config.batch_size, config.max_len, config.seed),
                                NamedSharding(mesh, PartitionSpec("data")))
@@ -114,7 +115,7 @@ def time_train_steps(configs: list[Settings], task: TaskSpec, mesh: Mesh, *,
         "compile_seconds": run["compile_seconds"],
         **run["step_memory"],
         "host_max_rss_bytes": host_max_rss,  # the process's, after every config's steps
-        "num_parameters": int(sum(x.size for x in jax.tree.leaves(run["state"]["params"]))),
+        "num_parameters": run["state"].num_parameters,
         "attention": run["attention"],
         "pairing": pairing,
         "compiled": run["compiled"],

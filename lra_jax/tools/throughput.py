@@ -52,6 +52,7 @@ def pipeline_examples_per_second(train_split: tasks.Split, batch_size: int, seed
 
 def train_examples_per_second(config, task: tasks.TaskSpec, train_split: tasks.Split, mesh, num_steps: int) -> float:
     """Examples/s of the compiled train step, fed by the same pipeline."""
+    config_settings.check_devices(config, mesh.size)
     graphdef, tx, state = trainer.create_train_state(config, task, mesh)
     batches = pipeline.prefetch_to_mesh(
         pipeline.train_batches(*train_split, batch_size=config.batch_size, seed=config.seed), mesh)

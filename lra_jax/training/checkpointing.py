@@ -36,6 +36,7 @@ from jax.experimental import multihost_utils
 
 from lra_jax.errors import CheckpointError, DiskFull
 from lra_jax.training.run_dir import permission_denied
+from lra_jax.training.train_state import TrainState
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a checkpoint being written
 MARGIN_BYTES = 1 << 20  # free space asked beyond a checkpoint's size: at least 1 MiB, or 10% of it
@@ -44,9 +45,20 @@ STATUS = re.compile(r"\b(OUT_OF_RANGE|DATA_LOSS|NOT_FOUND|INVALID_ARGUMENT|FAILE
                     r"|PERMISSION_DENIED|UNKNOWN|INTERNAL): [^\n\[]*")
 
 
-def _abstract(state: Any) -> Any:
-    """Shapes, dtypes and shardings of `state`: the target a restore fills in."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+def _on_disk(state: Any) -> Any:
+    """What is written for `state`: a TrainState as its checkpoint layout (`TrainState.as_tree`, a dict),
+    any other pytree as it is."""
+    return state.as_tree() if isinstance(state, TrainState) else state
+
+
+def _abstract(like: Any) -> Any:
+    """Shapes, dtypes and shardings of `like` on disk: the target a restore fills in."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), _on_disk(like))
+
+
+def _typed_like(restored: Any, like: Any) -> Any:
+    """A restored tree as the type of `like` (a TrainState from its dict layout)."""
+    return TrainState.from_tree(restored) if isinstance(like, TrainState) else restored
 
 
 def free_bytes(path: str) -> int:
@@ -167,7 +179,7 @@ def _remove_interrupted_saves(directory: str) -> None:
 
 
 class Checkpoints:
-    """Saves and restores a run's train state (any pytree of arrays).
+    """Saves and restores a run's train state (a `TrainState`, or any pytree of arrays).
 
     Args:
         directory: workdir/checkpoints.
@@ -219,10 +231,10 @@ class Checkpoints:
         """Saves `state` and `unlogged`, the per-step metrics not yet averaged into a log line."""
         if self.last.latest_step() != step:
             self._save(self.last, step, state, ocp.args.Composite(
-                state=ocp.args.StandardSave(state), unlogged=ocp.args.JsonSave(list(unlogged))))
+                state=ocp.args.StandardSave(_on_disk(state)), unlogged=ocp.args.JsonSave(list(unlogged))))
 
     def save_best(self, step: int, state: Any, metrics: dict[str, float]) -> None:
-        self._save(self.best, step, state, ocp.args.Composite(state=ocp.args.StandardSave(state),
+        self._save(self.best, step, state, ocp.args.Composite(state=ocp.args.StandardSave(_on_disk(state)),
                                                               metrics=ocp.args.JsonSave(metrics)))
 
     def bytes_needed(self, state: Any) -> int:
@@ -298,10 +310,10 @@ class Checkpoints:
         """(state, unlogged metrics) of `last/<step>`."""
         if self._single_item(step):
             with ocp.CheckpointManager(self.last.directory) as single:
-                return single.restore(step, args=ocp.args.StandardRestore(_abstract(like))), []
+                return _typed_like(single.restore(step, args=ocp.args.StandardRestore(_abstract(like))), like), []
         restored = self.last.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(_abstract(like)), unlogged=ocp.args.JsonRestore()))
-        return restored.state, list(restored.unlogged)
+        return _typed_like(restored.state, like), list(restored.unlogged)
 
     def _move_aside(self, manager: ocp.CheckpointManager, step: int) -> str:
         """Moves `<manager dir>/<step>` to `damaged/<last|best>-<step>[-k]`; returns where."""
@@ -340,7 +352,8 @@ class Checkpoints:
 
     def restore_best(self, like: Any) -> Any:
         step = self.best.latest_step()
-        return self._restore_best(step, ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(like)))).state
+        return _typed_like(self._restore_best(step, ocp.args.Composite(
+            state=ocp.args.StandardRestore(_abstract(like)))).state, like)
 
     def _restore_best(self, step: int, args: ocp.args.Composite) -> Any:
         """`best/<step>` restored with `args`; CheckpointError in one line if it is damaged."""

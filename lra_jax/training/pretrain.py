@@ -29,6 +29,7 @@ from flax import nnx
 
 from lra_jax.config.settings import Settings
 from lra_jax.models.pretraining import build_token_predictor, mask_id
+from lra_jax.training.train_state import TrainState
 
 STAGE_DIR = "pretrain"  # the stage's checkpoints, metrics and record, inside the run's workdir
 # The stage's record: not results.json, which the commands that collect runs (selection, the chart)
@@ -83,15 +84,15 @@ def build_model(settings: Settings, task) -> Any:
     return lambda key: build_token_predictor(settings, vocab_size=task.vocab_size, rngs=nnx.Rngs(key))
 
 
-def transfer_encoder(pretrained: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+def transfer_encoder(pretrained: TrainState, state: TrainState) -> TrainState:
     """The fine-tuning state `state` with its encoder's parameters and state taken from the pretraining
     state `pretrained`; the classifier head stays as initialised, the step is 0 and the optimizer
     state is `state`'s (fresh)."""
-    params, rest = state["params"], state["rest"]
-    params["encoder"] = pretrained["params"]["encoder"]
+    params, rest = state.params, state.rest
+    params["encoder"] = pretrained.params["encoder"]
     if "encoder" in rest:
-        rest["encoder"] = pretrained["rest"]["encoder"]
-    return {**state, "params": params, "rest": rest}
+        rest["encoder"] = pretrained.rest["encoder"]
+    return state.replace(params=params, rest=rest)
 
 
 def stage_record(settings: Settings, step: int, steps_per_second: float | None, last_loss: float | None,

@@ -1,7 +1,7 @@
 """The jitted train and evaluation steps over pure NNX state, shared by the trainer and the
 commands that compile them without running them (`lra_jax.tools.compile`, `lower`).
 
-state = {"step", "params" (nnx.Param), "rest" (other model state), "opt_state"}.
+The state is a `train_state.TrainState` (step, params, rest, opt_state).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import optax
 from flax import nnx
 
 from lra_jax.errors import ConfigError
+from lra_jax.training.train_state import TrainState
 
 
 def cross_entropy(logits, labels):
@@ -85,20 +86,20 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, ke
         return grads, rest, losses.mean(), accuracies.mean()
 
     def train_step(state, batch):
-        step_key = jax.random.fold_in(jax.random.wrap_key_data(key_data, impl=key_impl), state["step"])
+        step_key = jax.random.fold_in(jax.random.wrap_key_data(key_data, impl=key_impl), state.step)
         if accum_steps == 1:
-            grads, rest, loss, accuracy = gradients(state["params"], state["rest"], batch, step_key)
+            grads, rest, loss, accuracy = gradients(state.params, state.rest, batch, step_key)
         else:
-            grads, rest, loss, accuracy = accumulated(state["params"], state["rest"], batch, step_key)
-        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-        params = optax.apply_updates(state["params"], updates)
+            grads, rest, loss, accuracy = accumulated(state.params, state.rest, batch, step_key)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         skipped = jnp.zeros((), bool)
         if skipped_updates:
             skipped = ~finite & (opt_state.notfinite_count <= skipped_updates)
-            rest = jax.tree.map(lambda old, new: jnp.where(skipped, old, new), state["rest"], rest)
-        new_state = dict(step=state["step"] + 1, params=params, rest=rest, opt_state=opt_state)
+            rest = jax.tree.map(lambda old, new: jnp.where(skipped, old, new), state.rest, rest)
+        new_state = TrainState(step=state.step + 1, params=params, rest=rest, opt_state=opt_state)
         return new_state, {"loss": loss, "accuracy": accuracy, "grad_norm": grad_norm,
                            "finite": finite | skipped, "skipped": skipped}
 
@@ -110,7 +111,7 @@ def make_eval_step(graphdef: nnx.GraphDef):
     """(state, batch) -> summed loss, correct count and example count (padding weighs 0)."""
 
     def eval_step(state, batch):
-        model = nnx.merge(graphdef, state["params"], state["rest"])
+        model = nnx.merge(graphdef, state.params, state.rest)
         logits = model(batch["inputs"], deterministic=True)
         weight = batch["weight"]
         correct = (jnp.argmax(logits, -1) == batch["label"]) * weight

@@ -57,6 +57,7 @@ from lra_jax.training import (
     run_dir,
     steps,
 )
+from lra_jax.training.train_state import TrainState
 
 StepTimeHook = Callable[[float, int], str | None]  # (seconds per step, steps left) -> a line to print, or None
 
@@ -139,13 +140,13 @@ def run_key(config: Settings, stream: str) -> jax.Array:
 def create_train_state(config: Settings, task: tasks.TaskSpec, mesh: Mesh, *, pretraining: bool = False):
     """Builds the model and optimizer; returns (graphdef, optimizer, state replicated on `mesh`).
 
-    state = {"step", "params" (nnx.Param), "rest" (other model state), "opt_state"}.
+    state: a `TrainState` (step, params, rest, opt_state).
     `pretraining`: the pretraining stage's model (`models.pretraining.TokenPredictor`) and optimizer
     (`Settings.pretrain_optimizer`) instead of the classifier's. A run that pretrains gives its
     classifier the [MASK] id too, so that the pretrained encoder fits it.
-    Initialisation is jitted: one compilation instead of many small eager ones.
+    Initialisation is jitted: one compilation instead of many small eager ones. The caller has checked
+    that the batch splits over the mesh (`config.settings.check_devices`, once per command).
     """
-    config_settings.check_devices(config, mesh.size)
     stream = "pretrain_init" if pretraining else "init"
     if pretraining:
         build = pretrain.build_model(config, task)
@@ -159,16 +160,16 @@ def create_train_state(config: Settings, task: tasks.TaskSpec, mesh: Mesh, *, pr
 
     def init():  # the key is made inside: a process-local array cannot enter a multi-process program
         _, params, rest = nnx.split(build(run_key(config, stream)), nnx.Param, ...)
-        return dict(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
 
     return graphdef, tx, jax.jit(init, out_shardings=NamedSharding(mesh, PartitionSpec()))()
 
 
-def attention_settings(graphdef: nnx.GraphDef, state: dict[str, Any]) -> dict[str, Any]:
+def attention_settings(graphdef: nnx.GraphDef, state: TrainState) -> dict[str, Any]:
     """The settings the model's attention layers were built with, defaults and derived values
     included (`registry.layer_settings`): what ran, where the config may say None; under
     "kernels", the kernel each attention layer runs (`registry.layer_kernels`)."""
-    model = nnx.merge(graphdef, state["params"], state["rest"])
+    model = nnx.merge(graphdef, state.params, state.rest)
     return {**registry.layer_settings(model), "kernels": registry.layer_kernels(model)}
 
 
@@ -224,7 +225,7 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
     task = tasks.get_task(config.task)
     stage = Stage("train", workdir, config.num_train_steps, config.optimizer, "dropout")
     graphdef, tx, state = create_train_state(config, task, mesh)
-    num_parameters = sum(x.size for x in jax.tree.leaves(state["params"]))
+    num_parameters = state.num_parameters
     attention = attention_settings(graphdef, state)
     for line in registry.describe_kernels(attention["kernels"]):
         print(line)
@@ -235,7 +236,7 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
     run_dir.check_config(config, workdir)
     restored = checkpoints.restore_last(state)
     state = restored or state
-    start = int(state["step"])
+    start = int(state.step)
     finished = run_dir.finished_results(results_path) if start >= config.num_train_steps else None
     if finished is not None and metrics.whole(workdir):
         if primary:
@@ -310,7 +311,7 @@ def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_
     results_path = os.path.join(stage.folder, stage.record)
     checkpoints = checkpointing.Checkpoints(os.path.join(stage.folder, "checkpoints"), config.keep_checkpoints)
     state = checkpoints.restore_last(state) or state
-    start = int(state["step"])
+    start = int(state.step)
     finished = run_dir.finished_results(results_path) if start >= stage.num_steps else None
     if finished is not None and metrics.whole(stage.folder):
         checkpoints.close()
@@ -325,7 +326,7 @@ def _pretrain(config: Settings, task: tasks.TaskSpec, train: tasks.Split, stage_
     checkpoints.close()
     steps_per_second = timing["steps_per_second"] or (finished or {}).get("steps_per_second")
     record = pretrain.stage_record(config, step, steps_per_second, timing["last_loss"],
-                                   sum(x.size for x in jax.tree.leaves(state["params"])))
+                                   state.num_parameters)
     if primary:
         run_dir.write_json(results_path, record)
         print(f"pretraining ({config.pretrain.objective}) done at step {step}; fine-tuning from its encoder")
@@ -355,7 +356,7 @@ def _train_stage(config: Settings, stage: Stage, graphdef, tx, state, checkpoint
     """Trains `stage` from `state`'s step to its num_steps: the batches resumed where the state is, the
     step compiled and refused if it cannot fit, its metrics written, the loop (`_Loop`) run.
     -> (state, the step it ended at, the loop's timing, the step's memory, the stage's metrics writer)."""
-    start = int(state["step"])
+    start = int(state.step)
     batches = pipeline.prefetch_to_mesh(
         pipeline.train_batches(*train, batch_size=config.batch_size, seed=config.seed, start_step=start,
                                rows=pipeline.process_rows(mesh, config.batch_size)), mesh)

@@ -20,9 +20,10 @@ from lra_jax.attention import registry
 from lra_jax.config import paths as config_paths
 from lra_jax.config import settings as config_settings
 from lra_jax.data import tasks
-from lra_jax.research.choices import config_path
 from lra_jax.models.classifier import build_model
+from lra_jax.research.choices import config_path
 from lra_jax.training import optimizer, steps
+from lra_jax.training.train_state import TrainState
 
 PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
 SCALES = ("full", "mini")
@@ -53,8 +54,8 @@ def abstract_steps(config, platform: str) -> tuple[list[tuple[Any, tuple]], list
     layer_kernels = registry.layer_kernels(model)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     tx = optimizer.make_optimizer(config.optimizer)
-    state = dict(step=jax.ShapeDtypeStruct((), jnp.int32), params=params, rest=rest,
-                 opt_state=jax.eval_shape(tx.init, params))
+    state = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params, rest=rest,
+                       opt_state=jax.eval_shape(tx.init, params))
 
     def batch_of(size: int) -> dict[str, jax.ShapeDtypeStruct]:
         shape = (size, 2, config.max_len) if task.dual else (size, config.max_len)

@@ -47,9 +47,9 @@ def variants_page() -> str:
     lines = [MARK, "", "# Variants", "",
              "Every variant below is registered in `lra_jax/attention/registry.py`, has a config file "
              "(`configs/<name>.py`; `softmax`'s is `configs/transformer.py`) and passes the contract suite "
-             "(`tests/test_attention_contract.py`): padding never changes the outputs at real positions, an "
+             "(`tests/attention/test_attention_contract.py`): padding never changes the outputs at real positions, an "
              "all-padding row stays finite, and jit, grad, vmap and bfloat16 work. The cost exponent e is the "
-             "growth the variant declares and `tests/test_cost.py` checks against XLA's compiled FLOPs and "
+             "growth the variant declares and `tests/attention/test_cost.py` checks against XLA's compiled FLOPs and "
              "memory at n = 1024 and 4096: they grow at most 1.5 · 4^e for 4× the length and at least 4^(e − ½), "
              "so a variant cheaper than it declares is told to say so.", "",
              "Tests prove the exact limits: `local` with a window covering the sequence, `longformer` and "

@@ -42,7 +42,7 @@ from lra_jax.data import tasks as task_registry
 from lra_jax.errors import LraError
 from lra_jax.research.sweeps import device_sharing, run_carry, sweep_plan, sweep_run
 from lra_jax.research.compilation.table2_report import REFERENCE
-from lra_jax.training import checkpointing, metrics
+from lra_jax.training import metrics
 
 TASKS = ("listops", "pathfinder")
 SEED = "0"

@@ -1,0 +1,149 @@
+"""The gated-scan op (lra_jax/kernels/gated_scan): its Triton kernel, interpreted here, against the XLA chunked
+form, forward and the gradients of all four inputs; the GLA and SSD layers with impl="pallas" against
+impl="xla"; the plan each target gets; the kernels lowered for CUDA, and compiled on a GPU where there is one
+(`.ci/gpu-check`). The chunked form itself is held to the step-by-step recurrence in tests/attention/test_gated.py."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from helpers import assert_close, reassociation_tol, slow_except
+from lra_jax import kernels
+from lra_jax.attention import registry
+from lra_jax.research.compilation import lowering
+from lra_jax.kernels import TRITON, XLA, Target, pallas_available
+from lra_jax.kernels.gated_scan import GATED_SCAN, gated_scan
+
+B, H, DK, DV = 2, 2, 4, 8
+needs_gpu = pytest.mark.skipif(not pallas_available(), reason="compiled Pallas kernels need a GPU")
+
+
+def scan_inputs(n, gate_width, dtype=np.float32, seed=0):
+    """q, k [B n H DK], v [B n H DV] (standard normal), log-gates in [-1, 0] [B n H gate_width], and the
+    projection r [B n H DV] whose sum with the output is differentiated."""
+    rng = np.random.default_rng(seed)
+    q, k = (rng.standard_normal((B, n, H, DK)).astype(dtype) for _ in range(2))
+    v = rng.standard_normal((B, n, H, DV)).astype(dtype)
+    log_g = -rng.uniform(0.0, 1.0, (B, n, H, gate_width)).astype(np.float32)
+    return q, k, v, log_g, rng.standard_normal((B, n, H, DV)).astype(np.float32)
+
+
+def output_and_grads(impl, q, k, v, log_g, r, *, chunk, strict, interpret=True):
+    """(y, d<y, r>/d(q, k, v, log_g)) of one call, jitted."""
+    call = lambda *x: gated_scan(*x, chunk=chunk, strict=strict, impl=impl, interpret=interpret)  # noqa: E731
+    loss = lambda *x: jnp.sum(call(*x) * r)  # noqa: E731
+    run = jax.jit(lambda *x: (call(*x), jax.grad(loss, argnums=(0, 1, 2, 3))(*x)))
+    out, grads = run(q, k, v, log_g)
+    return np.asarray(out), [np.asarray(g, np.float32) for g in grads]
+
+
+# (decay, strict, n, chunk): a gate per key dimension (GLA) or one per head (SSD); n = 37 and 29 are no
+# multiple of any chunk (the padded path); chunk 8 runs as the kernel's 16, chunk 32 as 32 over 40 steps.
+CASES = [("per-dim", False, 37, 16), ("scalar", True, 29, 16), ("per-dim", True, 40, 32), ("scalar", False, 24, 8),
+         ("per-dim", False, 24, 8), ("scalar", False, 40, 32)]
+
+
+def _compare(decay, strict, n, chunk, interpret):
+    q, k, v, log_g, r = scan_inputs(n, DK if decay == "per-dim" else 1)
+    out, grads = output_and_grads("pallas", q, k, v, log_g, r, chunk=chunk, strict=strict, interpret=interpret)
+    ref_out, ref_grads = output_and_grads("xla", q, k, v, log_g, r, chunk=chunk, strict=strict)
+    assert out.shape == (B, n, H, DV) and out.dtype == np.float32
+    # Both sum the same n terms per output in another order (other chunks, [C, C] vs per-key decays):
+    # float32 sums of <= n terms chained ~4 deep forward, ~8 through the backward's reverse sums.
+    assert_close(out, ref_out, reassociation_tol(n, depth=4))
+    for name, g, ref in zip(("q", "k", "v", "log_g"), grads, ref_grads):
+        assert np.abs(ref).max() > 0.1, name  # a gradient that is there to compare
+        assert_close(g, ref, reassociation_tol(n, depth=8), err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("decay, strict, n, chunk",
+                         slow_except(CASES, keep={("per-dim", False, 37, 16), ("scalar", True, 29, 16)}))
+def test_kernel_matches_the_xla_form_forward_and_backward(decay, strict, n, chunk):
+    _compare(decay, strict, n, chunk, interpret=True)
+
+
+@needs_gpu
+@pytest.mark.parametrize("decay, strict, n, chunk", CASES)
+def test_compiled_kernel_matches_the_xla_form(decay, strict, n, chunk):
+    with jax.default_matmul_precision("float32"):  # no TF32 on either side (as tests/kernels/test_kernels.py)
+        _compare(decay, strict, n, chunk, interpret=False)
+
+
+@pytest.mark.slow
+def test_the_step_left_out_is_the_strict_forms_only_difference():
+    """strict: y_t = q_t diag(g_t) S_{t-1}, so y - y_strict = (q_t · k_t) v_t, the current step's own term."""
+    q, k, v, log_g, _ = scan_inputs(24, DK)
+    full, strict = (np.asarray(gated_scan(q, k, v, log_g, chunk=16, strict=s, impl="pallas", interpret=True))
+                    for s in (False, True))
+    own = np.einsum("bnhj,bnhj->bnh", q, k)[..., None] * v
+    assert_close(full - strict, own, reassociation_tol(24, depth=4))
+
+
+@pytest.mark.slow
+def test_bfloat16_inputs_run_in_float32_with_gradients_in_their_dtype():
+    q, k, v, log_g, r = scan_inputs(24, 1)
+    bf16 = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    out, grads = output_and_grads("pallas", *bf16, log_g, r, chunk=16, strict=False)
+    # the same bfloat16 values, upcast, through the XLA form: only the gradients' final rounding differs
+    ref_out, ref_grads = output_and_grads("xla", *(x.astype(jnp.float32) for x in bf16), log_g, r, chunk=16,
+                                          strict=False)
+    assert_close(out, ref_out, reassociation_tol(24, depth=4))
+    for g, ref in zip(grads, ref_grads):
+        assert_close(g, ref, 2 ** -7)  # one bfloat16 rounding of each gradient (8 significant bits)
+
+
+# The layers with impl="pallas" (the Triton kernel, interpreted) against impl="xla"; the causal form too.
+LAYERS = {"gla": dict(chunk=8, gate_rank=4), "ssd": dict(state_size=4, expand=1, head_size=8, chunk=8),
+          "ssd-causal": dict(state_size=4, expand=1, head_size=8, chunk=16, bidirectional=False)}
+
+
+@pytest.mark.parametrize("name", slow_except(LAYERS, keep={"gla"}))
+def test_layer_with_the_kernel_matches_the_layer_with_xla(name):
+    dim, n = 16, 27
+    x = np.random.default_rng(3).standard_normal((2, n, dim)).astype(np.float32)
+    mask = np.arange(n)[None, :] < np.array([[n], [19]])
+    results = []
+    for impl in ("xla", "pallas"):
+        layer = registry.build(name.split("-")[0], dim=dim, num_heads=2, rngs=nnx.Rngs(0), impl=impl, **LAYERS[name])
+        assert layer.kernel_plan(deterministic=False).kernel == (TRITON if impl == "pallas" else XLA)
+        graph, state = nnx.split(layer)
+        loss = lambda state, x, graph=graph: jnp.sum(nnx.merge(graph, state)(x, mask, deterministic=True) ** 2)
+        results.append(jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(state, x))
+    (loss_xla, (params_xla, x_xla)), (loss_pallas, (params_pallas, x_pallas)) = results
+    tol = reassociation_tol(n, depth=8)  # a layer's sums in another order, forward and backward
+    assert_close(loss_pallas, loss_xla, tol)
+    assert_close(x_pallas, x_xla, tol, err_msg="dx")
+    for path, g in nnx.to_flat_state(params_pallas):
+        assert_close(g.get_value(), dict(nnx.to_flat_state(params_xla))[path].get_value(), tol, err_msg=str(path))
+
+
+def test_plans_the_triton_kernel_on_a_gpu_and_xla_with_a_reason_elsewhere():
+    gpu = Target("gpu", interpret=False)
+    assert kernels.plan("auto", gpu, GATED_SCAN).implementation is GATED_SCAN[TRITON]
+    assert kernels.plan("auto", Target("cpu", interpret=True), GATED_SCAN).kernel == XLA  # CPU: XLA, as asked
+    tpu = kernels.plan("pallas", Target("tpu", interpret=False), GATED_SCAN)
+    assert tpu.kernel == XLA and "no mosaic kernel" in tpu.reason
+    with kernels.target_platform("gpu"):
+        causal = registry.build("ssd", dim=16, num_heads=2, rngs=nnx.Rngs(0), impl="auto", bidirectional=False)
+        wide = registry.build("gla", dim=512, num_heads=1, rngs=nnx.Rngs(0), impl="auto")  # d_k 256, d_v 512
+    assert causal.kernel_plan(deterministic=False).kernel == TRITON  # the scan runs one direction: causal too
+    too_wide = wide.kernel_plan(deterministic=True)
+    assert too_wide.kernel == XLA and "gated scan" in too_wide.reason and "impl='xla'" in too_wide.reason
+
+
+@pytest.mark.parametrize("decay", slow_except(["per-dim", "scalar"], keep={"scalar"}))
+def test_kernels_lower_for_cuda_forward_and_backward(decay):
+    """jax.export for CUDA runs the Pallas -> Triton lowering of the forward kernel and both backward kernels
+    (bfloat16 inputs, a length that is no multiple of the chunk)."""
+    n, dk, dv = 1000, 32 if decay == "per-dim" else 16, 64
+    qk = jax.ShapeDtypeStruct((2, n, 4, dk), jnp.bfloat16)
+    v = jax.ShapeDtypeStruct((2, n, 4, dv), jnp.bfloat16)
+    log_g = jax.ShapeDtypeStruct((2, n, 4, dk if decay == "per-dim" else 1), jnp.float32)
+    loss = lambda *x: jnp.sum(gated_scan(*x, chunk=64, impl="pallas", platform="gpu"))  # noqa: E731
+    step = jax.jit(lambda *x: (loss(*x), jax.grad(loss, argnums=(0, 1, 2, 3))(*x)))
+    text = lowering.lowered_text(step, "cuda", qk, qk, v, log_g)
+    assert text.count(lowering.KERNEL_CALLS["gpu"]) == 3  # gated_scan_fwd, gated_scan_bwd_dq, gated_scan_bwd_dkv
