@@ -209,6 +209,39 @@ def test_below_the_config_boundary_nothing_takes_a_config_dict(name):
     assert not found, f"the {name} layer takes a ConfigDict (read it with config.settings.from_config above): {found}"
 
 
+def _functions_calling(name: str) -> list[str]:
+    """module:function (Class.method) of every function of the package that calls `name` (a bare name or an
+    attribute), the defining module's own definition aside."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for scope in ast.walk(tree):
+            if isinstance(scope, ast.ClassDef):
+                methods = [(f"{scope.name}.{f.name}", f) for f in scope.body if isinstance(f, ast.FunctionDef)]
+            elif isinstance(scope, ast.Module):
+                methods = [(f.name, f) for f in scope.body if isinstance(f, ast.FunctionDef)]
+            else:
+                continue
+            for qualified, function in methods:
+                calls = [c for c in ast.walk(function) if isinstance(c, ast.Call) and name in (
+                    getattr(c.func, "id", None), getattr(c.func, "attr", None))]
+                if calls:
+                    found.append(f"{module_name(path)}:{qualified}")
+    return found
+
+
+def test_one_training_loop():
+    """Training happens in one loop: a single function saves the last checkpoint (`save_last`, the loop's
+    periodic save), in the trainer, and every stage (fine-tuning, self-pretraining) goes through the one
+    function that builds the train step for it; elsewhere a train step is only compiled (timing,
+    throughput, lowering), never looped with checkpoints."""
+    assert _functions_calling("save_last") == ["lra_jax.training.trainer:_Loop._save"]
+    stages = [f for f in _functions_calling("make_train_step") if f.startswith("lra_jax.training.")]
+    assert stages == ["lra_jax.training.trainer:_train_stage"], stages
+    assert sorted(_functions_calling("_train_stage")) == ["lra_jax.training.trainer:_pretrain",
+                                                         "lra_jax.training.trainer:_train_and_evaluate"]
+
+
 def test_no_reader_imports_its_generator():
     """`data/tasks.py` decides generate-or-read; a generator may import its reader, never the reverse."""
     readers = {m for m in KNOWN if layer(m) == "data" and f"{m}_generator" in KNOWN}
