@@ -20,8 +20,9 @@ from lra_jax.attention import registry
 from lra_jax.attention.core import Attention
 from lra_jax.config import paths
 from lra_jax.config.settings import from_config
-from lra_jax.kernels.flash import FLASH, flash_attention
+from lra_jax.kernels.flash.api import FLASH, flash_attention
 from lra_jax.kernels.linear import LINEAR
+from lra_jax.kernels.masking import Mask
 from lra_jax.models.classifier import build_model
 
 CONFIG_FILE = '''"""Tempered softmax attention on an LRA task."""
@@ -53,7 +54,7 @@ def tempered_softmax(monkeypatch):
             scale = 1.0 / (self.temperature * q.shape[-1] ** 0.5)
             plan = self.kernel_plan(deterministic)
             if plan.uses_pallas:
-                return flash_attention(q, k, v, key_mask=mask, scale=scale, plan=plan,
+                return flash_attention(q, k, v, Mask(key_mask=mask), scale=scale, plan=plan,
                                        **self.kernel_dropout(plan, rngs))
             logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
             return self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)

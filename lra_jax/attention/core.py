@@ -188,8 +188,10 @@ class TokenMixer(nnx.Module):
         take the attention dropout (`**self.kernel_dropout(plan, rngs)`); `kernel_limits` says which settings they cannot
         serve. None (the default): no kernel; the variant refuses impl="pallas" and treats
         "auto" as "xla".
-      kernel_serves_causal: True where `kernel_op` computes the causal form too (the gated scan, which
-        runs one direction); otherwise a causal layer runs XLA (the attention kernels take a key mask only).
+      kernel_serves_causal: True where `kernel_op` computes the layer's causal form too: the gated scan
+        (it runs one direction), and the attention ops given a causal `kernels.masking.Mask` (softmax,
+        local, synthesizer); otherwise a causal layer runs XLA (linear attention's kernel is not causal;
+        strided's kernel attends in a permuted order).
       cost_exponent: e such that the compiled forward and backward passes' FLOPs and
         temporary memory grow as n^e (log factors aside) when the layer is built for
         length n with `settings_at_length(n)`. 2, the default, is full attention's; a
@@ -285,11 +287,11 @@ class TokenMixer(nnx.Module):
         op = op or self.kernel_op
         if op is None:
             return kernels.KernelPlan(kernels.NO_KERNEL.xla, self.target.platform)
-        causal = self.causal and not self.kernel_serves_causal
-        unsupported = "causal=True: the kernels take a key mask only" if causal else None
+        unsupported = (f"causal=True: the {op.name} kernels do not compute this variant's causal form"
+                       if self.causal and not self.kernel_serves_causal else None)
         return kernels.plan(self.impl, self.target, op,
                             dropout_active=self.uses_attention_dropout and self.dropout_rate > 0 and not deterministic,
-                            dtype=jnp.dtype(self.dtype).name,
+                            dtype=jnp.dtype(self.dtype).name, causal=self.causal,
                             unsupported=unsupported or self.kernel_limits(self.target.platform))
 
     def kernel_dropout(self, plan: kernels.KernelPlan, rngs: nnx.Rngs | None) -> dict:

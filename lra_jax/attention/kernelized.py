@@ -80,6 +80,7 @@ from lra_jax import kernels
 from lra_jax.errors import ConfigError
 from lra_jax.kernels.linear import LINEAR
 from lra_jax.kernels.linear import linear_attention as fused_linear_attention
+from lra_jax.kernels.masking import Mask
 from lra_jax.kernels.linear.api import kernel_limit as linear_kernel_limit
 
 def kernel_attention(
@@ -199,7 +200,7 @@ def favor_attention(
     log_q = favor_log_features(q, w) + key_max
     phi_q = jnp.exp(log_q - jax.lax.stop_gradient(jnp.max(log_q, axis=-1, keepdims=True)))
     if plan is not None and plan.uses_pallas:
-        return fused_linear_attention(phi_q, phi_k, v, key_mask=mask, feature_map="identity",
+        return fused_linear_attention(phi_q, phi_k, v, Mask(key_mask=mask), feature_map="identity",
                                       plan=plan).astype(v.dtype)
     return kernel_attention(phi_q, phi_k, v).astype(v.dtype)
 
@@ -293,7 +294,7 @@ def linear_attention(
     same (elu + 1 features applied inside it, `lra_jax.kernels.linear`).
     """
     if plan is not None and plan.uses_pallas:
-        return fused_linear_attention(q, k, v, key_mask=mask, feature_map="elu", plan=plan)
+        return fused_linear_attention(q, k, v, Mask(key_mask=mask), feature_map="elu", plan=plan)
     phi_k = jnp.where(mask[:, :, None, None], elu_features(k), 0.0)
     attend = causal_kernel_attention if causal else kernel_attention
     return attend(elu_features(q), phi_k, v).astype(v.dtype)

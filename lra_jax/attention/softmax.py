@@ -19,7 +19,8 @@ from jaxtyping import Array, Bool, Float
 
 from lra_jax.attention.core import Attention, masked_softmax
 from lra_jax.attention.registry import register
-from lra_jax.kernels.flash import FLASH, flash_attention
+from lra_jax.kernels.flash.api import FLASH, flash_attention
+from lra_jax.kernels.masking import Mask
 
 
 def attention_weights(
@@ -45,7 +46,8 @@ class SoftmaxAttention(Attention):
     """Full scaled dot-product attention over all real tokens; impl="pallas" runs the flash kernel."""
 
     kernel_op = FLASH  # Triton on GPU; on TPU splash, or our Mosaic kernel where dropout is on
-    supports_causal = True  # causal=True masks keys j > i (XLA path; the kernels take a key mask only)
+    supports_causal = True  # causal=True masks keys j > i
+    kernel_serves_causal = True  # a causal Mask: the kernels visit only the key blocks up to the diagonal
     # cost_exponent 2 (the default): q k^T and p v are [n, d] x [d, n] and [n, n] x [n, d] per example.
 
     @classmethod
@@ -55,6 +57,7 @@ class SoftmaxAttention(Attention):
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         plan = self.kernel_plan(deterministic)
         if plan.uses_pallas:
-            return flash_attention(q, k, v, key_mask=mask, plan=plan, **self.kernel_dropout(plan, rngs))
+            return flash_attention(q, k, v, Mask(key_mask=mask, causal=self.causal), plan=plan,
+                                   **self.kernel_dropout(plan, rngs))
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
         return self.weighted_values(logits, v, mask, deterministic=deterministic, rngs=rngs)

@@ -56,7 +56,8 @@ from jaxtyping import Array, Bool, Float
 from lra_jax.attention.core import Attention, masked_softmax
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
-from lra_jax.kernels.block_sparse import BLOCK_SPARSE, block_sparse_attention
+from lra_jax.kernels.block_sparse.api import BLOCK_SPARSE, block_sparse_attention
+from lra_jax.kernels.masking import Mask
 
 
 def pad_to(x: Array, length: int) -> Array:
@@ -149,7 +150,8 @@ class LocalAttention(Attention):
 
     kernel_op = BLOCK_SPARSE  # Triton on GPU; on TPU splash, or our Mosaic kernel where dropout is on
     cost_exponent = 1.0  # n * (2w + 1) scores
-    supports_causal = True  # causal=True: keys i - w .. i (XLA path)
+    supports_causal = True  # causal=True: keys i - w .. i
+    kernel_serves_causal = True  # the band and causality in one Mask
 
     @staticmethod
     def bandsplit_blocks(n: int, window: int) -> tuple[int, int]:
@@ -175,8 +177,8 @@ class LocalAttention(Attention):
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         plan = self.kernel_plan(deterministic)
         if plan.uses_pallas:
-            return block_sparse_attention(q, k, v, key_mask=mask, window=self.window, plan=plan,
-                                          **self.kernel_dropout(plan, rngs))
+            return block_sparse_attention(q, k, v, Mask(key_mask=mask, window=self.window, causal=self.causal),
+                                          plan=plan, **self.kernel_dropout(plan, rngs))
         b, n, h, d = v.shape
         probs, block, padded = local_weights(q, k, mask, self.window, self.causal)
         probs = self.drop(probs, deterministic=deterministic, rngs=rngs)
@@ -306,8 +308,8 @@ class StridedAttention(Attention):
         """Both head groups as segment attention: blocks i // l, and i mod l in a permuted order."""
         n, h = q.shape[1], q.shape[2]
         def attend(q, k, v, mask, segments):
-            return block_sparse_attention(q, k, v, key_mask=mask, query_segments=segments,
-                                          key_segments=segments, plan=plan, **self.kernel_dropout(plan, rngs))
+            return block_sparse_attention(q, k, v, Mask(key_mask=mask, query_segments=segments, key_segments=segments),
+                                          plan=plan, **self.kernel_dropout(plan, rngs))
 
         local_heads, strided_heads = slice(0, h // 2), slice(h // 2, h)
         local_out = attend(q[..., local_heads, :], k[..., local_heads, :], v[..., local_heads, :], mask,

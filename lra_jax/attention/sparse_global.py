@@ -19,8 +19,9 @@ from lra_jax.attention.core import Attention, masked_softmax, matmul_flops, merg
 from lra_jax.attention.registry import register
 from lra_jax.attention.sparse import LocalAttention, local_logits, pad_to, split_blocks, three_blocks
 from lra_jax.errors import ConfigError
-from lra_jax.kernels.block_sparse import BLOCK_SPARSE, block_sparse_attention
-from lra_jax.kernels.flash import FLASH, flash_attention
+from lra_jax.kernels.block_sparse.api import BLOCK_SPARSE, block_sparse_attention
+from lra_jax.kernels.flash.api import FLASH, flash_attention
+from lra_jax.kernels.masking import Mask
 
 
 @register("longformer")
@@ -111,13 +112,13 @@ class LongformerAttention(Attention):
         scale = jnp.sqrt(d).astype(q.dtype)
         plan = self.kernel_plan(deterministic)
         if plan.uses_pallas:
-            out = block_sparse_attention(q, k, v, key_mask=mask, window=self.window,
-                                         global_keys=np.arange(n) < num_global, plan=plan,
-                                         **self.kernel_dropout(plan, rngs))
+            out = block_sparse_attention(q, k, v, Mask(key_mask=mask, window=self.window,
+                                                       global_keys=np.arange(n) < num_global),
+                                         plan=plan, **self.kernel_dropout(plan, rngs))
             if not num_global:
                 return out
-            global_out = flash_attention(q_global, k_global, v_global.astype(v.dtype), key_mask=mask,
-                                         query_mask=mask[:, :num_global],
+            global_out = flash_attention(q_global, k_global, v_global.astype(v.dtype),
+                                         Mask(key_mask=mask, query_mask=mask[:, :num_global]),
                                          plan=self.kernel_plan(deterministic, FLASH),
                                          **self.kernel_dropout(plan, rngs))
             return jnp.concatenate([global_out.astype(out.dtype), out[:, num_global:]], axis=1)
@@ -295,8 +296,8 @@ class BigBirdAttention(Attention):
         num_global = min(self.num_global_blocks, num_blocks)
         plan = self.kernel_plan(deterministic)
         if plan.uses_pallas:
-            return block_sparse_attention(q, k, v, key_mask=mask, block_mask=self.block_mask(num_blocks),
-                                          block=block, plan=plan, **self.kernel_dropout(plan, rngs))
+            return block_sparse_attention(q, k, v, Mask(key_mask=mask, block_mask=self.block_mask(num_blocks),
+                                                        block=block), plan=plan, **self.kernel_dropout(plan, rngs))
         q, k, v, mask = (pad_to(x, padded) for x in (q, k, v, mask))
         drop = lambda p: self.drop(p, deterministic=deterministic, rngs=rngs).astype(v.dtype)  # noqa: E731
         scale = jnp.sqrt(d).astype(q.dtype)

@@ -52,7 +52,8 @@ from lra_jax.attention.core import (
 )
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
-from lra_jax.kernels.flash import FLASH, flash_attention
+from lra_jax.kernels.flash.api import FLASH, flash_attention
+from lra_jax.kernels.masking import Mask
 from lra_jax.kernels.operands import padded_head_dim
 
 MODES = ("dense", "random", "factorized_random")
@@ -93,6 +94,7 @@ class SynthesizerAttention(Attention):
 
     kernel_op = FLASH  # Triton on GPU; on TPU splash, or our Mosaic kernel where dropout is on
     supports_causal = True  # causal=True masks keys j > i, as the paper does for language modelling
+    kernel_serves_causal = True  # a causal Mask in the flash kernels
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
@@ -204,7 +206,7 @@ class SynthesizerAttention(Attention):
             a, c = self.logit_factors(x)
             width = padded_head_dim(max(a.shape[-1], v.shape[-1]))  # zero columns change no product
             pad = lambda t: jnp.pad(t, [(0, 0)] * 3 + [(0, width - t.shape[-1])])  # noqa: E731
-            out = flash_attention(pad(a), pad(c), pad(v), key_mask=mask, scale=1.0, plan=plan,
+            out = flash_attention(pad(a), pad(c), pad(v), Mask(key_mask=mask, causal=self.causal), scale=1.0, plan=plan,
                                   **self.kernel_dropout(plan, rngs))[..., : self.head_dim]
         else:
             logits = self.synthetic_logits(x).astype(jnp.float32)

@@ -38,6 +38,7 @@ class Implementation:
     backend: "triton" | "mosaic", the Pallas backend; None for the XLA form.
     platforms: the targets it is chosen for (Triton on "cpu": in the interpreter, for tests).
     dropout: whether it applies the attention dropout itself.
+    causal: whether it serves a causal mask (`masking.Mask.causal`).
     dtypes: the q, k, v dtypes it takes.
     interpret: whether it can run in the Pallas interpreter.
     """
@@ -47,6 +48,7 @@ class Implementation:
     backend: str | None = None
     platforms: tuple[str, ...] = EVERY_PLATFORM
     dropout: bool = True
+    causal: bool = True
     dtypes: tuple[str, ...] = FLOAT_DTYPES
     interpret: bool = True
 
@@ -111,7 +113,7 @@ class KernelPlan:
 
 
 def plan(impl: str, target: Target, op: KernelOp, *, dropout_active: bool = False, dtype: str | None = None,
-         unsupported: str | None = None) -> KernelPlan:
+         causal: bool = False, unsupported: str | None = None) -> KernelPlan:
     """The implementation of `op` a call runs on `target`.
 
     Args:
@@ -120,6 +122,7 @@ def plan(impl: str, target: Target, op: KernelOp, *, dropout_active: bool = Fals
       op: the kernel op's table.
       dropout_active: attention dropout in this call.
       dtype: the inputs' dtype name, where known.
+      causal: the call's mask is causal.
       unsupported: why the caller's settings keep the kernel from running on this target, or None.
     """
     xla = lambda reason=None: KernelPlan(op.xla, target.platform, reason=reason)  # noqa: E731
@@ -133,6 +136,10 @@ def plan(impl: str, target: Target, op: KernelOp, *, dropout_active: bool = Fals
         offered = [i for i in offered if i.dropout]
         if not offered:
             return xla(f"attention dropout is not in the {backend} kernel")
+    if causal:
+        offered = [i for i in offered if i.causal]
+        if not offered:
+            return xla(f"a causal mask is not in the {backend} kernel")
     if dtype is not None:
         offered = [i for i in offered if dtype in i.dtypes]
         if not offered:
@@ -151,11 +158,13 @@ def call_target(platform: str | None, interpret: bool) -> Target:
     return Target(current_target().platform if platform is None else platform_of(platform), interpret)
 
 
-def check_plan(op: KernelOp, plan: KernelPlan, dropout_rate: float = 0.0) -> None:
+def check_plan(op: KernelOp, plan: KernelPlan, dropout_rate: float = 0.0, causal: bool = False) -> None:
     """Raises where `plan` does not name one of `op`'s implementations (a plan made for another op), or
-    names one without attention dropout for a call with dropout."""
+    names one without attention dropout for a call with dropout, or one that is not causal for a causal mask."""
     if not any(plan.implementation is implementation for implementation in op.implementations):
         raise ValueError(f"the plan's kernel {plan.kernel!r} is not an implementation of the {op.name} op; "
                          f"plan with kernels.plan(..., {op.name.upper()})")
     if dropout_rate > 0 and not plan.implementation.dropout:
         raise ValueError(f"the {plan.kernel} kernel has no attention dropout; plan with dropout_active=True")
+    if causal and not plan.implementation.causal:
+        raise ValueError(f"the {plan.kernel} kernel does not serve a causal mask; plan with causal=True")

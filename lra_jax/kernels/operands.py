@@ -29,25 +29,6 @@ class BlockSizes:
         return BlockSizes(kernel_block(nq, self.block_q), kernel_block(nk, self.block_k))
 
 
-def masks_from(
-    nq: int, nk: int, batch: int, key_mask=None, query_mask=None, lengths=None
-) -> tuple[Bool[Array, "b k"], Bool[Array, "b q"]]:
-    """Key and query masks from explicit masks or per-sequence `lengths` (True = real token).
-
-    With `lengths` both are prefixes of that length; without anything every token is
-    real; a key mask alone with nq == nk also serves as the query mask (self-attention).
-    """
-    if lengths is not None:
-        lengths = jnp.asarray(lengths)
-        key_mask = jnp.arange(nk)[None, :] < lengths[:, None] if key_mask is None else key_mask
-        query_mask = jnp.arange(nq)[None, :] < lengths[:, None] if query_mask is None else query_mask
-    if key_mask is None:
-        key_mask = jnp.ones((batch, nk), bool)
-    if query_mask is None:
-        query_mask = key_mask if nq == nk else jnp.ones((batch, nq), bool)
-    return jnp.asarray(key_mask, bool), jnp.asarray(query_mask, bool)
-
-
 def check_dropout(rate: float, seed: Array | None) -> Array:
     """The seed a call passes on: `seed` as uint32 [1] when rate > 0 (required), zeros otherwise."""
     dropout.threshold(rate)  # checks 0 <= rate < 1

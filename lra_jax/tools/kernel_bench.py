@@ -37,8 +37,9 @@ from flax import nnx
 from lra_jax import provenance
 from lra_jax.attention import registry
 from lra_jax.kernels import pallas_available
-from lra_jax.kernels.flash import flash_attention
+from lra_jax.kernels.flash.api import flash_attention
 from lra_jax.kernels.linear import linear_attention
+from lra_jax.kernels.masking import Mask
 from lra_jax.measure.kernel_timing import time_fwd_bwd
 from lra_jax.tools import parse_command_line
 
@@ -70,7 +71,7 @@ def candidates(kernel: str, heads: int, d: int, n: int, with_pallas: bool, inter
             for rate in (0.0, 0.1):
                 out.append((f"flash[pallas{f',dropout={rate}' if rate else ''}]",
                             lambda q, k, v, mask, rate=rate: flash_attention(
-                                q, k, v, key_mask=mask, impl="pallas", interpret=interpret, dropout_rate=rate,
+                                q, k, v, Mask(key_mask=mask), impl="pallas", interpret=interpret, dropout_rate=rate,
                                 dropout_seed=jnp.zeros((1,), jnp.uint32) if rate else None)))
     elif kernel == "block_sparse":
         for name, settings in (("local", {"window": 128}), ("bigbird", {"block": 64})):
@@ -80,7 +81,7 @@ def candidates(kernel: str, heads: int, d: int, n: int, with_pallas: bool, inter
     elif kernel == "linear":
         for impl in ("xla", "pallas") if with_pallas else ("xla",):
             out.append((f"linear[{impl}]", lambda q, k, v, mask, impl=impl: linear_attention(
-                q, k, v, key_mask=mask, impl=impl, interpret=interpret)))
+                q, k, v, Mask(key_mask=mask), impl=impl, interpret=interpret)))
     return out
 
 

@@ -143,9 +143,22 @@ def test_causal_kernelized_layers_average_over_the_earlier_real_keys(name, featu
     assert_close(forward(model, x, mask), expected, TOL)
 
 
-def test_a_causal_layer_runs_xla_and_says_why():
+@pytest.mark.parametrize("name", ["softmax", "local", "synthesizer"])
+def test_a_causal_attention_layer_runs_its_kernel_with_a_causal_mask(name):
+    """The attention ops take causality in their mask: a causal layer on them runs the Pallas kernel (over
+    the causal layout), interpreted here on a GPU target, and computes what its XLA form computes."""
+    with kernels.target_platform("gpu", interpret=True):
+        fused = build(name, impl="pallas")
+    plain = build(name, impl="xla")
+    assert fused.kernel_plan(deterministic=True).uses_pallas
+    x, mask = tokens(3), jnp.arange(N)[None, :] < jnp.array([[N], [CUT]])
+    assert_close(forward(fused, x, mask), forward(plain, x, mask), TOL)
+
+
+@pytest.mark.parametrize("name", ["strided", "linear"])
+def test_a_causal_layer_whose_kernel_has_no_causal_form_runs_xla_and_says_why(name):
     with kernels.target_platform("gpu", interpret=False):
-        model = build("softmax", impl="pallas")
+        model = build(name, impl="pallas")
     plan = model.kernel_plan(deterministic=True)
     assert not plan.uses_pallas and "causal" in plan.reason
 

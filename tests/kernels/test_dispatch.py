@@ -6,8 +6,8 @@ import pytest
 
 from lra_jax import kernels
 from lra_jax.kernels import MOSAIC_BLOCK_SPARSE, MOSAIC_FLASH, SPLASH, TRITON, XLA, Target
-from lra_jax.kernels.block_sparse import BLOCK_SPARSE
-from lra_jax.kernels.flash import FLASH
+from lra_jax.kernels.block_sparse.api import BLOCK_SPARSE
+from lra_jax.kernels.flash.api import FLASH
 from lra_jax.kernels.linear import LINEAR
 
 

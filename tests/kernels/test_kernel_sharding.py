@@ -23,29 +23,30 @@ from lra_jax import compat
 from lra_jax.kernels.block_sparse.api import block_sparse_attention
 from lra_jax.kernels.flash.api import flash_attention
 from lra_jax.kernels.linear.api import linear_attention
+from lra_jax.kernels.masking import Mask
 assert jax.device_count() == 4
 mesh = Mesh(np.array(jax.devices()), ("data",))
 q, k, v, mask = qkv_and_mask(256, [256, 200, 130, 1, 256, 77, 256, 9], heads=2, head_dim=16)
 cases = {
-    "flash": lambda q, k, v, m, impl: flash_attention(q, k, v, key_mask=m, impl=impl, platform="tpu", interpret=True),
+    "flash": lambda q, k, v, m, impl: flash_attention(q, k, v, Mask(key_mask=m), impl=impl, platform="tpu", interpret=True),
     "bigbird": lambda q, k, v, m, impl: block_sparse_attention(
-        q, k, v, key_mask=m, block_mask=jnp.eye(2, dtype=bool) | (jnp.arange(2)[None, :] == 0), block=128,
+        q, k, v, Mask(key_mask=m, block_mask=jnp.eye(2, dtype=bool) | (jnp.arange(2)[None, :] == 0), block=128),
         impl=impl, platform="tpu", interpret=True),
 }
 seed = np.array([7], np.uint32)  # dropout in our TPU kernel: sharded, each device draws its global rows' mask
 cases["flash-dropout"] = lambda q, k, v, m, impl: flash_attention(
-    q, k, v, key_mask=m, impl=impl, platform="tpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
+    q, k, v, Mask(key_mask=m), impl=impl, platform="tpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
 cases["local-dropout"] = lambda q, k, v, m, impl: block_sparse_attention(  # the same kernel over a band
-    q, k, v, key_mask=m, window=40, impl=impl, platform="tpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
+    q, k, v, Mask(key_mask=m, window=40), impl=impl, platform="tpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
 # the Triton kernels too: XLA would gather the whole batch onto every GPU; with dropout, each device
 # offsets its batch index by its first row, so that the mask is the whole batch's
 half = lambda *xs: [x[:, :128] for x in xs]  # the interpreted Triton kernels are slow: 128 tokens
 cases["flash-gpu-dropout"] = lambda q, k, v, m, impl: flash_attention(
-    *half(q, k, v), key_mask=m[:, :128], impl=impl, platform="gpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
+    *half(q, k, v), Mask(key_mask=m[:, :128]), impl=impl, platform="gpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
 cases["local-gpu-dropout"] = lambda q, k, v, m, impl: block_sparse_attention(
-    *half(q, k, v), key_mask=m[:, :128], window=40, impl=impl, platform="gpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
+    *half(q, k, v), Mask(key_mask=m[:, :128], window=40), impl=impl, platform="gpu", interpret=True, dropout_rate=0.2, dropout_seed=seed)
 cases["linear-gpu"] = lambda q, k, v, m, impl: linear_attention(
-    *half(q, k, v), key_mask=m[:, :128], impl=impl, platform="gpu", interpret=True)
+    *half(q, k, v), Mask(key_mask=m[:, :128]), impl=impl, platform="gpu", interpret=True)
 rows = NamedSharding(mesh, PartitionSpec("data"))
 for name, fn in cases.items():
     want = fn(q, k, v, mask, "xla")
@@ -91,7 +92,7 @@ def test_splash_compiles_on_a_four_chip_tpu_slice():
     qkv = jax.ShapeDtypeStruct((8, 1024, 4, 64), jnp.bfloat16, sharding=NamedSharding(mesh, PartitionSpec("data")))
     mask = jax.ShapeDtypeStruct((8, 1024), bool, sharding=NamedSharding(mesh, PartitionSpec("data")))
     with kernels.target_platform("tpu"), compat.abstract_mesh(mesh):
-        compiled = jax.jit(lambda q, k, v, m: flash_attention(q, k, v, key_mask=m, impl="pallas")).lower(
+        compiled = jax.jit(lambda q, k, v, m: flash_attention(q, k, v, Mask(key_mask=m), impl="pallas")).lower(
             qkv, qkv, qkv, mask).compile()
     assert "tpu_custom_call" in compiled.as_text()
 
@@ -116,7 +117,7 @@ def test_the_triton_kernel_compiles_per_gpu_on_a_two_gpu_host():
     qkv = jax.ShapeDtypeStruct((4, 256, 2, 32), jnp.bfloat16, sharding=rows)
     mask = jax.ShapeDtypeStruct((4, 256), bool, sharding=rows)
     seed = np.array([3], np.uint32)
-    step = jax.jit(lambda q, k, v, m: flash_attention(q, k, v, key_mask=m, impl="pallas", dropout_rate=0.1,
+    step = jax.jit(lambda q, k, v, m: flash_attention(q, k, v, Mask(key_mask=m), impl="pallas", dropout_rate=0.1,
                                                       dropout_seed=seed))
     with kernels.target_platform("gpu", shared_memory=target.shared_memory), compat.abstract_mesh(mesh):
         text = step.lower(qkv, qkv, qkv, mask).compile(compiler_options=compile_step.compiler_options(target)).as_text()

@@ -23,11 +23,12 @@ from helpers import assert_close, reassociation_tol, slow_except
 from lra_jax.attention import registry
 from lra_jax import kernels
 from lra_jax.kernels import dropout, masking, pallas_available, tpu_available
-from lra_jax.kernels.block_sparse import block_sparse_attention
 from lra_jax.kernels.block_sparse import layout as layouts
-from lra_jax.kernels.flash import flash_attention
+from lra_jax.kernels.block_sparse.api import BLOCK_SPARSE, block_sparse_attention
+from lra_jax.kernels.flash.api import FLASH, flash_attention
 from lra_jax.kernels.flash.reference import masked_attention
 from lra_jax.kernels.linear import linear_attention
+from lra_jax.kernels.masking import Mask
 
 needs_gpu = pytest.mark.skipif(not pallas_available(), reason="compiled Pallas kernels need a GPU")
 needs_tpu = pytest.mark.skipif(not tpu_available(), reason="compiled Mosaic kernels need a TPU")
@@ -47,37 +48,45 @@ def _band(n, w):
 
 # name -> (kernel call (q, k, v, mask, impl, interpret) -> out, b, n, h, d, lengths)
 CASES = {
-    "flash": (lambda q, k, v, m, **kw: flash_attention(q, k, v, key_mask=m, block_q=32, block_k=32, **kw),
+    "flash": (lambda q, k, v, m, **kw: flash_attention(q, k, v, Mask(key_mask=m), block_q=32, block_k=32, **kw),
               2, 96, 2, 32, [96, 37]),
-    "flash-odd": (lambda q, k, v, m, **kw: flash_attention(q, k, v, key_mask=m, block_q=16, block_k=32, **kw),
+    "flash-odd": (lambda q, k, v, m, **kw: flash_attention(q, k, v, Mask(key_mask=m), block_q=16, block_k=32, **kw),
                   2, 50, 1, 24, [50, 1]),
-    "flash-scale": (lambda q, k, v, m, **kw: flash_attention(q, k, v, key_mask=m, scale=0.3, block_q=32,
+    "flash-scale": (lambda q, k, v, m, **kw: flash_attention(q, k, v, Mask(key_mask=m), scale=0.3, block_q=32,
                                                              block_k=16, **kw), 1, 64, 2, 64, [60]),
-    "local": (lambda q, k, v, m, **kw: block_sparse_attention(q, k, v, key_mask=m, window=9, block=16, **kw),
+    "local": (lambda q, k, v, m, **kw: block_sparse_attention(q, k, v, Mask(key_mask=m, window=9), block=16, **kw),
               2, 80, 2, 16, [80, 45]),
     "local-globals": (lambda q, k, v, m, **kw: block_sparse_attention(
-        q, k, v, key_mask=m, window=5, global_keys=np.arange(96) < 3, global_queries=np.arange(96) < 2,
+        q, k, v, Mask(key_mask=m, window=5, global_queries=np.arange(96) < 2, global_keys=np.arange(96) < 3),
         block=32, **kw), 2, 96, 2, 16, [96, 70]),
     "segments": (lambda q, k, v, m, **kw: block_sparse_attention(
-        q, k, v, key_mask=m, query_segments=np.arange(64) // 12, key_segments=np.arange(64) // 12, block=16,
+        q, k, v, Mask(key_mask=m, query_segments=np.arange(64) // 12, key_segments=np.arange(64) // 12), block=16,
         **kw), 2, 64, 2, 16, [64, 30]),
     "block-mask": (lambda q, k, v, m, **kw: block_sparse_attention(
-        q, k, v, key_mask=m, block_mask=np.eye(4, dtype=bool) | (np.arange(4)[None, :] == 0)
-        | (np.arange(4)[:, None] == 3), block=16, **kw), 2, 64, 2, 32, [64, 20]),
-    "linear": (lambda q, k, v, m, **kw: linear_attention(q, k, v, key_mask=m, block=32, **kw),
+        q, k, v, Mask(key_mask=m, block_mask=np.eye(4, dtype=bool) | (np.arange(4)[None, :] == 0)
+        | (np.arange(4)[:, None] == 3), block=16), **kw), 2, 64, 2, 32, [64, 20]),
+    "linear": (lambda q, k, v, m, **kw: linear_attention(q, k, v, Mask(key_mask=m), block=32, **kw),
                2, 80, 2, 16, [80, 33]),
     "flash-dropout": (lambda q, k, v, m, **kw: flash_attention(
-        q, k, v, key_mask=m, block_q=32, block_k=16, dropout_rate=0.25, dropout_seed=DROPOUT_SEED, **kw),
+        q, k, v, Mask(key_mask=m), block_q=32, block_k=16, dropout_rate=0.25, dropout_seed=DROPOUT_SEED, **kw),
         2, 80, 2, 32, [80, 41]),
     "local-globals-dropout": (lambda q, k, v, m, **kw: block_sparse_attention(
-        q, k, v, key_mask=m, window=5, global_keys=np.arange(96) < 3, global_queries=np.arange(96) < 2,
+        q, k, v, Mask(key_mask=m, window=5, global_queries=np.arange(96) < 2, global_keys=np.arange(96) < 3),
         block=32, dropout_rate=0.4, dropout_seed=DROPOUT_SEED, **kw), 2, 96, 2, 16, [96, 70]),
     # The library's own blocks at head dims 64 and 128 (the measured Hopper blocks where the target has
     # Hopper's shared memory, as on this CPU: `flash.pallas_gpu.choose_dense_tiling`), B_q != B_k at 128.
     "flash-d64-dropout": (lambda q, k, v, m, **kw: flash_attention(
-        q, k, v, key_mask=m, dropout_rate=0.2, dropout_seed=DROPOUT_SEED, **kw), 2, 160, 1, 64, [160, 77]),
+        q, k, v, Mask(key_mask=m), dropout_rate=0.2, dropout_seed=DROPOUT_SEED, **kw), 2, 160, 1, 64, [160, 77]),
     "flash-d128-dropout": (lambda q, k, v, m, **kw: flash_attention(
-        q, k, v, key_mask=m, dropout_rate=0.2, dropout_seed=DROPOUT_SEED, **kw), 2, 160, 1, 100, [160, 77]),
+        q, k, v, Mask(key_mask=m), dropout_rate=0.2, dropout_seed=DROPOUT_SEED, **kw), 2, 160, 1, 100, [160, 77]),
+    # A causal mask: the kernels over the causal block layout (key blocks up to the diagonal only).
+    "flash-causal": (lambda q, k, v, m, **kw: flash_attention(
+        q, k, v, Mask(key_mask=m, causal=True), block_q=16, block_k=16, **kw), 2, 80, 2, 16, [80, 41]),
+    "local-causal": (lambda q, k, v, m, **kw: block_sparse_attention(
+        q, k, v, Mask(key_mask=m, window=9, causal=True), block=16, **kw), 2, 80, 2, 16, [80, 45]),
+    "flash-causal-dropout": (lambda q, k, v, m, **kw: flash_attention(
+        q, k, v, Mask(key_mask=m, causal=True), block_q=16, block_k=16, dropout_rate=0.25,
+        dropout_seed=DROPOUT_SEED, **kw), 2, 64, 1, 16, [64, 30]),
 }
 
 
@@ -142,7 +151,7 @@ def test_compiled_tpu_kernel_matches_reference(case):
 def test_flash_reference_is_softmax_attention():
     """The flash reference (and so the kernel) equals a float64 numpy softmax over real keys."""
     q, k, v, mask = inputs(2, 20, 1, 8, [20, 7])
-    out = np.asarray(flash_attention(q, k, v, key_mask=mask, impl="xla"))
+    out = np.asarray(flash_attention(q, k, v, Mask(key_mask=mask), impl="xla"))
     logits = np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64), k) / np.sqrt(8)
     logits = np.where(mask[:, None, None], logits, -np.inf)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
@@ -150,11 +159,65 @@ def test_flash_reference_is_softmax_attention():
     assert_close(out, want, reassociation_tol(20, depth=4))  # float32 against float64, 20 keys
 
 
+def test_a_causal_mask_is_softmax_over_the_earlier_real_keys():
+    """The causal flash op (the block-sparse reference over the causal rule) equals a float64 numpy softmax
+    over the real keys j <= i, and the Triton kernel over the causal layout equals it too."""
+    q, k, v, mask = inputs(2, 40, 1, 8, [40, 17])
+    allowed = mask[:, None, None, :] & np.tril(np.ones((40, 40), bool))[None, None]
+    logits = np.where(allowed, np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64), k) / np.sqrt(8), -np.inf)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    want = np.einsum("bhqk,bkhd->bqhd", probs / probs.sum(-1, keepdims=True), v) * mask[:, :, None, None]
+    causal = Mask(key_mask=mask, causal=True)
+    for impl in ("xla", "pallas"):
+        out = np.asarray(flash_attention(q, k, v, causal, impl=impl, interpret=True, platform="gpu", block_q=16,
+                                         block_k=16))
+        assert_close(out, want, reassociation_tol(40, depth=4), err_msg=impl)
+
+
+def test_the_causal_layout_skips_the_blocks_after_the_diagonal():
+    """At 4 blocks a side: the 10 block pairs on and below the diagonal, none above (half the work at length)."""
+    rule = masking.MaskRule(causal=True)
+    zeros, code = jnp.zeros(64, jnp.int32), jnp.ones((1, 64), jnp.int32)
+    dense = np.asarray(layouts.from_rule(64, 64, 16, 16, rule, zeros + 1, code, zeros, zeros))
+    np.testing.assert_array_equal(dense, np.tril(np.ones((4, 4), bool)))
+    band = np.asarray(layouts.from_rule(64, 64, 16, 16, masking.MaskRule(window=3, causal=True), zeros + 1, code,
+                                        zeros, zeros))
+    np.testing.assert_array_equal(band, np.eye(4, dtype=bool) | np.eye(4, k=-1, dtype=bool))
+
+
+def test_masks_compose_with_and():
+    """`&` intersects padding, bands (the narrower), causality and block matrices; segments or global tokens
+    on both sides, or block matrices of two sizes, are refused."""
+    a = Mask(key_mask=np.array([[True, True, False]]), window=4)
+    b = Mask(key_mask=np.array([[True, False, True]]), window=2, causal=True, global_keys=np.array([True, False, False]))
+    both = a & b
+    np.testing.assert_array_equal(both.key_mask, [[True, False, False]])
+    assert both.window == 2 and both.causal and both.rule == masking.MaskRule(2, False, True, True)
+    with pytest.raises(ValueError, match="global keys"):
+        both & b
+    with pytest.raises(ValueError, match="block sizes 16 and 32"):
+        Mask(block_mask=np.ones((2, 2), bool), block=16) & Mask(block_mask=np.ones((1, 1), bool), block=32)
+    with pytest.raises(ValueError, match="block size"):
+        Mask(block_mask=np.ones((2, 2), bool))
+    with pytest.raises(ValueError, match="block_sparse_attention"):
+        flash_attention(*inputs(1, 16, 1, 8, [16])[:3], Mask(window=2))
+    with pytest.raises(ValueError, match="padding mask only"):
+        linear_attention(*inputs(1, 16, 1, 8, [16])[:3], Mask(causal=True))
+
+
+def test_a_causal_mask_plans_no_splash_on_tpu():
+    """Splash is not used for a causal mask here: on TPU it runs our Mosaic kernel over the causal layout."""
+    target = kernels.Target("tpu", interpret=True)
+    assert kernels.plan("pallas", target, FLASH).kernel == kernels.SPLASH
+    assert kernels.plan("pallas", target, FLASH, causal=True).kernel == kernels.MOSAIC_FLASH
+    assert kernels.plan("pallas", target, BLOCK_SPARSE, causal=True).kernel == kernels.MOSAIC_BLOCK_SPARSE
+
+
 @pytest.mark.slow
 def test_block_sparse_reference_is_a_masked_softmax():
     """The block-sparse reference with a band equals dense attention under an explicit band mask."""
     q, k, v, mask = inputs(1, 40, 1, 8, [40])
-    out = block_sparse_attention(q, k, v, key_mask=mask, window=3, impl="xla")
+    out = block_sparse_attention(q, k, v, Mask(key_mask=mask, window=3), impl="xla")
     want = masked_attention(q, k, v, jnp.asarray(_band(40, 3))[None, None], 1 / np.sqrt(8))
     assert_close(np.asarray(out), np.asarray(want), reassociation_tol(40, depth=4))  # blockwise vs dense, 40 keys
 
@@ -184,9 +247,9 @@ def test_all_padding_rows_are_zero_and_finite(platform):
     def loss(fn):
         return lambda q, k, v: jnp.sum(fn(q, k, v) ** 2)
     for fn in (
-        lambda q, k, v: flash_attention(q, k, v, key_mask=mask, query_mask=query_mask, block_q=16, block_k=16,
+        lambda q, k, v: flash_attention(q, k, v, Mask(key_mask=mask, query_mask=query_mask), block_q=16, block_k=16,
                                         impl="pallas", interpret=True, platform=platform),
-        lambda q, k, v: block_sparse_attention(q, k, v, key_mask=mask, query_mask=query_mask, window=3, block=16,
+        lambda q, k, v: block_sparse_attention(q, k, v, Mask(key_mask=mask, query_mask=query_mask, window=3), block=16,
                                                impl="pallas", interpret=True, platform=platform),
     ):
         out, grads = jax.jit(lambda q, k, v, fn=fn: (fn(q, k, v), jax.grad(loss(fn), (0, 1, 2))(q, k, v)))(q, k, v)
@@ -244,7 +307,7 @@ def test_linear_kernel_normaliser_has_no_epsilon_bias(scale):
     to a normaliser of size s^2 would pull small-s outputs towards 0)."""
     q, k, v, mask = inputs(1, 40, 1, 16, [30])
     q, k = np.abs(q) + 0.1, np.abs(k) + 0.1  # positive features, as FAVOR+ gives
-    call = lambda s: np.asarray(linear_attention(q * s, k * s, v, key_mask=mask, feature_map="identity", block=16,  # noqa: E731
+    call = lambda s: np.asarray(linear_attention(q * s, k * s, v, Mask(key_mask=mask), feature_map="identity", block=16,  # noqa: E731
                                                  impl="pallas", interpret=True))
     # float32 rounding of sums of 40 positive terms: a relative 1e-5 is well above it.
     np.testing.assert_allclose(call(scale), call(1.0), rtol=1e-5, atol=1e-6)
@@ -277,9 +340,9 @@ def test_dropout_mask_keeps_one_minus_rate_and_is_a_function_of_coordinates():
 def test_dropout_is_unbiased_over_seeds():
     """E[dropped attention] = attention: the mean over many seeds converges to the output without dropout."""
     q, k, v, mask = inputs(1, 48, 1, 16, [40])
-    exact = np.asarray(flash_attention(q, k, v, key_mask=mask, impl="xla"))
+    exact = np.asarray(flash_attention(q, k, v, Mask(key_mask=mask), impl="xla"))
     seeds = np.arange(400, dtype=np.uint32)[:, None]
-    runs = jax.vmap(lambda s: flash_attention(q, k, v, key_mask=mask, impl="xla", dropout_rate=0.5,
+    runs = jax.vmap(lambda s: flash_attention(q, k, v, Mask(key_mask=mask), impl="xla", dropout_rate=0.5,
                                               dropout_seed=s))(seeds)
     mean = np.asarray(runs).mean(0)
     spread = np.asarray(runs).std(0) / np.sqrt(len(seeds))  # standard error of that mean, per entry

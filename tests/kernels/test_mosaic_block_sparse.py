@@ -10,9 +10,10 @@ import pytest
 from helpers import assert_close, build_small, reassociation_tol, slow_except
 
 from lra_jax import kernels
-from lra_jax.kernels import masking
-from lra_jax.kernels.block_sparse import block_sparse_attention, pallas_mosaic
+from lra_jax.kernels.block_sparse.api import block_sparse_attention
+from lra_jax.kernels.block_sparse import pallas_mosaic
 from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
+from lra_jax.kernels.masking import Mask
 from lra_jax.measure import accelerators
 
 SEED = np.array([2024], np.uint32)
@@ -33,14 +34,13 @@ PATTERNS = {
 def _call(q, k, v, mask, pattern, rate, impl):
     """The api on TPU (impl="pallas") or XLA; without dropout the api would run splash, so the kernel is called."""
     seed = SEED if rate else None
+    mask = Mask(key_mask=jnp.asarray(mask), **pattern)
     if impl == "xla" or rate:
         platform = "tpu" if impl == "pallas" else None
-        return block_sparse_attention(q, k, v, key_mask=mask, impl=impl, platform=platform, interpret=True,
-                                      dropout_rate=rate, dropout_seed=seed, **pattern)
-    inputs = BlockSparseInputs(jnp.asarray(mask), jnp.asarray(mask), np.zeros(1, np.uint32), **{
-        name: pattern.get(name) for name in ("query_segments", "key_segments", "global_queries", "global_keys",
-                                             "block_mask")})
-    static = BlockSparseStatic(q.shape[-1] ** -0.5, pattern.get("window"), pattern.get("block", 64), interpret=True)
+        return block_sparse_attention(q, k, v, mask, impl=impl, platform=platform, interpret=True,
+                                      dropout_rate=rate, dropout_seed=seed)
+    inputs = BlockSparseInputs(mask.resolved(q.shape[0], q.shape[1], k.shape[1]), np.zeros(1, np.uint32))
+    static = BlockSparseStatic(q.shape[-1] ** -0.5, mask.block or 64, interpret=True)
     return pallas_mosaic.attention(q, k, v, inputs, static)
 
 
@@ -77,8 +77,8 @@ def test_forward_and_gradients_match_the_reference(name, rate, dtype):
 def test_the_grid_walks_only_the_tiles_a_band_can_reach():
     """A window of 16 at 1024 tokens: each 128-tile sees at most 3 of the 8 key tiles, known when tracing;
     traced settings (BigBird's random blocks) give every tile."""
-    codes_of = lambda key_mask, segments: masking.element_codes(  # noqa: E731
-        1024, key_mask, 16, segments, segments, None, None)
+    codes_of = lambda key_mask, segments: Mask(  # noqa: E731
+        key_mask=key_mask, window=16, query_segments=segments, key_segments=segments).codes(1024)
     assert pallas_mosaic.static_visits(1024, 1024, 1024, lambda m: codes_of(m, None)) == (3, 3)
     segments = np.arange(1024) // 128  # tile-aligned segments: one tile each
     assert pallas_mosaic.static_visits(1024, 1024, 1024, lambda m: codes_of(m, segments)) == (1, 1)
@@ -116,8 +116,7 @@ def test_compiles_forward_and_backward_with_dropout_for_v5e():
     seed = jax.ShapeDtypeStruct((1,), jnp.uint32, sharding=whole)
 
     def loss(q, k, v, m, block_mask, s):
-        return block_sparse_attention(q, k, v, key_mask=m, window=100, global_keys=np.arange(n) < 2,
-                                      block_mask=block_mask, block=64, impl="pallas", dropout_rate=0.1,
+        return block_sparse_attention(q, k, v, Mask(key_mask=m, window=100, global_keys=np.arange(n) < 2, block_mask=block_mask, block=64), impl="pallas", dropout_rate=0.1,
                                       dropout_seed=s).astype(jnp.float32).sum()
 
     with kernels.target_platform("tpu"), compat.abstract_mesh(mesh):

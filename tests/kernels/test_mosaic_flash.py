@@ -11,7 +11,9 @@ from helpers import assert_close, reassociation_tol
 
 from lra_jax import kernels
 from lra_jax.kernels import dropout
-from lra_jax.kernels.flash import flash_attention, pallas_mosaic
+from lra_jax.kernels.flash.api import flash_attention
+from lra_jax.kernels.flash import pallas_mosaic
+from lra_jax.kernels.masking import Mask
 from lra_jax.measure import accelerators
 
 SEED = np.array([2024], np.uint32)
@@ -49,7 +51,7 @@ def test_forward_and_gradients_match_the_reference(dtype, rate):
             if impl == "kernel":
                 out = pallas_mosaic_call(q, k, v, mask, rate, seed)
             else:
-                out = flash_attention(q, k, v, key_mask=mask, impl="xla", dropout_rate=rate, dropout_seed=seed)
+                out = flash_attention(q, k, v, Mask(key_mask=mask), impl="xla", dropout_rate=rate, dropout_seed=seed)
             return (out.astype(jnp.float32) * weights).sum(), out
         (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
         return out, grads
@@ -72,7 +74,7 @@ def pallas_mosaic_call(q, k, v, mask, rate, seed):
         static = pallas_mosaic.MosaicStatic(q.shape[-1] ** -0.5, interpret=True)
         out = pallas_mosaic.attention(major(q), major(k), major(v), inputs, static).transpose(0, 2, 1, 3)[:, :n]
         return jnp.where(mask[:, :, None, None], out, jnp.zeros((), out.dtype))
-    return flash_attention(q, k, v, key_mask=mask, impl="pallas", platform="tpu", interpret=True,
+    return flash_attention(q, k, v, Mask(key_mask=mask), impl="pallas", platform="tpu", interpret=True,
                            dropout_rate=rate, dropout_seed=seed)
 
 
@@ -84,9 +86,9 @@ def test_same_seed_drops_the_same_weights_as_the_triton_kernel():
     q, k, _, mask = _qkv(jnp.float32, lengths=(n, 29), n=n, h=1, d=n)
     v = jnp.broadcast_to(jnp.eye(n)[None, :, None, :], (2, n, 1, n)).astype(jnp.float32)
     q, k = q * 0, k * 0  # uniform weights 1 / length: the output is the mask / (length * (1 - rate))
-    common = dict(key_mask=mask, impl="pallas", interpret=True, dropout_rate=0.3, dropout_seed=SEED)
-    tpu = flash_attention(q, k, v, platform="tpu", **common)
-    gpu = flash_attention(q, k, v, platform="gpu", block_q=16, block_k=16, **common)
+    common = dict(impl="pallas", interpret=True, dropout_rate=0.3, dropout_seed=SEED)
+    tpu = flash_attention(q, k, v, Mask(key_mask=mask), platform="tpu", **common)
+    gpu = flash_attention(q, k, v, Mask(key_mask=mask), platform="gpu", block_q=16, block_k=16, **common)
     kept = np.asarray(tpu)[:, :, 0, :] > 0
     want = np.asarray(dropout.keep_like(SEED, (2, 1, n, n), 0.3))[:, 0] & mask[:, None, :] & mask[:, :, None]
     np.testing.assert_array_equal(kept, want)
@@ -96,7 +98,7 @@ def test_same_seed_drops_the_same_weights_as_the_triton_kernel():
 @pytest.mark.slow
 def test_a_row_without_real_keys_is_zero_and_finite():
     q, k, v, mask = _qkv(jnp.float32, lengths=(0, 5), n=8, h=1, d=8)
-    fn = lambda q, k, v: flash_attention(q, k, v, key_mask=mask, query_mask=np.ones_like(mask), impl="pallas",  # noqa: E731
+    fn = lambda q, k, v: flash_attention(q, k, v, Mask(key_mask=mask, query_mask=np.ones_like(mask)), impl="pallas",  # noqa: E731
                                          platform="tpu", interpret=True, dropout_rate=0.1, dropout_seed=SEED)
     out = fn(q, k, v)
     grads = jax.grad(lambda *x: fn(*x).sum(), argnums=(0, 1, 2))(q, k, v)
@@ -133,7 +135,7 @@ def test_compiles_forward_and_backward_with_dropout_for_v5e():
     seed = jax.ShapeDtypeStruct((1,), jnp.uint32, sharding=NamedSharding(mesh, PartitionSpec()))
 
     def loss(q, k, v, m, s):
-        return flash_attention(q, k, v, key_mask=m, impl="pallas", dropout_rate=0.1,
+        return flash_attention(q, k, v, Mask(key_mask=m), impl="pallas", dropout_rate=0.1,
                                dropout_seed=s).astype(jnp.float32).sum()
 
     with kernels.target_platform("tpu"), compat.abstract_mesh(mesh):

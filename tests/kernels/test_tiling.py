@@ -24,6 +24,7 @@ from lra_jax.kernels.flash import pallas_gpu as flash
 from lra_jax.kernels.linear import pallas_gpu as linear
 from lra_jax.kernels.linear import reference as linear_reference
 from lra_jax.kernels.linear.api import kernel_limit, linear_attention
+from lra_jax.kernels.masking import Mask
 from lra_jax.measure import accelerators
 
 H100, A100 = tiling.SHARED_MEMORY_PER_BLOCK["9.0"], tiling.SHARED_MEMORY_PER_BLOCK["8.0"]
@@ -138,7 +139,7 @@ def test_smaller_blocks_chosen_for_a_small_gpu_give_the_same_attention():
     with kernels.target_platform("gpu", interpret=True, shared_memory=small):
         assert [(t.block_q, t.num_stages) for t in linear.choose_tilings(64, 32, 32)] == [(32, 1), (16, 1)]
         out, grad = jax.value_and_grad(
-            lambda q: linear_attention(q, k, v, key_mask=mask, impl="pallas", interpret=True).sum())(q)
+            lambda q: linear_attention(q, k, v, Mask(key_mask=mask), impl="pallas", interpret=True).sum())(q)
     want, want_grad = jax.value_and_grad(lambda q: linear_reference.attention(q, k, v, mask, mask, "elu").sum())(q)
     np.testing.assert_allclose(out, want, rtol=1e-5)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-5)
@@ -169,7 +170,7 @@ def compile_for(target, fn, shapes, tmp_path, **options):
 
 def linear_step():
     def step(q, k, v, mask):  # the value too: the backward does not need the forward's output
-        return jax.value_and_grad(lambda q, k, v: linear_attention(q, k, v, key_mask=mask, feature_map="identity",
+        return jax.value_and_grad(lambda q, k, v: linear_attention(q, k, v, Mask(key_mask=mask), feature_map="identity",
                                                                    impl="pallas").sum(), (0, 1, 2))(q, k, v)
     return step
 
@@ -201,7 +202,7 @@ def test_flash_kernels_ask_no_more_than_their_bound_and_do_not_spill(name, d, dt
     seed = jnp.zeros((1,), jnp.uint32)
 
     def step(q, k, v, mask):
-        return jax.grad(lambda q, k, v: flash_attention(q, k, v, key_mask=mask, impl="pallas", dropout_rate=0.1,
+        return jax.grad(lambda q, k, v: flash_attention(q, k, v, Mask(key_mask=mask), impl="pallas", dropout_rate=0.1,
                                                         dropout_seed=seed).astype(jnp.float32).sum(),
                         (0, 1, 2))(q, k, v)
 
@@ -226,7 +227,7 @@ def test_a_block_mask_runs_at_the_smaller_blocks_the_gpu_needs():
     q, k, v = (jax.random.normal(key, (1, 96, 2, 16)) for key in keys[:3])
     block_mask = jax.random.bernoulli(keys[3], 0.5, (3, 3)) | jnp.eye(3, dtype=bool)
     mask = jnp.arange(96)[None, :] < 90
-    run = lambda impl: block_sparse_attention(q, k, v, key_mask=mask, block_mask=block_mask, block=32,  # noqa: E731
+    run = lambda impl: block_sparse_attention(q, k, v, Mask(key_mask=mask, block_mask=block_mask, block=32),  # noqa: E731
                                               impl=impl, interpret=True)
     with kernels.target_platform("gpu", interpret=True, shared_memory=flash.shared_memory_bytes(16, 16, 16, 2)):
         assert flash.choose_tiling(32, 32, 16).block_q == 16

@@ -1,5 +1,5 @@
-"""Block-sparse softmax attention: the flash online softmax over a block layout, and its reference."""
+"""Block-sparse softmax attention: the flash online softmax over a block layout, and its reference.
 
-from lra_jax.kernels.block_sparse.api import BLOCK_SPARSE, block_sparse_attention
-
-__all__ = ["BLOCK_SPARSE", "block_sparse_attention"]
+The op is `api` (`BLOCK_SPARSE`, `block_sparse_attention`); this package imports nothing itself (see
+`lra_jax.kernels.flash`).
+"""

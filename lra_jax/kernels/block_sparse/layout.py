@@ -46,7 +46,7 @@ def from_rule(
 ) -> Bool[Array, "qb kb"]:
     """Block pairs holding at least one pair the element rule may allow (a superset, never less).
 
-    Per block: the index range (band), the segment id range (segments, exact for
+    Per block: the index range (band, causality), the segment id range (segments, exact for
     sorted ids) and whether it holds a global token; key blocks that are padding in
     every sequence of the batch are dropped.
     """
@@ -62,8 +62,10 @@ def from_rule(
             qs_lo, qs_hi = _ranges(q_seg, block_q)
             ks_lo, ks_hi = _ranges(k_seg, block_k)
             dense &= (ks_lo[None, :] <= qs_hi[:, None]) & (ks_hi[None, :] >= qs_lo[:, None])
-        if rule.globals and rule.restricts:
+        if rule.globals and rule.local:
             q_glob = (query_code.reshape(-1, block_q) == GLOBAL).any(1)
             k_glob = (key_code.max(0).reshape(-1, block_k) == GLOBAL).any(1)
             dense |= q_glob[:, None] | k_glob[None, :]
+        if rule.causal:  # a block pair holds a pair j <= i iff its first key is at most its last query
+            dense &= k_lo[None, :] <= q_hi[:, None]
     return dense & any_real[None, :]

@@ -5,38 +5,42 @@ static settings (`BlockSparseStatic`), shared by every implementation of `api.BL
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+import jax
 from jaxtyping import Array, Bool
 
 from lra_jax.kernels import masking
 
 
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["mask", "dropout_seed"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class BlockSparseInputs:
-    """The arrays of a call besides q, k, v: padding (True on real tokens), the dropout seed and the
-    pattern's arrays (None where unused; the segments and global tokens shared across the batch)."""
+    """The arrays of a call besides q, k, v: the mask (`masking.Mask`, resolved: both padding masks given)
+    and the dropout seed."""
 
-    key_mask: Bool[Array, "b k"]
-    query_mask: Bool[Array, "b q"]
+    mask: masking.Mask
     dropout_seed: Array
-    query_segments: Array | None = None
-    key_segments: Array | None = None
-    global_queries: Array | None = None
-    global_keys: Array | None = None
-    block_mask: Bool[Array, "qb kb"] | None = None
 
-    def codes(self, window: int | None, nq: int, key_mask: Bool[Array, "b k"] | None = None) -> masking.Codes:
+    @property
+    def key_mask(self) -> Bool[Array, "b k"]:
+        return self.mask.key_mask
+
+    @property
+    def query_mask(self) -> Bool[Array, "b q"]:
+        return self.mask.query_mask
+
+    def codes(self, nq: int, key_mask: Bool[Array, "b k"] | None = None) -> masking.Codes:
         """The pattern in the kernels' element terms, for `key_mask` (default: the call's)."""
-        return masking.element_codes(nq, self.key_mask if key_mask is None else key_mask, window,
-                                     self.query_segments, self.key_segments, self.global_queries, self.global_keys)
+        return self.mask.codes(nq, key_mask)
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockSparseStatic:
-    """The static settings of a call: softmax scale, band, block size, dropout rate, interpreter."""
+    """The static settings of a call: softmax scale, kernel block size (a block_mask's own where the mask
+    has one), dropout rate, interpreter."""
 
     scale: float
-    window: int | None = None
     block: int = 64
     dropout_rate: float = 0.0
     interpret: bool = False

@@ -99,8 +99,8 @@ def attention(
     rows are 0. The grid's length comes from the pattern's settings where they are known when tracing
     (`static_visits`)."""
     nq, nk = q.shape[1], k.shape[1]
-    codes = inputs.codes(static.window, nq)
-    block_mask, block = inputs.block_mask, static.block
+    codes = inputs.codes(nq)
+    block_mask, block = inputs.mask.block_mask, static.block
     if block_mask is not None and TILE % block and block % TILE:
         raise ValueError(f"the TPU kernel needs a block matrix whose block divides {TILE} or is a multiple of it,"
                          f" got block={block}: use impl='xla'")
@@ -112,7 +112,7 @@ def attention(
         block_mask = jnp.pad(block_mask, [(0, qb - block_mask.shape[0]), (0, kb - block_mask.shape[1])])
     dense = tiles_visited(nq_pad, nk_pad, codes, block_mask, block)
     query_visits, key_visits = static_visits(nq_pad, nk_pad, nk,
-                                             lambda key_mask: inputs.codes(static.window, nq, key_mask))
+                                             lambda key_mask: inputs.codes(nq, key_mask))
     rule = _kernel_rule(codes.rule)
     sparsity = flash.Sparsity(rule=rule, mask_block=block if block_mask is not None and block < TILE else 0,
                               query_visits=query_visits, key_visits=key_visits)

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from lra_jax.kernels import masking
+from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
 from lra_jax.kernels.flash.reference import masked_attention
 
 
@@ -39,3 +40,11 @@ def attention(
         ok &= jnp.repeat(jnp.repeat(block_mask, block, 0), block, 1)[None, :nq, :nk]
     out = masked_attention(q, k, v, ok[:, None], scale, dropout_rate, dropout_seed)
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
+
+
+def run(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic) -> Float[Array, "b q h d"]:
+    """`attention` on a call's typed inputs: the XLA implementation of the block-sparse op."""
+    codes = inputs.codes(q.shape[1])
+    block_mask = None if inputs.mask.block_mask is None else jnp.asarray(inputs.mask.block_mask, bool)
+    return attention(q, k, v, codes.key_code, codes.query_code, codes.q_seg, codes.k_seg, inputs.query_mask,
+                     codes.rule, block_mask, static.block, static.scale, static.dropout_rate, inputs.dropout_seed)

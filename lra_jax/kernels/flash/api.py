@@ -1,4 +1,5 @@
-"""Dense softmax attention with key padding: the op's table (`FLASH`) and `flash_attention(..., impl=)`.
+"""Dense softmax attention with padding, causal or not: the op's table (`FLASH`) and
+`flash_attention(q, k, v, mask, impl=)`.
 
 The implementations, in `FLASH` (`lra_jax.kernels.dispatch`): "xla", the jnp reference (an explicit
 n x n matrix); "pallas-triton", a FlashAttention kernel (Dao et al. 2022, Alg. 1/2; O(n) memory,
@@ -6,7 +7,10 @@ n x n matrix); "pallas-triton", a FlashAttention kernel (Dao et al. 2022, Alg. 1
 (`pallas_tpu`) for a TPU target without dropout; "pallas-mosaic-flash", our Mosaic kernel
 (`pallas_mosaic`) for a TPU target with dropout (splash has none). Attention dropout (`dropout_rate`,
 `dropout_seed`) runs in the Triton and our Mosaic kernel and the reference, with the same mask
-(`lra_jax.kernels.dropout`). Shapes: q [b, nq, h, d], k, v [b, nk, h, d] -> [b, nq, h, d] in q's dtype.
+(`lra_jax.kernels.dropout`). A causal mask runs the same kernel over the causal block layout (the
+block-sparse op's implementation of it: only the key blocks at or before each query block are visited,
+half the work); splash is not used for it. Shapes: q [b, nq, h, d], k, v [b, nk, h, d] -> [b, nq, h, d]
+in q's dtype.
 """
 
 from __future__ import annotations
@@ -14,18 +18,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, UInt32
 
 from lra_jax.kernels import dispatch, sharding
+from lra_jax.kernels.block_sparse import pallas_gpu as block_sparse_triton
+from lra_jax.kernels.block_sparse import pallas_mosaic as block_sparse_mosaic
+from lra_jax.kernels.block_sparse import reference as block_sparse_reference
+from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
 from lra_jax.kernels.dispatch import MOSAIC_FLASH, SPLASH, TRITON, XLA, Implementation, KernelOp, KernelPlan
 from lra_jax.kernels.flash import pallas_gpu, pallas_mosaic, pallas_tpu, reference
+from lra_jax.kernels.masking import Mask
 from lra_jax.kernels.operands import (
     BlockSizes,
     check_dropout,
-    masks_from,
     pad_axis,
     padded_head_dim,
     round_up,
@@ -33,15 +42,21 @@ from lra_jax.kernels.operands import (
 )
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["key_mask", "query_mask", "dropout_seed"],
-                   meta_fields=[])
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["mask", "dropout_seed"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class FlashInputs:
-    """The arrays of a call besides q, k, v: masks (True on real tokens) and the dropout seed."""
+    """The arrays of a call besides q, k, v: the mask (padding, and causality; resolved) and the dropout seed."""
 
-    key_mask: Bool[Array, "b k"]
-    query_mask: Bool[Array, "b q"]
+    mask: Mask
     dropout_seed: UInt32[Array, "1"]
+
+    @property
+    def key_mask(self) -> Bool[Array, "b k"]:
+        return self.mask.key_mask
+
+    @property
+    def query_mask(self) -> Bool[Array, "b q"]:
+        return self.mask.query_mask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +67,20 @@ class FlashStatic:
     blocks: BlockSizes = BlockSizes()
     dropout_rate: float = 0.0
     interpret: bool = False
+
+
+def _or_over_the_causal_layout(dense: Callable, block_sparse: Callable) -> Callable:
+    """A FLASH implementation: `dense` for a padding mask; for a causal one `block_sparse`, the same kernel
+    driven by the causal block layout (the block-sparse op's implementation, same mask and dropout)."""
+
+    def run(q, k, v, inputs: FlashInputs, static: FlashStatic):
+        if not inputs.mask.causal:
+            return dense(q, k, v, inputs, static)
+        block = max(static.blocks.block_q, static.blocks.block_k)
+        return block_sparse(q, k, v, BlockSparseInputs(inputs.mask, inputs.dropout_seed),
+                            BlockSparseStatic(static.scale, block, static.dropout_rate, static.interpret))
+
+    return run
 
 
 def _xla(q, k, v, inputs: FlashInputs, static: FlashStatic):
@@ -99,10 +128,12 @@ def _mosaic(q, k, v, inputs: FlashInputs, static: FlashStatic):
 
 
 FLASH = KernelOp("flash", (
-    Implementation(XLA, _xla),
-    Implementation(TRITON, _triton, backend="triton", platforms=("cpu", "gpu")),
-    Implementation(SPLASH, _splash, backend="mosaic", platforms=("tpu",), dropout=False),
-    Implementation(MOSAIC_FLASH, _mosaic, backend="mosaic", platforms=("tpu",)),
+    Implementation(XLA, _or_over_the_causal_layout(_xla, block_sparse_reference.run)),
+    Implementation(TRITON, _or_over_the_causal_layout(_triton, block_sparse_triton.run), backend="triton",
+                   platforms=("cpu", "gpu")),
+    Implementation(SPLASH, _splash, backend="mosaic", platforms=("tpu",), dropout=False, causal=False),
+    Implementation(MOSAIC_FLASH, _or_over_the_causal_layout(_mosaic, block_sparse_mosaic.attention), backend="mosaic",
+                   platforms=("tpu",)),
 ))
 
 
@@ -110,10 +141,8 @@ def flash_attention(
     q: Float[Array, "b q h d"],
     k: Float[Array, "b k h d"],
     v: Float[Array, "b k h d"],
+    mask: Mask | None = None,
     *,
-    key_mask: Bool[Array, "b k"] | None = None,
-    query_mask: Bool[Array, "b q"] | None = None,
-    lengths: Array | None = None,
     scale: float | None = None,
     impl: str = "auto",
     block_q: int = 64,
@@ -124,11 +153,12 @@ def flash_attention(
     dropout_seed: Array | None = None,
     plan: KernelPlan | None = None,
 ) -> Float[Array, "b q h d"]:
-    """softmax(scale q k^T) v over the real keys; padded query rows and rows without keys are 0.
+    """softmax(scale q k^T) v over the allowed keys; padded query rows and rows without keys are 0.
 
     Args:
       q, k, v: queries [b, nq, h, d], keys and values [b, nk, h, d] (float32 or bfloat16).
-      key_mask, query_mask: True on real tokens; or `lengths` [b] for prefix padding.
+      mask: padding and causality (`masking.Mask`; None: every pair). A band, segments, global tokens or
+        a block matrix are `block_sparse_attention`'s.
       scale: softmax scale, default 1 / sqrt(d).
       plan: the implementation to run (`kernels.plan(..., FLASH)`, a layer's `kernel_plan`); without
         one, it is planned here from `impl` ("auto" | "xla" | "pallas"), `platform` ("gpu", "tpu";
@@ -139,11 +169,14 @@ def flash_attention(
     """
     b, nq, _, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    key_mask, query_mask = masks_from(nq, k.shape[1], b, key_mask, query_mask, lengths)
+    mask = (mask or Mask()).resolved(b, nq, k.shape[1])
+    if mask.pattern:
+        raise ValueError("flash_attention takes padding and causal masks; a band, segments, global tokens or a "
+                         "block matrix run in block_sparse_attention")
     dropout_seed = check_dropout(dropout_rate, dropout_seed)
     if plan is None:
         plan = dispatch.plan(impl, dispatch.call_target(platform, interpret), FLASH, dropout_active=dropout_rate > 0,
-                             dtype=jnp.dtype(q.dtype).name)
-    dispatch.check_plan(FLASH, plan, dropout_rate)
+                             dtype=jnp.dtype(q.dtype).name, causal=mask.causal)
+    dispatch.check_plan(FLASH, plan, dropout_rate, causal=mask.causal)
     static = FlashStatic(scale, BlockSizes(block_q, block_k), dropout_rate, plan.interpret)
-    return plan.implementation.run(q, k, v, FlashInputs(key_mask, query_mask, dropout_seed), static)
+    return plan.implementation.run(q, k, v, FlashInputs(mask, dropout_seed), static)

@@ -18,7 +18,8 @@ from jaxtyping import Array, Bool, Float
 from lra_jax.kernels import dispatch, sharding, tiling
 from lra_jax.kernels.dispatch import TRITON, XLA, Implementation, KernelOp, KernelPlan
 from lra_jax.kernels.linear import pallas_gpu, reference
-from lra_jax.kernels.operands import kernel_block, masks_from, pad_axis, padded_head_dim, round_up, zero_rows
+from lra_jax.kernels.masking import Mask
+from lra_jax.kernels.operands import kernel_block, pad_axis, padded_head_dim, round_up, zero_rows
 
 FEATURE_MAPS = ("elu", "identity")
 
@@ -78,10 +79,8 @@ def linear_attention(
     q: Float[Array, "b n h m"],
     k: Float[Array, "b n h m"],
     v: Float[Array, "b n h d"],
+    mask: Mask | None = None,
     *,
-    key_mask: Bool[Array, "b n"] | None = None,
-    query_mask: Bool[Array, "b n"] | None = None,
-    lengths: Array | None = None,
     feature_map: str = "elu",
     impl: str = "auto",
     block: int = 64,
@@ -94,7 +93,8 @@ def linear_attention(
     Args:
       q, k: queries and keys [b, n, h, m]: inputs of `feature_map`.
       v: values [b, n, h, d].
-      key_mask, query_mask, lengths: padding, as in `flash_attention`.
+      mask: padding (`masking.Mask`; None: every token real). The kernel is not causal and has no pattern:
+        a mask with either is refused (the causal Linear Transformer is `causal_kernel_attention`, XLA).
       feature_map: "elu" (elu(x) + 1, Linear Transformer) or "identity" (q, k are
         already features, e.g. FAVOR+ positive random features).
       block: the most rows per loop step (fewer where the target GPU's shared memory needs it,
@@ -105,7 +105,10 @@ def linear_attention(
     if feature_map not in FEATURE_MAPS:
         raise ValueError(f"unknown feature_map {feature_map!r}; choose one of {', '.join(FEATURE_MAPS)}")
     b, n = q.shape[:2]
-    key_mask, query_mask = masks_from(n, n, b, key_mask, query_mask, lengths)
+    mask = (mask or Mask()).resolved(b, n, n)
+    if mask.causal or mask.pattern:
+        raise ValueError("linear_attention takes a padding mask only (no causal form, no pattern)")
+    key_mask, query_mask = mask.key_mask, mask.query_mask
     if plan is None:
         plan = dispatch.plan(impl, dispatch.call_target(platform, interpret), LINEAR, dtype=jnp.dtype(v.dtype).name)
     dispatch.check_plan(LINEAR, plan)

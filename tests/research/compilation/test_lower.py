@@ -19,30 +19,31 @@ from helpers import slow_except
 from lra_jax import kernels
 from lra_jax.research.compilation import lowering
 from lra_jax.research.choices import config_files
-from lra_jax.kernels.block_sparse import block_sparse_attention
-from lra_jax.kernels.flash import flash_attention
+from lra_jax.kernels.block_sparse.api import block_sparse_attention
+from lra_jax.kernels.flash.api import flash_attention
 from lra_jax.kernels.linear import linear_attention
+from lra_jax.kernels.masking import Mask
 from lra_jax.tools import lower
 
 B, N, H, D = 2, 1000, 2, 64  # a length that is no multiple of any block
 
 KERNELS = {
-    "flash": lambda q, k, v, m, p: flash_attention(q, k, v, key_mask=m, impl="pallas", platform=p),
-    "local": lambda q, k, v, m, p: block_sparse_attention(q, k, v, key_mask=m, window=100, impl="pallas",
+    "flash": lambda q, k, v, m, p: flash_attention(q, k, v, Mask(key_mask=m), impl="pallas", platform=p),
+    "local": lambda q, k, v, m, p: block_sparse_attention(q, k, v, Mask(key_mask=m, window=100), impl="pallas",
                                                           platform=p),
     "longformer": lambda q, k, v, m, p: block_sparse_attention(
-        q, k, v, key_mask=m, window=100, global_keys=np.arange(N) < 1, impl="pallas", platform=p),
+        q, k, v, Mask(key_mask=m, window=100, global_keys=np.arange(N) < 1), impl="pallas", platform=p),
     "segments": lambda q, k, v, m, p: block_sparse_attention(
-        q, k, v, key_mask=m, query_segments=jnp.arange(N) // 128, key_segments=jnp.arange(N) // 128,
+        q, k, v, Mask(key_mask=m, query_segments=jnp.arange(N) // 128, key_segments=jnp.arange(N) // 128),
         impl="pallas", platform=p),
     "block-mask": lambda q, k, v, m, p: block_sparse_attention(
-        q, k, v, key_mask=m, block_mask=jnp.eye(16, dtype=bool) | (jnp.arange(16)[None, :] == 0), block=64,
+        q, k, v, Mask(key_mask=m, block_mask=jnp.eye(16, dtype=bool) | (jnp.arange(16)[None, :] == 0), block=64),
         impl="pallas", platform=p),
-    "linear": lambda q, k, v, m, p: linear_attention(q, k, v, key_mask=m, impl="pallas", platform=p),
-    "flash-dropout": lambda q, k, v, m, p: flash_attention(q, k, v, key_mask=m, impl="pallas", platform=p,
+    "linear": lambda q, k, v, m, p: linear_attention(q, k, v, Mask(key_mask=m), impl="pallas", platform=p),
+    "flash-dropout": lambda q, k, v, m, p: flash_attention(q, k, v, Mask(key_mask=m), impl="pallas", platform=p,
                                                            dropout_rate=0.1, dropout_seed=SEED),
     "longformer-dropout": lambda q, k, v, m, p: block_sparse_attention(
-        q, k, v, key_mask=m, window=100, global_keys=np.arange(N) < 1, impl="pallas", platform=p,
+        q, k, v, Mask(key_mask=m, window=100, global_keys=np.arange(N) < 1), impl="pallas", platform=p,
         dropout_rate=0.1, dropout_seed=SEED),
 }
 SEED = np.array([7], np.uint32)
