@@ -114,16 +114,25 @@ def choose(
       live_elements: (block_q, block_k) -> float32 tile elements the kernel keeps live at once
         (accumulators and dot operands); None: no register bound.
 
-    Raises TilingError when not even 16 x 16 blocks at one stage fit.
+    Raises TilingError when not even 16 x 16 blocks at one stage fit; its message names the bound that
+    refused them (the registers, the shared memory or both) with the figures.
     """
     threads = 32 * num_warps
+    registers = lambda bq, bk: live_elements(bq, bk) / threads + SCALAR_REGISTERS  # noqa: E731
     for bq, bk in candidates(block_q, block_k):
-        if live_elements is not None and live_elements(bq, bk) / threads + SCALAR_REGISTERS > MAX_REGISTERS:
+        if live_elements is not None and registers(bq, bk) > MAX_REGISTERS:
             continue
         for stages in STAGES:
             needed = shared_memory_bytes(bq, bk, stages)
             if needed <= limit:
                 return Tiling(bq, bk, num_warps, stages, needed)
+    refused = []
+    if live_elements is not None and registers(MIN_BLOCK, MIN_BLOCK) > MAX_REGISTERS:
+        refused.append(f"an estimated {registers(MIN_BLOCK, MIN_BLOCK):,.0f} registers per thread ({num_warps} warps; "
+                       f"a thread has {MAX_REGISTERS}, beyond which ptxas spills to local memory)")
     smallest = shared_memory_bytes(MIN_BLOCK, MIN_BLOCK, 1)
-    raise TilingError(f"the {kernel} Triton kernel needs {smallest:,} bytes of shared memory even at "
-                      f"{MIN_BLOCK}-row blocks and one stage; this GPU has {limit:,} per block: use impl='xla'")
+    at = f"{MIN_BLOCK}-row blocks"
+    if smallest > limit:
+        refused.append(f"{smallest:,} bytes of shared memory (this GPU has {limit:,} per block)")
+        at += " and one stage"
+    raise TilingError(f"the {kernel} Triton kernel needs {' and '.join(refused)} even at {at}: use impl='xla'")

@@ -26,7 +26,8 @@ def test_the_kernel_table_is_what_plan_picks_from_the_declarations_and_the_page_
     assert {op.name for op in ops} >= {"flash", "block_sparse", "linear", "gated_scan"}
     rows = {tuple(cell.strip() for cell in line.strip("|").split("|")) for line in table.splitlines()[2:]}
     assert ("`flash`", "`luong`, `softmax`, `synthesizer`", "`auto`", "`pallas-triton`",
-            "`pallas-mosaic-splash`; with attention dropout `pallas-mosaic-flash`", "`xla`") in rows
+            "`pallas-mosaic-splash`; with attention dropout `pallas-mosaic-flash`; with a causal mask "
+            "`pallas-mosaic-flash`", "`xla`") in rows
     assert ("", "", "`pallas`", "`pallas-triton`", "`xla`", "`pallas-triton` (interpreted)") in rows  # linear, gated
     path, text = kernel_table.current(os.path.join(REPO, "docs"))
     with open(path, encoding="utf-8") as f:

@@ -15,8 +15,8 @@ from helpers import assert_close, reassociation_tol, slow_except
 from lra_jax import kernels
 from lra_jax.attention import registry
 from lra_jax.research.compilation import lowering
-from lra_jax.kernels import TRITON, XLA, Target, pallas_available
-from lra_jax.kernels.gated_scan import GATED_SCAN, gated_scan
+from lra_jax.kernels import TRITON, XLA, Target, pallas_available, tiling
+from lra_jax.kernels.gated_scan import GATED_SCAN, gated_scan, pallas_gpu
 
 B, H, DK, DV = 2, 2, 4, 8
 needs_gpu = pytest.mark.skipif(not pallas_available(), reason="compiled Pallas kernels need a GPU")
@@ -43,8 +43,9 @@ def output_and_grads(impl, q, k, v, log_g, r, *, chunk, strict, interpret=True):
 
 # (decay, strict, n, chunk): a gate per key dimension (GLA) or one per head (SSD); n = 37 and 29 are no
 # multiple of any chunk (the padded path); chunk 8 runs as the kernel's 16, chunk 32 as 32 over 40 steps.
+# ("scalar", False, 100, 64): SSD's chunk, which its forward and dq kernels run while the dk/dv kernel runs 32.
 CASES = [("per-dim", False, 37, 16), ("scalar", True, 29, 16), ("per-dim", True, 40, 32), ("scalar", False, 24, 8),
-         ("per-dim", False, 24, 8), ("scalar", False, 40, 32)]
+         ("per-dim", False, 24, 8), ("scalar", False, 40, 32), ("scalar", False, 100, 64)]
 
 
 def _compare(decay, strict, n, chunk, interpret):
@@ -61,7 +62,8 @@ def _compare(decay, strict, n, chunk, interpret):
 
 
 @pytest.mark.parametrize("decay, strict, n, chunk",
-                         slow_except(CASES, keep={("per-dim", False, 37, 16), ("scalar", True, 29, 16)}))
+                         slow_except(CASES, keep={("per-dim", False, 37, 16), ("scalar", True, 29, 16),
+                                                  ("scalar", False, 100, 64)}))
 def test_kernel_matches_the_xla_form_forward_and_backward(decay, strict, n, chunk):
     _compare(decay, strict, n, chunk, interpret=True)
 
@@ -147,3 +149,58 @@ def test_kernels_lower_for_cuda_forward_and_backward(decay):
     step = jax.jit(lambda *x: (loss(*x), jax.grad(loss, argnums=(0, 1, 2, 3))(*x)))
     text = lowering.lowered_text(step, "cuda", qk, qk, v, log_g)
     assert text.count(lowering.KERNEL_CALLS["gpu"]) == 3  # gated_scan_fwd, gated_scan_bwd_dq, gated_scan_bwd_dkv
+
+
+# ptxas's registers per thread (12.9, sm_90a: the least `.maxnreg` without a spill; None: it spilled at 255) for the
+# kernels XLA:GPU compiled for H100, float32, two stages: (kernel, one decay per head, chunk, warps, d_k, d_v).
+# The full-scale heads (SSD: d_k = d_v = 16, chunk 64; GLA: chunk 16, d_k = d_v / 2 of 64, 32, <= 16 padded to 16)
+# and the next larger chunk or fewer warps that the planner refuses; pallas_gpu.REGISTER_FIT is fitted to these
+# and the rest of the sweep (about 200 counts).
+PTXAS_REGISTERS = {
+    ("forward", True, 64, 4, 16, 16): 223, ("dq", True, 64, 4, 16, 16): 196,
+    ("dkv", True, 64, 4, 16, 16): None,  # 96 bytes spilled (184 through XLA's nvJitLink, before the key-major tiles)
+    ("dkv", True, 32, 4, 16, 16): 197,
+    ("forward", False, 16, 4, 32, 64): 168, ("dq", False, 16, 4, 32, 64): 150,
+    ("dkv", False, 16, 4, 32, 64): 237,  # 251 with bfloat16 inputs: within the margin, refused
+    ("dkv", False, 16, 8, 32, 64): 194, ("forward", False, 32, 4, 32, 64): None, ("dq", False, 32, 8, 32, 64): 241,
+    ("forward", False, 16, 4, 16, 32): 92, ("dq", False, 16, 4, 16, 32): 111, ("dkv", False, 16, 4, 16, 32): 160,
+    ("dkv", False, 32, 4, 16, 32): None,
+    ("forward", False, 16, 4, 16, 16): 101, ("dq", False, 16, 4, 16, 16): 117, ("dkv", False, 16, 4, 16, 16): 175,
+    ("forward", False, 32, 4, 16, 16): None, ("dkv", False, 32, 8, 16, 16): 241,
+    ("forward", True, 64, 4, 32, 16): 251, ("dkv", True, 32, 4, 32, 16): 241, ("dq", False, 32, 8, 32, 32): 237,
+}
+
+
+def test_the_register_fit_bounds_ptxas_counts_and_keeps_its_margin():
+    """The fit is at or above every count and above 255 wherever ptxas spilled; what it allows (with its margin),
+    ptxas ran with the margin to spare."""
+    for (kernel, scalar_decay, chunk, warps, dk, dv), counted in PTXAS_REGISTERS.items():
+        case = (kernel, scalar_decay, chunk, warps, dk, dv)
+        fitted = pallas_gpu.registers(kernel, chunk, dk, dv, scalar_decay, warps)
+        assert fitted > tiling.MAX_REGISTERS if counted is None else fitted >= counted, (case, fitted)
+        if fitted + pallas_gpu.REGISTER_MARGIN <= tiling.MAX_REGISTERS:
+            assert counted <= tiling.MAX_REGISTERS - pallas_gpu.REGISTER_MARGIN, (case, fitted)
+
+
+def test_each_kernel_takes_the_largest_chunk_ptxas_runs_without_spilling():
+    """SSD at full scale: forward and dq at its 64 steps, the dk/dv kernel at 32 (at 64 ptxas spilled 96-184 bytes);
+    GLA's ListOps/Text heads (d_k 32, d_v 64): the dk/dv kernel at 8 warps (at 4 it needs 237-251 registers of 255).
+    Every choice is a count of PTXAS_REGISTERS below 255 less the margin."""
+    expected = {(64, 16, 16, True): [(64, 4), (64, 4), (32, 4)], (16, 32, 64, False): [(16, 4), (16, 4), (16, 8)],
+                (16, 16, 32, False): [(16, 4)] * 3, (16, 16, 16, False): [(16, 4)] * 3}
+    for name in ("9.0", "8.0"):  # H100 and A100: the register file is the same, the shared memory binds neither
+        with kernels.target_platform("gpu", shared_memory=tiling.SHARED_MEMORY_PER_BLOCK[name]):
+            for (chunk, dk, dv, scalar_decay), want in expected.items():
+                tiles = pallas_gpu.choose_tilings(chunk, dk, dv, scalar_decay)
+                assert [(t.block_q, t.num_warps) for t in tiles] == want, (chunk, dk, dv, scalar_decay)
+                for kernel, t in zip(pallas_gpu.KERNELS, tiles):
+                    counted = PTXAS_REGISTERS[kernel, scalar_decay, t.block_q, t.num_warps, dk, dv]
+                    assert counted <= tiling.MAX_REGISTERS - pallas_gpu.REGISTER_MARGIN
+                    assert t.num_stages == 2 and t.shared_memory == pallas_gpu.shared_memory_bytes(
+                        kernel, t.block_q, dk, dv, 2)
+
+
+def test_a_head_too_wide_for_the_registers_says_so():
+    refused = r"gated scan dkv Triton kernel needs an estimated \d+ registers per thread \(4 warps; .* even at 16-row "
+    with kernels.target_platform("gpu"), pytest.raises(tiling.TilingError, match=refused + r"blocks: use impl='xla'"):
+        pallas_gpu.choose_tilings(64, 64, 64, True)  # SSD with N = P = 64: its dk/dv kernel spilled even at 16

@@ -3,8 +3,8 @@
 The first tests are pure (shapes and a shared-memory figure -> blocks) and run anywhere, the kernels in
 the Pallas interpreter. The rest compile the kernels with XLA:GPU for H100 and A100 on this CPU (the
 `[cuda]` extra) and are skipped, with the reason, without it: the shared memory Triton requests must be
-within each kernel's stated bound, the shapes that did not fit must compile, and the flash backward
-must not spill registers where the register bound chose its blocks.
+within each kernel's stated bound, the shapes that did not fit must compile, and the flash backward and
+the gated-scan kernels must not spill registers where the register bound chose their blocks.
 """
 
 from __future__ import annotations
@@ -47,8 +47,29 @@ def test_choose_takes_the_largest_blocks_then_the_most_stages_that_fit():
     assert tiling.choose("k", need, 64, 64, limit=128_000) == tiling.Tiling(64, 64, 4, 2, 128_000)
     assert tiling.choose("k", need, 64, 64, limit=64_000) == tiling.Tiling(64, 64, 4, 1, 64_000)
     assert tiling.choose("k", need, 64, 64, limit=63_999) == tiling.Tiling(32, 32, 4, 1, 32_000)
-    with pytest.raises(tiling.TilingError, match="needs 16,000 bytes of shared memory .* this GPU has 15,999"):
+    with pytest.raises(tiling.TilingError, match=r"needs 16,000 bytes of shared memory \(this GPU has 15,999 per "
+                                                 r"block\) even at 16-row blocks and one stage") as error:
         tiling.choose("k", need, 64, 64, limit=15_999)
+    assert "register" not in str(error.value)
+
+
+def test_the_refusal_names_the_bound_that_refused_the_smallest_blocks():
+    """Registers (the estimate per thread against 255), shared memory (the bytes against the GPU's), or both."""
+    need = lambda bq, bk, stages: 1000 * bq * stages  # noqa: E731
+    live = lambda bq, bk: 128 * 12 * bq  # noqa: E731 - 16 rows: 192 elements a thread, with the scalars 256
+    assert tiling.choose("k", need, 64, 64, limit=10**6, live_elements=lambda bq, bk: live(bq, bk) // 2).block_q == 16
+    with pytest.raises(tiling.TilingError) as error:
+        tiling.choose("k", need, 64, 64, limit=10**6, live_elements=live)
+    assert str(error.value) == ("the k Triton kernel needs an estimated 256 registers per thread (4 warps; a thread "
+                                "has 255, beyond which ptxas spills to local memory) even at 16-row blocks: "
+                                "use impl='xla'")
+    with pytest.raises(tiling.TilingError, match=r"needs an estimated 256 registers per thread .* and 16,000 bytes "
+                                                 r"of shared memory \(this GPU has 15,999 per block\) even at 16-row "
+                                                 r"blocks and one stage: use impl='xla'"):
+        tiling.choose("k", need, 64, 64, limit=15_999, live_elements=live)
+    with pytest.raises(tiling.TilingError, match=r"needs an estimated 264 registers per thread \(8 warps; .* 16-row "
+                                                 r"blocks: "):
+        tiling.choose("k", need, 64, 64, limit=10**6, num_warps=8, live_elements=lambda bq, bk: 256 * 200 * bq // 16)
 
 
 @pytest.mark.parametrize("limit", [H100, A100])
@@ -215,6 +236,39 @@ def test_flash_kernels_ask_no_more_than_their_bound_and_do_not_spill(name, d, dt
                             xla_gpu_fail_ptx_compilation_on_register_spilling=spill_free)
     for kernel in ("flash_fwd", "flash_bwd_dq", "flash_bwd_dkv"):
         assert 0 < requested[kernel] <= tiles.shared_memory, kernel
+
+
+# (d_k, d_v, one decay per head, chunk, dtype): the full-scale GLA heads (d_k = d_v / 2 of ListOps/Text's 64,
+# Retrieval's 32, the image tasks' <= 16, padded to 16) at chunk 16 and SSD's (d_k = d_v = 16) at chunk 64.
+GATED_SCANS = [(32, 64, False, 16, jnp.float32), (16, 32, False, 16, jnp.float32), (16, 16, False, 16, jnp.float32),
+               (16, 16, True, 64, jnp.float32), (32, 64, False, 16, jnp.bfloat16), (16, 16, True, 64, jnp.bfloat16)]
+
+
+@pytest.mark.parametrize("name", ["h100", "a100"])
+@pytest.mark.parametrize("dk, dv, scalar_decay, chunk, dtype", GATED_SCANS)
+@pytest.mark.slow
+def test_gated_scan_kernels_ask_no_more_than_their_bound_and_do_not_spill(name, dk, dv, scalar_decay, chunk, dtype,
+                                                                           tmp_path):
+    """The forward, dq and dk/dv kernels (value and all four gradients) at the tilings the register fit chose:
+    XLA fails the compile if ptxas spills a register (the dk/dv kernel spilled 20-184 bytes at SSD's chunk of 64),
+    and each asks for no more shared memory than its bound."""
+    from lra_jax.kernels.gated_scan import gated_scan
+    from lra_jax.kernels.gated_scan import pallas_gpu as gated
+
+    target = gpu_or_skip(name)
+
+    def step(q, k, v, log_g):
+        return jax.value_and_grad(lambda *x: gated_scan(*x, chunk=chunk, impl="pallas").sum(), (0, 1, 2, 3))(
+            q, k, v, log_g)
+
+    n, h = 1000, 2  # no multiple of the chunk: the padded path
+    gates = (1, n, h, 1 if scalar_decay else dk)
+    shapes = [((1, n, h, dk), dtype)] * 2 + [((1, n, h, dv), dtype), (gates, jnp.float32)]
+    requested = compile_for(target, step, shapes, tmp_path, xla_gpu_fail_ptx_compilation_on_register_spilling=True)
+    with kernels.target_platform("gpu", shared_memory=target.shared_memory):
+        tiles = gated.choose_tilings(chunk, dk, dv, scalar_decay)
+    for kernel, tile in zip(("gated_scan_fwd", "gated_scan_bwd_dq", "gated_scan_bwd_dkv"), tiles):
+        assert 0 < requested[kernel] <= tile.shared_memory <= target.shared_memory, kernel
 
 
 @pytest.mark.slow

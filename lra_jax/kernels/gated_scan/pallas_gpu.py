@@ -18,13 +18,15 @@ Backward (custom_vjp, nothing stored but the inputs): with dW = dy vᵀ on the p
     dv = Wᵀ dy + (k ⊙ exp(last - b)) dS,    dS <- exp(last) ⊙ dS + (q ⊙ exp(b))ᵀ dy,
 and, since y depends on the log-gates only through q ⊙ exp(b) and k ⊙ exp(-b) with b the cumulative sum
 over the whole sequence, d log g_t = Σ_{t' >= t} (q ⊙ dq - k ⊙ dk)_t' (summed over d_k for a scalar decay),
-a reverse cumulative sum that kernel 2 carries across chunks (reading kernel 1's dq).
+a reverse cumulative sum that kernel 2 carries across chunks (reading kernel 1's dq). Kernel 2 forms its
+[C, C] tiles key-major (Wᵀ = (k qᵀ) ⊙ Eᵀ and dWᵀ = v dyᵀ, the decays indexed [s, t]), so that they enter
+its dots as they stand: no [C, C] transpose, fewer registers.
 
 Shapes: q, k [b, n, h, d_k], v [b, n, h, d_v], log g [b, n, h, d_k] or [b, n, h] (one decay per head);
 n a multiple of the chunks, d_k and d_v powers of two >= 16 (the api pads with steps and columns that
 add and decay nothing). y is float32; the gradients take their input's dtype. Backend: GPU via Triton;
-`interpret=True` anywhere. The chunk and pipeline stages are chosen for the target GPU's shared memory
-and registers (`choose_tilings`).
+`interpret=True` anywhere. Each kernel's chunk, warps and pipeline stages are chosen for the target GPU's
+shared memory and for the registers ptxas needs, as fitted to its counts (`choose_tilings`, REGISTER_FIT).
 """
 
 from __future__ import annotations
@@ -77,43 +79,43 @@ def _write(ref, rows, value):
         ref[rows, :] = value.astype(ref.dtype)
 
 
-def _load(q_ref, k_ref, v_ref, g_ref, rows, strict: bool) -> _Chunk:
+def _load(q_ref, k_ref, v_ref, g_ref, rows, strict: bool, keys_first: bool = False) -> _Chunk:
+    """The chunk's rows and decays; `keys_first`: `pair_decay` indexed [s, t] (key, query), which the dk/dv
+    kernel takes so that its [C, C] tiles are dot operands as they stand, without a transpose."""
     q, k, v, log_g = (_read(ref, rows) for ref in (q_ref, k_ref, v_ref, g_ref))  # log g [C, d_k], or [C]
     c = q.shape[0]
-    t, s = jnp.arange(c)[:, None], jnp.arange(c)[None, :]
+    row, col = jnp.arange(c)[:, None], jnp.arange(c)[None, :]
+    t, s = (col, row) if keys_first else (row, col)
     pairs = s < t if strict else s <= t
     cumulative = jnp.cumsum(log_g, axis=0)
     total = jnp.sum(log_g, axis=0)
+    # b_t - b_s over the pairs, indexed [t, s] or (keys_first) [s, t]
+    exponent = lambda b: b[None] - b[:, None] if keys_first else b[:, None] - b[None]  # noqa: E731
     if log_g.ndim == 1:
         b = cumulative[:, None]
         last, state_decay = jnp.full((1, 1), total), jnp.full((1, 1), jnp.exp(total))
-        pair_decay = jnp.exp(jnp.where(pairs, cumulative[:, None] - cumulative[None, :], -jnp.inf))
+        pair_decay = jnp.exp(jnp.where(pairs, exponent(cumulative), -jnp.inf))
     else:
         b = cumulative
         last, state_decay = total[None, :], jnp.exp(total)[:, None]
-        pair_decay = jnp.exp(jnp.where(pairs[:, :, None], b[:, None, :] - b[None, :, :], -jnp.inf))
+        pair_decay = jnp.exp(jnp.where(pairs[:, :, None], exponent(b), -jnp.inf))
     return _Chunk(q, k, v, b, last, state_decay, pair_decay)
 
 
-def _pair_weights(chunk: _Chunk):
-    """W [C, C]: W_ts = Σ_j q_tj k_sj exp(b_tj - b_sj) on the pairs, 0 elsewhere."""
-    if chunk.scalar_decay:
-        return dot(chunk.q, chunk.k, trans_b=True) * chunk.pair_decay
-    return jnp.sum(chunk.q[:, None, :] * chunk.k[None, :, :] * chunk.pair_decay, axis=2)
+def _weights(a, b, pair_decay):
+    """[C, C]: Σ_j a_rj b_cj decay_rcj (decay_rc with one decay per head) on the pairs, 0 elsewhere. With
+    (a, b) = (q, k) and the decays indexed [t, s] it is W; with (k, q) and [s, t], Wᵀ."""
+    if pair_decay.ndim == 2:
+        return dot(a, b, trans_b=True) * pair_decay
+    return jnp.sum(a[:, None, :] * b[None, :, :] * pair_decay, axis=2)
 
 
-def _to_queries(chunk: _Chunk, dw):
-    """Σ_s dw_ts E_ts ⊙ k_s [C, d_k]: a [C, C] cotangent of W taken back to q."""
-    if chunk.scalar_decay:
-        return dot(dw * chunk.pair_decay, chunk.k)
-    return jnp.sum(dw[:, :, None] * chunk.k[None, :, :] * chunk.pair_decay, axis=1)
-
-
-def _to_keys(chunk: _Chunk, dw):
-    """Σ_t dw_ts E_ts ⊙ q_t [C, d_k]: a [C, C] cotangent of W taken back to k."""
-    if chunk.scalar_decay:
-        return dot(dw * chunk.pair_decay, chunk.q, trans_a=True)
-    return jnp.sum(dw[:, :, None] * chunk.q[:, None, :] * chunk.pair_decay, axis=0)
+def _apply(dw, x, pair_decay):
+    """[C, d_k]: Σ_c dw_rc decay_rc ⊙ x_c, a [C, C] cotangent of the weights taken to the rows' side: dq from
+    (dW, k) with the decays indexed [t, s], dk from (dWᵀ, q) with them indexed [s, t]."""
+    if pair_decay.ndim == 2:
+        return dot(dw * pair_decay, x)
+    return jnp.sum(dw[:, :, None] * x[None, :, :] * pair_decay, axis=1)
 
 
 def _next_state(chunk: _Chunk, state):
@@ -125,7 +127,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, g_ref, y_ref, *, chunk, num_chunks, str
     def body(c, state):
         rows = pl.ds(c * chunk, chunk)
         ch = _load(q_ref, k_ref, v_ref, g_ref, rows, strict)
-        y = dot(_pair_weights(ch), ch.v) + dot(ch.q * jnp.exp(ch.b), state)
+        y = dot(_weights(ch.q, ch.k, ch.pair_decay), ch.v) + dot(ch.q * jnp.exp(ch.b), state)
         _write(y_ref, rows, y)
         return _next_state(ch, state)
 
@@ -138,7 +140,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, g_ref, dy_ref, dq_ref, *, chunk, num_chunks,
         rows = pl.ds(c * chunk, chunk)
         ch = _load(q_ref, k_ref, v_ref, g_ref, rows, strict)
         dy = _read(dy_ref, rows)
-        dq = _to_queries(ch, dot(dy, ch.v, trans_b=True)) + dot(dy, state, trans_b=True) * jnp.exp(ch.b)
+        dq = _apply(dot(dy, ch.v, trans_b=True), ch.k, ch.pair_decay) + dot(dy, state, trans_b=True) * jnp.exp(ch.b)
         _write(dq_ref, rows, dq)
         return _next_state(ch, state)
 
@@ -150,22 +152,24 @@ def _dkv_kernel(q_ref, k_ref, v_ref, g_ref, dy_ref, dq_ref, dk_ref, dv_ref, dg_r
     def body(i, carry):
         d_state, d_gate_later = carry
         rows = pl.ds((num_chunks - 1 - i) * chunk, chunk)
-        ch = _load(q_ref, k_ref, v_ref, g_ref, rows, strict)
-        dy, dq = _read(dy_ref, rows), _read(dq_ref, rows)
+        ch = _load(q_ref, k_ref, v_ref, g_ref, rows, strict, keys_first=True)  # decays [s, t]: no transposes
+        dy = _read(dy_ref, rows)
         key_decay = jnp.exp(ch.last - ch.b)  # [C, d_k|1]
-        dk = _to_keys(ch, dot(dy, ch.v, trans_b=True)) + dot(ch.v, d_state, trans_b=True) * key_decay
-        dv = dot(_pair_weights(ch), dy, trans_a=True) + dot(ch.k * key_decay, d_state)
+        dv = dot(_weights(ch.k, ch.q, ch.pair_decay), dy) + dot(ch.k * key_decay, d_state)  # Wᵀ dy + ...
+        _write(dv_ref, rows, dv)
+        dw_t = dot(ch.v, dy, trans_b=True)  # dWᵀ [s, t]
+        d_state_in = dot(ch.q * jnp.exp(ch.b), dy, trans_a=True)
+        dk = _apply(dw_t, ch.q, ch.pair_decay) + dot(ch.v, d_state, trans_b=True) * key_decay
+        _write(dk_ref, rows, dk)
+        dq = _read(dq_ref, rows)
         d_cumulative = ch.q * dq - ch.k * dk  # dL/db_t over the whole sequence's cumulative log-gate
         if ch.scalar_decay:
             d_cumulative = jnp.sum(d_cumulative, axis=1)
         chunk_total = jnp.sum(d_cumulative, axis=0)
         # Σ_{t' >= t} inside the chunk (Triton has only forward cumulative sums), then the later chunks'
         d_gate = chunk_total - jnp.cumsum(d_cumulative, axis=0) + d_cumulative + d_gate_later
-        _write(dk_ref, rows, dk)
-        _write(dv_ref, rows, dv)
         _write(dg_ref, rows, d_gate)
-        d_state = ch.state_decay * d_state + dot(ch.q * jnp.exp(ch.b), dy, trans_a=True)
-        return d_state, d_gate_later + chunk_total
+        return ch.state_decay * d_state + d_state_in, d_gate_later + chunk_total
 
     dk_width, dv_width = q_ref.shape[1], v_ref.shape[1]
     gate_width = () if len(g_ref.shape) == 1 else (dk_width,)
@@ -173,41 +177,92 @@ def _dkv_kernel(q_ref, k_ref, v_ref, g_ref, dy_ref, dq_ref, dk_ref, dv_ref, dg_r
                                         jnp.zeros(gate_width, jnp.float32)))
 
 
-def _live_elements(block: int, dk: int, dv: int, scalar_decay: bool, backward: bool) -> int:
-    """Float32 elements a program keeps live at once: the state (and dS), the chunk's tiles and its
-    [C, C] weights with, for a gate per key dimension, the [C, C, d_k] decays and one product of them.
-    An estimate from the kernel's code, not fitted to ptxas's counts (no GPU has compiled it yet)."""
-    pairs = block * block * (1 if scalar_decay else 2 * dk)
-    tiles = block * ((4 * dk + 3 * dv) if backward else (3 * dk + 2 * dv))
-    return dk * dv + 2 * block * block + pairs + tiles
+KERNELS = ("forward", "dq", "dkv")  # gated_scan_fwd, gated_scan_bwd_dq, gated_scan_bwd_dkv: one tiling each
+WARPS = (4, 8)  # tried in order; 8 only with a gate per key dimension (below)
+
+# The registers per thread ptxas needs for a kernel at chunk C, widths d_k and d_v and T = 32 x warps threads:
+#     a + (b C d_k + c C d_v + e C² + f d_k d_v + g C² d_k) / T      (g: the [C, C, d_k] decays of a gate per key dim)
+# by (kernel, one decay per head). Fitted to ptxas 12.9 for sm_90a (H100) on the kernels compiled by XLA:GPU through
+# Triton (jax 0.12): per kernel, the least `.maxnreg` at which ptxas did not spill, over C in {16, 32, 64} (per-key
+# gate: 16, 32), d_k in {16, 32, 64}, d_v in {16, 32, 64} (per-key gate: to 128), 4 warps (per-key gate: 8 too),
+# float32 and some bfloat16 (the PTX XLA compiled, run through ptxas with a `.maxnreg` cap, bisected). It is the
+# least upper envelope of those counts with non-negative weights (a linear program), and above 255 wherever ptxas
+# spilled at its default of 255; so it grows with every width and shrinks with more warps. With one decay per head
+# 8 warps saved ptxas few registers (the SSD dk/dv kernel at C = 64 needed 241 at 8 warps and spilled 96 bytes at
+# 4), so those kernels keep 4 warps and take smaller chunks instead. tests/kernels/test_gated_scan_kernel.py
+# holds the counts the planner's choices rest on.
+REGISTER_FIT = {
+    ("forward", True): (75, 3.5, 9.38, 1.42, 0.0, 0.0),
+    ("forward", False): (56, 13.17, 0.0, 0.0, 0.67, 1.15),
+    ("dq", True): (124, 0.0, 12.0, 0.0, 0.0, 0.0),
+    ("dq", False): (118, 0.0, 5.38, 1.67, 0.0, 0.72),
+    ("dkv", True): (137, 10.02, 3.94, 0.14, 1.97, 0.0),
+    ("dkv", False): (220, 0.0, 0.87, 1.55, 1.2, 0.19),
+}
+# Registers kept free below a thread's 255 on top of the fit: ptxas inside XLA (nvJitLink) allocates a few more
+# than the ptxas binary the fit was measured with (184 bytes spilled against 160 for the same kernel), and shapes
+# between the measured ones may need more than the envelope says.
+REGISTER_MARGIN = 12
 
 
-def shared_memory_bytes(block: int, dk: int, dv: int, num_stages: int, backward: bool) -> int:
+def registers(kernel: str, block: int, dk: int, dv: int, scalar_decay: bool, num_warps: int) -> float:
+    """The fitted registers per thread ptxas needs for `kernel` at chunk `block` (REGISTER_FIT)."""
+    a, b, c, e, f, g = REGISTER_FIT[kernel, scalar_decay]
+    tiles = b * block * dk + c * block * dv + e * block * block + f * dk * dv + g * block * block * dk
+    return a + tiles / (32 * num_warps)
+
+
+def live_elements(kernel: str, block: int, dk: int, dv: int, scalar_decay: bool, num_warps: int) -> float:
+    """`registers` plus the margin as `tiling.choose`'s bound counts them: elements per program that, over the
+    32 x num_warps threads and with `tiling.SCALAR_REGISTERS`, give those registers."""
+    fitted = registers(kernel, block, dk, dv, scalar_decay, num_warps) + REGISTER_MARGIN
+    return (fitted - tiling.SCALAR_REGISTERS) * 32 * num_warps
+
+
+def shared_memory_bytes(kernel: str, block: int, dk: int, dv: int, num_stages: int) -> int:
     """An upper bound of a kernel's shared memory, 4 bytes an element: the dot operands held across a chunk
     (S or dS [d_k, d_v], W and dW [C, C], the decayed q and k [C, d_k]) and `num_stages` copies of the
-    chunk's loaded rows (q, k, log g [C, d_k], v [C, d_v]; the backward also dy [C, d_v] and dq [C, d_k])."""
+    chunk's loaded rows (q, k, log g [C, d_k], v [C, d_v]; the backward kernels also dy [C, d_v] and dq [C, d_k])."""
     held = dk * dv + 2 * block * block + 2 * block * dk
-    rows = block * ((4 * dk + 2 * dv) if backward else (3 * dk + dv))
+    rows = block * ((3 * dk + dv) if kernel == "forward" else (4 * dk + 2 * dv))
     return 4 * (held + num_stages * rows)
 
 
-def choose_tilings(chunk: int, dk: int, dv: int, scalar_decay: bool) -> tuple[tiling.Tiling, tiling.Tiling]:
-    """(forward, backward) tilings for d_k and d_v (padded) on the target GPU, chunks of at most `chunk`
-    steps (`block_q`). Raises `tiling.TilingError` where even 16-step chunks do not fit."""
+def _choose(kernel: str, chunk: int, dk: int, dv: int, scalar_decay: bool, limit: int) -> tiling.Tiling:
+    """The largest chunk (then the most stages) within the shared memory and the register fit, at 4 warps or,
+    with a gate per key dimension, 8 where 4 allow only a smaller chunk or none."""
+    best, error = None, None
+    for num_warps in WARPS[:1] if scalar_decay else WARPS:
+        try:
+            elements = lambda block, _, warps=num_warps: live_elements(  # noqa: E731
+                kernel, block, dk, dv, scalar_decay, warps)
+            found = tiling.choose(
+                f"gated scan {kernel}", lambda block, _, stages: shared_memory_bytes(kernel, block, dk, dv, stages),
+                chunk, chunk, limit=limit, num_warps=num_warps, live_elements=elements)
+        except tiling.TilingError as refused:
+            error = error or refused
+            continue
+        if best is None or found.block_q > best.block_q:
+            best = found
+    if best is None:
+        raise error
+    return best
+
+
+def choose_tilings(chunk: int, dk: int, dv: int, scalar_decay: bool) -> tuple[tiling.Tiling, ...]:
+    """The (forward, dq, dk/dv) kernels' tilings (KERNELS) for d_k and d_v (padded) on the target GPU, chunks of
+    at most `chunk` steps (`block_q`), each kernel its own. Raises `tiling.TilingError` where even 16-step chunks
+    do not fit one of them."""
     limit = tiling.shared_memory()
-    return tuple(tiling.choose(
-        f"gated scan {name}", lambda block, _, stages, backward=backward: shared_memory_bytes(
-            block, dk, dv, stages, backward), chunk, chunk, limit=limit,
-        live_elements=lambda block, _, backward=backward: _live_elements(block, dk, dv, scalar_decay, backward))
-        for name, backward in (("forward", False), ("backward", True)))
+    return tuple(_choose(kernel, chunk, dk, dv, scalar_decay, limit) for kernel in KERNELS)
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelStatic:
-    """What the kernels are compiled for: the (forward, backward) `tiling.Tiling`s (`choose_tilings`; their
-    `block_q` is the chunk and divides n), whether the current step is left out, and the interpreter."""
+    """What the kernels are compiled for: the (forward, dq, dk/dv) `tiling.Tiling`s (`choose_tilings`; each
+    `block_q` is that kernel's chunk and divides n), whether the current step is left out, and the interpreter."""
 
-    tiles: tuple[tiling.Tiling, tiling.Tiling]
+    tiles: tuple[tiling.Tiling, tiling.Tiling, tiling.Tiling]
     strict: bool = False
     interpret: bool = False
 
@@ -261,7 +316,7 @@ def _gated_scan_bwd(static: KernelStatic, residuals, dy):
     # dq in float32: kernel 2 reads it back for the log-gates' gradient
     (dq,) = _call(_dq_kernel, "gated_scan_bwd_dq", static.tiles[1], static, q, v, log_g, inputs,
                   [("q", jax.ShapeDtypeStruct(q.shape, jnp.float32))])
-    dk, dv, dg = _call(_dkv_kernel, "gated_scan_bwd_dkv", static.tiles[1], static, q, v, log_g,
+    dk, dv, dg = _call(_dkv_kernel, "gated_scan_bwd_dkv", static.tiles[2], static, q, v, log_g,
                        inputs + [("q", dq)], [("q", like(k)), ("v", like(v)), ("g", like(log_g))])
     return dq.astype(q.dtype), dk, dv, dg
 
