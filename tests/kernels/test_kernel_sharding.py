@@ -13,6 +13,7 @@ from helpers import REPO, child_xla_flags
 from lra_jax import compat
 from lra_jax.kernels import sharding
 from lra_jax.kernels.flash.api import flash_attention
+from lra_jax.kernels.masking import Mask
 from lra_jax.measure import accelerators
 
 FOUR_DEVICES = r"""
