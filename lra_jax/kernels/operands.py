@@ -6,14 +6,38 @@ Shared by `flash`, `block_sparse` and `linear` (their `api.py`) and the Mosaic w
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Bool
 
-from lra_jax.kernels import dropout
+from lra_jax.kernels import dropout, masking
 
 MIN_BLOCK = 16  # Triton's smallest dot
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["mask", "dropout_seed"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class AttentionInputs:
+    """The arrays of a flash or block-sparse call besides q, k, v: the mask (`masking.Mask`, resolved: both
+    padding masks given) and the uint32 dropout seed [1]."""
+
+    mask: masking.Mask
+    dropout_seed: Array
+
+    @property
+    def key_mask(self) -> Bool[Array, "b k"]:
+        return self.mask.key_mask
+
+    @property
+    def query_mask(self) -> Bool[Array, "b q"]:
+        return self.mask.query_mask
+
+    def codes(self, nq: int, key_mask: Bool[Array, "b k"] | None = None) -> masking.Codes:
+        """The mask in the kernels' element terms, for `key_mask` (default: the call's)."""
+        return self.mask.codes(nq, key_mask)
 
 
 @dataclasses.dataclass(frozen=True)

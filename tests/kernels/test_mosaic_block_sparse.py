@@ -12,8 +12,9 @@ from helpers import assert_close, build_small, reassociation_tol, slow_except
 from lra_jax import kernels
 from lra_jax.kernels.block_sparse.api import block_sparse_attention
 from lra_jax.kernels.block_sparse import pallas_mosaic
-from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
+from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
 from lra_jax.kernels.masking import Mask
+from lra_jax.kernels.operands import AttentionInputs
 from lra_jax.measure import accelerators
 
 SEED = np.array([2024], np.uint32)
@@ -39,7 +40,7 @@ def _call(q, k, v, mask, pattern, rate, impl):
         platform = "tpu" if impl == "pallas" else None
         return block_sparse_attention(q, k, v, mask, impl=impl, platform=platform, interpret=True,
                                       dropout_rate=rate, dropout_seed=seed)
-    inputs = BlockSparseInputs(mask.resolved(q.shape[0], q.shape[1], k.shape[1]), np.zeros(1, np.uint32))
+    inputs = AttentionInputs(mask.resolved(q.shape[0], q.shape[1], k.shape[1]), np.zeros(1, np.uint32))
     static = BlockSparseStatic(q.shape[-1] ** -0.5, mask.block or 64, interpret=True)
     return pallas_mosaic.attention(q, k, v, inputs, static)
 

@@ -44,13 +44,13 @@ from jaxtyping import Array, Float
 
 from lra_jax.kernels import dispatch, sharding
 from lra_jax.kernels.block_sparse import pallas_gpu, pallas_mosaic, pallas_tpu, reference
-from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
+from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
 from lra_jax.kernels.dispatch import MOSAIC_BLOCK_SPARSE, SPLASH, TRITON, XLA, Implementation, KernelOp, KernelPlan
 from lra_jax.kernels.masking import Mask
-from lra_jax.kernels.operands import check_dropout, zero_rows
+from lra_jax.kernels.operands import AttentionInputs, check_dropout, zero_rows
 
 
-def _splash(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
+def _splash(q, k, v, inputs: AttentionInputs, static: BlockSparseStatic):
     mask = inputs.mask
     splash = lambda q, k, v, key_mask, query_mask, **traced: pallas_tpu.attention(  # noqa: E731
         q, k, v, key_mask, query_mask, window=mask.window, global_queries=mask.global_queries,
@@ -62,7 +62,7 @@ def _splash(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
     return zero_rows(out, mask.query_mask)
 
 
-def _mosaic(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
+def _mosaic(q, k, v, inputs: AttentionInputs, static: BlockSparseStatic):
     return pallas_mosaic.attention(q, k, v, inputs, static)
 
 
@@ -111,4 +111,4 @@ def block_sparse_attention(
                              dropout_active=dropout_rate > 0, dtype=jnp.dtype(q.dtype).name, causal=mask.causal)
     dispatch.check_plan(BLOCK_SPARSE, plan, dropout_rate, causal=mask.causal)
     static = BlockSparseStatic(scale, block if mask.block is None else mask.block, dropout_rate, plan.interpret)
-    return plan.implementation.run(q, k, v, BlockSparseInputs(mask, dropout_seed), static)
+    return plan.implementation.run(q, k, v, AttentionInputs(mask, dropout_seed), static)

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 
 from lra_jax.kernels import sharding
 from lra_jax.kernels.block_sparse import layout as layouts
-from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
+from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
 from lra_jax.kernels.flash import pallas_gpu as flash
-from lra_jax.kernels.operands import kernel_block, pad_axis, padded_head_dim, round_up, zero_rows
+from lra_jax.kernels.operands import AttentionInputs, kernel_block, pad_axis, padded_head_dim, round_up, zero_rows
 
 
 def attention(q, k, v, key_code, *, query_code, q_seg, k_seg, dense_blocks, dropout_seed, first_row,
@@ -37,7 +37,7 @@ def attention(q, k, v, key_code, *, query_code, q_seg, k_seg, dense_blocks, drop
     return flash.attention(q, k, v, inputs, static)
 
 
-def run(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic):
+def run(q, k, v, inputs: AttentionInputs, static: BlockSparseStatic):
     """The Triton implementation of the block-sparse op on a call's typed inputs: the pattern's layout at
     the kernel's blocks (intersected with the block matrix), the operands padded, the kernel run per
     device (`sharding.over_batch`), the padding cut off and padded query rows zeroed."""

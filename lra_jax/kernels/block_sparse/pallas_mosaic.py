@@ -29,9 +29,9 @@ from jaxtyping import Array, Bool, Float, Int
 
 from lra_jax.kernels import masking
 from lra_jax.kernels.block_sparse import layout as layouts
-from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
+from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
 from lra_jax.kernels.flash import pallas_mosaic as flash
-from lra_jax.kernels.operands import pad_axis
+from lra_jax.kernels.operands import AttentionInputs, pad_axis
 
 TILE = flash.BLOCK
 
@@ -91,7 +91,7 @@ def attention(
     q: Float[Array, "b q h d"],
     k: Float[Array, "b k h d"],
     v: Float[Array, "b k h d"],
-    inputs: BlockSparseInputs,
+    inputs: AttentionInputs,
     static: BlockSparseStatic,
 ) -> Float[Array, "b q h d"]:
     """The pattern of `inputs` (padding, segments, global tokens, block matrix at `static.block`) with

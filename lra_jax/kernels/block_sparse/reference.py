@@ -13,8 +13,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from lra_jax.kernels import masking
-from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
+from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
 from lra_jax.kernels.flash.reference import masked_attention
+from lra_jax.kernels.operands import AttentionInputs
 
 
 def attention(
@@ -42,7 +43,7 @@ def attention(
     return jnp.where(query_mask[:, :, None, None], out, jnp.zeros((), out.dtype))
 
 
-def run(q, k, v, inputs: BlockSparseInputs, static: BlockSparseStatic) -> Float[Array, "b q h d"]:
+def run(q, k, v, inputs: AttentionInputs, static: BlockSparseStatic) -> Float[Array, "b q h d"]:
     """`attention` on a call's typed inputs: the XLA implementation of the block-sparse op."""
     codes = inputs.codes(q.shape[1])
     block_mask = None if inputs.mask.block_mask is None else jnp.asarray(inputs.mask.block_mask, bool)

@@ -16,23 +16,22 @@ in q's dtype.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 
-import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, UInt32
+from jaxtyping import Array, Float
 
 from lra_jax.kernels import dispatch, sharding
 from lra_jax.kernels.block_sparse import pallas_gpu as block_sparse_triton
 from lra_jax.kernels.block_sparse import pallas_mosaic as block_sparse_mosaic
 from lra_jax.kernels.block_sparse import reference as block_sparse_reference
-from lra_jax.kernels.block_sparse.operands import BlockSparseInputs, BlockSparseStatic
+from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
 from lra_jax.kernels.dispatch import MOSAIC_FLASH, SPLASH, TRITON, XLA, Implementation, KernelOp, KernelPlan
 from lra_jax.kernels.flash import pallas_gpu, pallas_mosaic, pallas_tpu, reference
 from lra_jax.kernels.masking import Mask
 from lra_jax.kernels.operands import (
+    AttentionInputs,
     BlockSizes,
     check_dropout,
     pad_axis,
@@ -40,23 +39,6 @@ from lra_jax.kernels.operands import (
     round_up,
     zero_rows,
 )
-
-
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["mask", "dropout_seed"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
-class FlashInputs:
-    """The arrays of a call besides q, k, v: the mask (padding, and causality; resolved) and the dropout seed."""
-
-    mask: Mask
-    dropout_seed: UInt32[Array, "1"]
-
-    @property
-    def key_mask(self) -> Bool[Array, "b k"]:
-        return self.mask.key_mask
-
-    @property
-    def query_mask(self) -> Bool[Array, "b q"]:
-        return self.mask.query_mask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,22 +55,21 @@ def _or_over_the_causal_layout(dense: Callable, block_sparse: Callable) -> Calla
     """A FLASH implementation: `dense` for a padding mask; for a causal one `block_sparse`, the same kernel
     driven by the causal block layout (the block-sparse op's implementation, same mask and dropout)."""
 
-    def run(q, k, v, inputs: FlashInputs, static: FlashStatic):
+    def run(q, k, v, inputs: AttentionInputs, static: FlashStatic):
         if not inputs.mask.causal:
             return dense(q, k, v, inputs, static)
         block = max(static.blocks.block_q, static.blocks.block_k)
-        return block_sparse(q, k, v, BlockSparseInputs(inputs.mask, inputs.dropout_seed),
-                            BlockSparseStatic(static.scale, block, static.dropout_rate, static.interpret))
+        return block_sparse(q, k, v, inputs, BlockSparseStatic(static.scale, block, static.dropout_rate, static.interpret))
 
     return run
 
 
-def _xla(q, k, v, inputs: FlashInputs, static: FlashStatic):
+def _xla(q, k, v, inputs: AttentionInputs, static: FlashStatic):
     return reference.attention(q, k, v, inputs.key_mask, inputs.query_mask, static.scale, static.dropout_rate,
                                inputs.dropout_seed)
 
 
-def _triton(q, k, v, inputs: FlashInputs, static: FlashStatic):
+def _triton(q, k, v, inputs: AttentionInputs, static: FlashStatic):
     nq, nk, d = q.shape[1], k.shape[1], q.shape[3]
     d_pad = padded_head_dim(d)
     blocks = static.blocks.for_lengths(nq, nk)
@@ -109,7 +90,7 @@ def _triton(q, k, v, inputs: FlashInputs, static: FlashStatic):
     return zero_rows(out[:, :nq, :, :d], inputs.query_mask)
 
 
-def _splash(q, k, v, inputs: FlashInputs, static: FlashStatic):
+def _splash(q, k, v, inputs: AttentionInputs, static: FlashStatic):
     nq, nk = q.shape[1], k.shape[1]
     nq_pad, nk_pad = round_up(nq, pallas_tpu.BLOCK), round_up(nk, pallas_tpu.BLOCK)
     splash = lambda q, k, v, q_ids, k_ids: pallas_tpu.attention(  # noqa: E731
@@ -122,7 +103,7 @@ def _splash(q, k, v, inputs: FlashInputs, static: FlashStatic):
     return zero_rows(out, inputs.query_mask & inputs.key_mask.any(1, keepdims=True))
 
 
-def _mosaic(q, k, v, inputs: FlashInputs, static: FlashStatic):
+def _mosaic(q, k, v, inputs: AttentionInputs, static: FlashStatic):
     return pallas_mosaic.run_padded(q, k, v, inputs.key_mask.astype(jnp.int32)[:, None, :], inputs.query_mask,
                                     static.scale, static.dropout_rate, inputs.dropout_seed, static.interpret)
 
@@ -179,4 +160,4 @@ def flash_attention(
                              dtype=jnp.dtype(q.dtype).name, causal=mask.causal)
     dispatch.check_plan(FLASH, plan, dropout_rate, causal=mask.causal)
     static = FlashStatic(scale, BlockSizes(block_q, block_k), dropout_rate, plan.interpret)
-    return plan.implementation.run(q, k, v, FlashInputs(mask, dropout_seed), static)
+    return plan.implementation.run(q, k, v, AttentionInputs(mask, dropout_seed), static)
