@@ -1,6 +1,6 @@
-"""The gated-scan op (lra_jax/kernels/gated_scan): its Triton kernel, interpreted here, against the XLA chunked
-form, forward and the gradients of all four inputs; the GLA and SSD layers with impl="pallas" against
-impl="xla"; the plan each target gets; the kernels lowered for CUDA, and compiled on a GPU where there is one
+"""The gated-scan op (lra_jax/kernels/gated_scan): its contract (`kernel_contract`: the Triton kernel, interpreted
+here and compiled on a GPU, against the XLA chunked form, forward and the gradients of all four inputs, and in
+bfloat16); the GLA and SSD layers with impl="pallas" against impl="xla"; the plan each target gets; the kernels lowered for CUDA, and compiled on a GPU where there is one
 (`.ci/gpu-check`). The chunked form itself is held to the step-by-step recurrence in tests/attention/test_gated.py."""
 
 from __future__ import annotations
@@ -12,90 +12,60 @@ import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol, slow_except
+from kernel_contract import Case, KernelContract
 from lra_jax import kernels
 from lra_jax.attention import registry
 from lra_jax.research.compilation import lowering
-from lra_jax.kernels import TRITON, XLA, Target, pallas_available, tiling
+from lra_jax.kernels import TRITON, XLA, Target, tiling
 from lra_jax.kernels.gated_scan import GATED_SCAN, gated_scan, pallas_gpu
 
 B, H, DK, DV = 2, 2, 4, 8
-needs_gpu = pytest.mark.skipif(not pallas_available(), reason="compiled Pallas kernels need a GPU")
 
 
 def scan_inputs(n, gate_width, dtype=np.float32, seed=0):
-    """q, k [B n H DK], v [B n H DV] (standard normal), log-gates in [-1, 0] [B n H gate_width], and the
-    projection r [B n H DV] whose sum with the output is differentiated."""
+    """q, k [B n H DK], v [B n H DV] (standard normal) and log-gates in [-1, 0] [B n H gate_width]."""
     rng = np.random.default_rng(seed)
     q, k = (rng.standard_normal((B, n, H, DK)).astype(dtype) for _ in range(2))
     v = rng.standard_normal((B, n, H, DV)).astype(dtype)
     log_g = -rng.uniform(0.0, 1.0, (B, n, H, gate_width)).astype(np.float32)
-    return q, k, v, log_g, rng.standard_normal((B, n, H, DV)).astype(np.float32)
+    return q, k, v, log_g
 
 
-def output_and_grads(impl, q, k, v, log_g, r, *, chunk, strict, interpret=True):
-    """(y, d<y, r>/d(q, k, v, log_g)) of one call, jitted."""
-    call = lambda *x: gated_scan(*x, chunk=chunk, strict=strict, impl=impl, interpret=interpret)  # noqa: E731
-    loss = lambda *x: jnp.sum(call(*x) * r)  # noqa: E731
-    run = jax.jit(lambda *x: (call(*x), jax.grad(loss, argnums=(0, 1, 2, 3))(*x)))
-    out, grads = run(q, k, v, log_g)
-    return np.asarray(out), [np.asarray(g, np.float32) for g in grads]
+def scan_case(decay: str, strict: bool, n: int, chunk: int, fast: bool = False) -> Case:
+    """A gated scan of n steps with a gate per key dimension (GLA, "per-dim") or one per head (SSD, "scalar")."""
+    def inputs(dtype):
+        q, k, v, log_g = scan_inputs(n, DK if decay == "per-dim" else 1)
+        return (q.astype(dtype), k.astype(dtype), v.astype(dtype), log_g), None  # the gates stay float32
+
+    return Case(inputs, lambda plan, *x: gated_scan(*x, chunk=chunk, strict=strict, plan=plan), terms=n, fast=fast)
 
 
-# (decay, strict, n, chunk): a gate per key dimension (GLA) or one per head (SSD); n = 37 and 29 are no
-# multiple of any chunk (the padded path); chunk 8 runs as the kernel's 16, chunk 32 as 32 over 40 steps.
-# ("scalar", False, 100, 64): SSD's chunk, which its forward and dq kernels run while the dk/dv kernel runs 32.
-CASES = [("per-dim", False, 37, 16), ("scalar", True, 29, 16), ("per-dim", True, 40, 32), ("scalar", False, 24, 8),
-         ("per-dim", False, 24, 8), ("scalar", False, 40, 32), ("scalar", False, 100, 64)]
+class TestGatedScan(KernelContract):
+    """n = 37 and 29 are no multiple of any chunk (the padded path); chunk 8 runs as the kernel's 16, chunk 32
+    as 32 over 40 steps; chunk 64 is SSD's, which its forward and dq kernels run while the dk/dv kernel runs 32.
+    Both forms sum the same n terms per output in another order (other chunks, [C, C] vs per-key decays)."""
 
-
-def _compare(decay, strict, n, chunk, interpret):
-    q, k, v, log_g, r = scan_inputs(n, DK if decay == "per-dim" else 1)
-    out, grads = output_and_grads("pallas", q, k, v, log_g, r, chunk=chunk, strict=strict, interpret=interpret)
-    ref_out, ref_grads = output_and_grads("xla", q, k, v, log_g, r, chunk=chunk, strict=strict)
-    assert out.shape == (B, n, H, DV) and out.dtype == np.float32
-    # Both sum the same n terms per output in another order (other chunks, [C, C] vs per-key decays):
-    # float32 sums of <= n terms chained ~4 deep forward, ~8 through the backward's reverse sums.
-    assert_close(out, ref_out, reassociation_tol(n, depth=4))
-    for name, g, ref in zip(("q", "k", "v", "log_g"), grads, ref_grads):
-        assert np.abs(ref).max() > 0.1, name  # a gradient that is there to compare
-        assert_close(g, ref, reassociation_tol(n, depth=8), err_msg=f"d{name}")
-
-
-@pytest.mark.parametrize("decay, strict, n, chunk",
-                         slow_except(CASES, keep={("per-dim", False, 37, 16), ("scalar", True, 29, 16),
-                                                  ("scalar", False, 100, 64)}))
-def test_kernel_matches_the_xla_form_forward_and_backward(decay, strict, n, chunk):
-    _compare(decay, strict, n, chunk, interpret=True)
-
-
-@needs_gpu
-@pytest.mark.parametrize("decay, strict, n, chunk", CASES)
-def test_compiled_kernel_matches_the_xla_form(decay, strict, n, chunk):
-    with jax.default_matmul_precision("float32"):  # no TF32 on either side (as tests/kernels/test_kernels.py)
-        _compare(decay, strict, n, chunk, interpret=False)
+    op = GATED_SCAN
+    cases = {
+        "per-dim-37-16": scan_case("per-dim", False, 37, 16, fast=True),
+        "scalar-strict-29-16": scan_case("scalar", True, 29, 16, fast=True),
+        "per-dim-strict-40-32": scan_case("per-dim", True, 40, 32),
+        "scalar-24-8": scan_case("scalar", False, 24, 8),
+        "per-dim-24-8": scan_case("per-dim", False, 24, 8),
+        "scalar-40-32": scan_case("scalar", False, 40, 32),
+        "scalar-100-64": scan_case("scalar", False, 100, 64, fast=True),
+    }
+    bfloat16_cases = ("scalar-24-8",)
 
 
 @pytest.mark.slow
 def test_the_step_left_out_is_the_strict_forms_only_difference():
     """strict: y_t = q_t diag(g_t) S_{t-1}, so y - y_strict = (q_t · k_t) v_t, the current step's own term."""
-    q, k, v, log_g, _ = scan_inputs(24, DK)
+    q, k, v, log_g = scan_inputs(24, DK)
     full, strict = (np.asarray(gated_scan(q, k, v, log_g, chunk=16, strict=s, impl="pallas", interpret=True))
                     for s in (False, True))
     own = np.einsum("bnhj,bnhj->bnh", q, k)[..., None] * v
     assert_close(full - strict, own, reassociation_tol(24, depth=4))
-
-
-@pytest.mark.slow
-def test_bfloat16_inputs_run_in_float32_with_gradients_in_their_dtype():
-    q, k, v, log_g, r = scan_inputs(24, 1)
-    bf16 = [x.astype(jnp.bfloat16) for x in (q, k, v)]
-    out, grads = output_and_grads("pallas", *bf16, log_g, r, chunk=16, strict=False)
-    # the same bfloat16 values, upcast, through the XLA form: only the gradients' final rounding differs
-    ref_out, ref_grads = output_and_grads("xla", *(x.astype(jnp.float32) for x in bf16), log_g, r, chunk=16,
-                                          strict=False)
-    assert_close(out, ref_out, reassociation_tol(24, depth=4))
-    for g, ref in zip(grads, ref_grads):
-        assert_close(g, ref, 2 ** -7)  # one bfloat16 rounding of each gradient (8 significant bits)
 
 
 # The layers with impl="pallas" (the Triton kernel, interpreted) against impl="xla"; the causal form too.

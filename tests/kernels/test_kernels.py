@@ -1,14 +1,10 @@
-"""Every kernel implementation against its pure-jnp reference, forward and gradient.
+"""The attention kernel ops: each op's contract (`kernel_contract.KernelContract`: every implementation against
+the op's XLA form, forward and gradient, padding, bfloat16) over its cases, and what is particular to one op:
+the references against float64 softmax, masks and their composition, block layouts, the dropout hash, the
+variants with impl="pallas" against impl="xla".
 
-One parametrisation (`CASES`) names each kernel call; `test_matches_reference`
-runs it with impl="pallas" for each platform's kernel (the Triton kernels for
-"gpu", jax's splash attention for "tpu"; interpret=True on CPU, compiled on the
-matching accelerator in `test_compiled_matches_reference`) and impl="xla" (the
-reference) and compares outputs and the gradients of a random projection of them
-with respect to q, k, v; the "-dropout" cases drop attention weights, in the Triton
-kernel and in the reference with the same mask. Shapes stay small (n <= 128, blocks of 16/32; splash
-pads to its 128 block, so none of these lengths is a multiple of its block) so
-the file runs in about two minutes on two CPU cores in interpret mode.
+The cases stay small (n <= 160, blocks of 16/32, no length a multiple of splash's 128-block) so that the
+Triton kernels run quickly in interpret mode; the "tiles" cases are sized for the Mosaic kernels' 128-tiles.
 """
 
 from __future__ import annotations
@@ -20,19 +16,16 @@ import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol, slow_except
+from kernel_contract import DROPOUT_SEED, KernelContract, attention_case
 from lra_jax.attention import registry
 from lra_jax import kernels
-from lra_jax.kernels import dropout, masking, pallas_available, tpu_available
+from lra_jax.kernels import dropout, masking
 from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.block_sparse.api import BLOCK_SPARSE, block_sparse_attention
 from lra_jax.kernels.flash.api import FLASH, flash_attention
 from lra_jax.kernels.flash.reference import masked_attention
-from lra_jax.kernels.linear import linear_attention
+from lra_jax.kernels.linear import LINEAR, linear_attention
 from lra_jax.kernels.masking import Mask
-
-needs_gpu = pytest.mark.skipif(not pallas_available(), reason="compiled Pallas kernels need a GPU")
-needs_tpu = pytest.mark.skipif(not tpu_available(), reason="compiled Mosaic kernels need a TPU")
-DROPOUT_SEED = np.array([2024], np.uint32)
 
 
 def inputs(b, n, h, d, lengths, dtype=np.float32, seed=0):
@@ -46,106 +39,80 @@ def _band(n, w):
     return np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]) <= w
 
 
-# name -> (kernel call (q, k, v, mask, impl, interpret) -> out, b, n, h, d, lengths)
-CASES = {
-    "flash": (lambda q, k, v, m, **kw: flash_attention(q, k, v, Mask(key_mask=m), block_q=32, block_k=32, **kw),
-              2, 96, 2, 32, [96, 37]),
-    "flash-odd": (lambda q, k, v, m, **kw: flash_attention(q, k, v, Mask(key_mask=m), block_q=16, block_k=32, **kw),
-                  2, 50, 1, 24, [50, 1]),
-    "flash-scale": (lambda q, k, v, m, **kw: flash_attention(q, k, v, Mask(key_mask=m), scale=0.3, block_q=32,
-                                                             block_k=16, **kw), 1, 64, 2, 64, [60]),
-    "local": (lambda q, k, v, m, **kw: block_sparse_attention(q, k, v, Mask(key_mask=m, window=9), block=16, **kw),
-              2, 80, 2, 16, [80, 45]),
-    "local-globals": (lambda q, k, v, m, **kw: block_sparse_attention(
-        q, k, v, Mask(key_mask=m, window=5, global_queries=np.arange(96) < 2, global_keys=np.arange(96) < 3),
-        block=32, **kw), 2, 96, 2, 16, [96, 70]),
-    "segments": (lambda q, k, v, m, **kw: block_sparse_attention(
-        q, k, v, Mask(key_mask=m, query_segments=np.arange(64) // 12, key_segments=np.arange(64) // 12), block=16,
-        **kw), 2, 64, 2, 16, [64, 30]),
-    "block-mask": (lambda q, k, v, m, **kw: block_sparse_attention(
-        q, k, v, Mask(key_mask=m, block_mask=np.eye(4, dtype=bool) | (np.arange(4)[None, :] == 0)
-        | (np.arange(4)[:, None] == 3), block=16), **kw), 2, 64, 2, 32, [64, 20]),
-    "linear": (lambda q, k, v, m, **kw: linear_attention(q, k, v, Mask(key_mask=m), block=32, **kw),
-               2, 80, 2, 16, [80, 33]),
-    "flash-dropout": (lambda q, k, v, m, **kw: flash_attention(
-        q, k, v, Mask(key_mask=m), block_q=32, block_k=16, dropout_rate=0.25, dropout_seed=DROPOUT_SEED, **kw),
-        2, 80, 2, 32, [80, 41]),
-    "local-globals-dropout": (lambda q, k, v, m, **kw: block_sparse_attention(
-        q, k, v, Mask(key_mask=m, window=5, global_queries=np.arange(96) < 2, global_keys=np.arange(96) < 3),
-        block=32, dropout_rate=0.4, dropout_seed=DROPOUT_SEED, **kw), 2, 96, 2, 16, [96, 70]),
-    # The library's own blocks at head dims 64 and 128 (the measured Hopper blocks where the target has
-    # Hopper's shared memory, as on this CPU: `flash.pallas_gpu.choose_dense_tiling`), B_q != B_k at 128.
-    "flash-d64-dropout": (lambda q, k, v, m, **kw: flash_attention(
-        q, k, v, Mask(key_mask=m), dropout_rate=0.2, dropout_seed=DROPOUT_SEED, **kw), 2, 160, 1, 64, [160, 77]),
-    "flash-d128-dropout": (lambda q, k, v, m, **kw: flash_attention(
-        q, k, v, Mask(key_mask=m), dropout_rate=0.2, dropout_seed=DROPOUT_SEED, **kw), 2, 160, 1, 100, [160, 77]),
-    # A causal mask: the kernels over the causal block layout (key blocks up to the diagonal only).
-    "flash-causal": (lambda q, k, v, m, **kw: flash_attention(
-        q, k, v, Mask(key_mask=m, causal=True), block_q=16, block_k=16, **kw), 2, 80, 2, 16, [80, 41]),
-    "local-causal": (lambda q, k, v, m, **kw: block_sparse_attention(
-        q, k, v, Mask(key_mask=m, window=9, causal=True), block=16, **kw), 2, 80, 2, 16, [80, 45]),
-    "flash-causal-dropout": (lambda q, k, v, m, **kw: flash_attention(
-        q, k, v, Mask(key_mask=m, causal=True), block_q=16, block_k=16, dropout_rate=0.25,
-        dropout_seed=DROPOUT_SEED, **kw), 2, 64, 1, 16, [64, 30]),
-}
+class TestFlash(KernelContract):
+    op = FLASH
+    cases = {
+        "flash": attention_case(flash_attention, 2, 96, 2, 32, [96, 37], block_q=32, block_k=32),
+        "flash-odd": attention_case(flash_attention, 2, 50, 1, 24, [50, 1], block_q=16, block_k=32, fast=True),
+        "flash-scale": attention_case(flash_attention, 1, 64, 2, 64, [60], scale=0.3, block_q=32, block_k=16),
+        "flash-dropout": attention_case(flash_attention, 2, 80, 2, 32, [80, 41], dropout_rate=0.25, block_q=32,
+                                        block_k=16),
+        # The library's own blocks at head dims 64 and 128 (the measured Hopper blocks where the target has
+        # Hopper's shared memory, as on this CPU: `flash.pallas_gpu.choose_dense_tiling`), B_q != B_k at 128.
+        "flash-d64-dropout": attention_case(flash_attention, 2, 160, 1, 64, [160, 77], dropout_rate=0.2),
+        "flash-d128-dropout": attention_case(flash_attention, 2, 160, 1, 100, [160, 77], dropout_rate=0.2),
+        # A causal mask: the kernels over the causal block layout (key blocks up to the diagonal only).
+        "flash-causal": attention_case(flash_attention, 2, 80, 2, 16, [80, 41], causal=True, block_q=16, block_k=16),
+        "flash-causal-dropout": attention_case(flash_attention, 2, 64, 1, 16, [64, 30], causal=True,
+                                               dropout_rate=0.25, block_q=16, block_k=16),
+        # A sequence of padding only, and real queries without a real key: 0 and finite, forward and backward.
+        "no-real-key": attention_case(flash_attention, 2, 32, 1, 16, [0, 12], every_query_real=True, block_q=16,
+                                      block_k=16),
+        # Several of Mosaic's 128-tiles: 130 tokens pad to 256, the second row's keys end in the first tile.
+        "tiles": attention_case(flash_attention, 2, 130, 1, 16, [130, 77], backends=("mosaic",)),
+        "tiles-dropout": attention_case(flash_attention, 2, 130, 1, 16, [130, 77], dropout_rate=0.1,
+                                        backends=("mosaic",)),
+    }
+    bfloat16_cases = ("flash", "tiles-dropout")
 
 
-# The TPU path has no linear kernel (linear attention on TPU is the XLA form), and splash no dropout.
-TPU_CASES = [case for case in CASES if case != "linear" and not case.endswith("-dropout")]
+N_TILES = 300  # pads to 384: three 128-tiles, the last one partly padding
+# Mosaic's block matrix at its 64-blocks, inside 128-tiles; the last query tile (blocks 4 and 5) lists
+# no key block: its rows see nothing.
+TILE_BLOCKS = (np.random.default_rng(2).random((5, 5)) < 0.3) | np.eye(5, dtype=bool)
+TILE_BLOCKS[4] = False
 
 
-def _run(case, impl, interpret, dtype=np.float32, platform="gpu"):
-    """(output, grads of <out, r> w.r.t. q, k, v) of one case, jitted."""
-    fn, b, n, h, d, lengths = CASES[case]
-    q, k, v, mask = inputs(b, n, h, d, lengths, dtype)
-    r = np.random.default_rng(1).standard_normal((b, n, h, d)).astype(np.float32)
-    call = lambda q, k, v: fn(q, k, v, mask, impl=impl, interpret=interpret, platform=platform)
-    loss = lambda q, k, v: jnp.sum(call(q, k, v).astype(jnp.float32) * r)
-    out, grads = jax.jit(lambda q, k, v: (call(q, k, v), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)))(q, k, v)
-    return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads], mask
+def _tiles(pattern: dict, **settings):
+    """A block-sparse pattern over three 128-tiles, as the variants use it: a band that is not tile aligned,
+    segments and 64-blocks that cut tiles, global keys in the first tile; a row of padding only."""
+    return attention_case(block_sparse_attention, 3, N_TILES, 1, 32, [N_TILES, 170, 0], pattern=pattern,
+                          dropout_rate=0.1, backends=("mosaic",), **settings)
 
 
-def _compare(case, interpret, platform="gpu"):
-    out, grads, mask = _run(case, "pallas", interpret, platform=platform)
-    ref_out, ref_grads, _ = _run(case, "xla", False)
-    assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
-    # The kernel sums over key blocks (online softmax) where the reference sums all n keys at once:
-    # float32 sums of <= n terms, ~4 chained forward (scores, max, normaliser, weighted sum) and
-    # ~8 with the backward pass, against each array's largest entry. A wrong mask or scale is O(1).
-    n = CASES[case][2]
-    assert_close(out, ref_out, reassociation_tol(n, depth=4))
-    for name, g, ref in zip("qkv", grads, ref_grads):
-        assert_close(g, ref, reassociation_tol(n, depth=8), err_msg=f"d{name}")
-    assert (out[~mask] == 0).all()  # padded query rows are exactly zero
+class TestBlockSparse(KernelContract):
+    op = BLOCK_SPARSE
+    cases = {
+        "local": attention_case(block_sparse_attention, 2, 80, 2, 16, [80, 45], pattern=dict(window=9), block=16,
+                                fast=True),
+        "local-globals": attention_case(block_sparse_attention, 2, 96, 2, 16, [96, 70], block=32, pattern=dict(
+            window=5, global_queries=np.arange(96) < 2, global_keys=np.arange(96) < 3)),
+        "segments": attention_case(block_sparse_attention, 2, 64, 2, 16, [64, 30], block=16, pattern=dict(
+            query_segments=np.arange(64) // 12, key_segments=np.arange(64) // 12)),
+        "block-mask": attention_case(block_sparse_attention, 2, 64, 2, 32, [64, 20], pattern=dict(
+            block=16, block_mask=np.eye(4, dtype=bool) | (np.arange(4)[None, :] == 0) | (np.arange(4)[:, None] == 3))),
+        "local-globals-dropout": attention_case(block_sparse_attention, 2, 96, 2, 16, [96, 70], block=32,
+                                                dropout_rate=0.4, pattern=dict(
+            window=5, global_queries=np.arange(96) < 2, global_keys=np.arange(96) < 3)),
+        "local-causal": attention_case(block_sparse_attention, 2, 80, 2, 16, [80, 45], pattern=dict(window=9),
+                                       causal=True, block=16),
+        "no-real-key": attention_case(block_sparse_attention, 2, 32, 1, 16, [0, 12], every_query_real=True,
+                                      pattern=dict(window=3), block=16),
+        "tiles-window": _tiles(dict(window=40)),
+        "tiles-segments": _tiles(dict(query_segments=np.arange(N_TILES) // 100, key_segments=np.arange(N_TILES) // 100)),
+        "tiles-globals": _tiles(dict(window=20, global_keys=np.arange(N_TILES) < 3,
+                                     global_queries=np.arange(N_TILES) < 2)),
+        "tiles-block-mask": _tiles(dict(block=64, block_mask=TILE_BLOCKS)),
+    }
+    bfloat16_cases = ("local-globals", "block-mask", "tiles-block-mask")
 
 
-# The fast tier interprets each kernel (flash, block-sparse, linear) on one small case; the full suite on all.
-@pytest.mark.parametrize("case", slow_except(CASES, keep={"flash-odd", "local", "linear"}))
-def test_matches_reference(case):
-    _compare(case, interpret=True)
-
-
-@pytest.mark.parametrize("case", TPU_CASES)
-@pytest.mark.slow
-def test_tpu_kernel_matches_reference(case):
-    _compare(case, interpret=True, platform="tpu")
-
-
-@needs_gpu
-@pytest.mark.parametrize("case", list(CASES))
-def test_compiled_matches_reference(case):
-    # jax's default precision runs float32 dots as TF32 on Ampere and Hopper, in the Triton kernels and
-    # in XLA's reference alike (on an H100 every case then differs by up to ~1e-3 of its scale: TF32's
-    # 10-bit mantissa, not a kernel error). Both sides at full float32 precision, the float32
-    # tolerance holds and a wrong mask or index still shows.
-    with jax.default_matmul_precision("float32"):
-        _compare(case, interpret=False)
-
-
-@needs_tpu
-@pytest.mark.parametrize("case", TPU_CASES)
-def test_compiled_tpu_kernel_matches_reference(case):
-    _compare(case, interpret=False, platform="tpu")
+class TestLinear(KernelContract):
+    op = LINEAR
+    cases = {
+        "linear": attention_case(linear_attention, 2, 80, 2, 16, [80, 33], block=32, fast=True),
+        "no-real-key": attention_case(linear_attention, 2, 32, 1, 16, [0, 12], every_query_real=True, block=16),
+    }
 
 
 def test_flash_reference_is_softmax_attention():
@@ -220,42 +187,6 @@ def test_block_sparse_reference_is_a_masked_softmax():
     out = block_sparse_attention(q, k, v, Mask(key_mask=mask, window=3), impl="xla")
     want = masked_attention(q, k, v, jnp.asarray(_band(40, 3))[None, None], 1 / np.sqrt(8))
     assert_close(np.asarray(out), np.asarray(want), reassociation_tol(40, depth=4))  # blockwise vs dense, 40 keys
-
-
-@pytest.mark.parametrize("case,platform", [("flash", "gpu"), ("flash", "tpu"), ("local-globals", "tpu"),
-                                           ("block-mask", "tpu")])
-@pytest.mark.slow
-def test_bf16_kernel_within_bf16_tolerance(case, platform):
-    out, grads, _ = _run(case, "pallas", True, dtype=jnp.bfloat16, platform=platform)
-    ref_out, ref_grads, _ = _run(case, "xla", False, dtype=np.float32)
-    # bfloat16 inputs and outputs carry a rounding error of 2^-8 of their scale each, with float32
-    # accumulation inside; a few of them compound forward (4 x 2^-7 = 3%) and twice as many
-    # backward, against each array's largest entry. A float32 path broken by bf16 (a -inf mask
-    # value, a lost scale) is off by O(1).
-    bf16_eps = float(jnp.finfo(jnp.bfloat16).eps)  # 2^-7
-    assert_close(out, ref_out, 4 * bf16_eps)
-    for g, ref in zip(grads, ref_grads):
-        assert_close(g, ref, 8 * bf16_eps)
-
-
-@pytest.mark.parametrize("platform", ["gpu", "tpu"])
-@pytest.mark.slow
-def test_all_padding_rows_are_zero_and_finite(platform):
-    """A sequence of length 0 and a real query with no real key: zero output, finite gradients."""
-    q, k, v, mask = inputs(2, 32, 1, 16, [0, 12])
-    query_mask = np.ones_like(mask)  # every query real, even where no key is
-    def loss(fn):
-        return lambda q, k, v: jnp.sum(fn(q, k, v) ** 2)
-    for fn in (
-        lambda q, k, v: flash_attention(q, k, v, Mask(key_mask=mask, query_mask=query_mask), block_q=16, block_k=16,
-                                        impl="pallas", interpret=True, platform=platform),
-        lambda q, k, v: block_sparse_attention(q, k, v, Mask(key_mask=mask, query_mask=query_mask, window=3), block=16,
-                                               impl="pallas", interpret=True, platform=platform),
-    ):
-        out, grads = jax.jit(lambda q, k, v, fn=fn: (fn(q, k, v), jax.grad(loss(fn), (0, 1, 2))(q, k, v)))(q, k, v)
-        out = np.asarray(out)
-        assert np.isfinite(out).all() and all(np.isfinite(np.asarray(g)).all() for g in grads)
-        assert (out[0] == 0).all()  # no real key anywhere in sequence 0
 
 
 def test_layout_lists_blocks_and_its_transpose():
