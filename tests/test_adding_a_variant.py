@@ -21,7 +21,7 @@ from lra_jax.attention.core import Attention
 from lra_jax.config import paths
 from lra_jax.config.settings import from_config
 from lra_jax.kernels.flash.api import FLASH, flash_attention
-from lra_jax.kernels.linear import LINEAR
+from lra_jax.kernels.linear.api import LINEAR
 from lra_jax.kernels.masking import Mask
 from lra_jax.models.classifier import build_model
 

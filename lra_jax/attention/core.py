@@ -183,8 +183,8 @@ class TokenMixer(nnx.Module):
         is appended (e.g. an FFT over the padded length); its docstring must say why.
         The contract suite skips only that one check for it.
       kernel_op: the kernel op the variant's `attend` runs where its plan says so
-        (`lra_jax.kernels.flash.FLASH`, `block_sparse.BLOCK_SPARSE`, `linear.LINEAR`,
-        `gated_scan.GATED_SCAN`): the op's table says which kernels exist per backend and which
+        (`lra_jax.kernels.flash.api.FLASH`, `block_sparse.api.BLOCK_SPARSE`, `linear.api.LINEAR`,
+        `gated_scan.api.GATED_SCAN`): the op's table says which kernels exist per backend and which
         take the attention dropout (`**self.kernel_dropout(plan, rngs)`); `kernel_limits` says which settings they cannot
         serve. None (the default): no kernel; the variant refuses impl="pallas" and treats
         "auto" as "xla".

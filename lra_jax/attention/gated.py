@@ -35,7 +35,8 @@ from lra_jax.attention.core import BidirectionalMixer, SSMParam, TokenMask, Toke
 from lra_jax.attention.registry import register
 from lra_jax.attention.selective import causal_depthwise_conv, inverse_softplus
 from lra_jax.errors import ConfigError
-from lra_jax.kernels.gated_scan import GATED_SCAN, gated_scan, reference
+from lra_jax.kernels.gated_scan import reference
+from lra_jax.kernels.gated_scan.api import GATED_SCAN, gated_scan
 from lra_jax.kernels.gated_scan.api import kernel_limit as gated_scan_kernel_limit
 
 Heads = Float[Array, "b n h d"]

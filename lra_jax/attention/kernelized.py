@@ -78,8 +78,8 @@ from lra_jax.attention.core import Attention, causal_pairs, divide_or_zero, matm
 from lra_jax.attention.registry import register
 from lra_jax import kernels
 from lra_jax.errors import ConfigError
-from lra_jax.kernels.linear import LINEAR
-from lra_jax.kernels.linear import linear_attention as fused_linear_attention
+from lra_jax.kernels.linear.api import LINEAR
+from lra_jax.kernels.linear.api import linear_attention as fused_linear_attention
 from lra_jax.kernels.masking import Mask
 from lra_jax.kernels.linear.api import kernel_limit as linear_kernel_limit
 

@@ -1,6 +1,6 @@
 """The one place a kernel is chosen: each op's table of implementations, and `plan` over it.
 
-Each kernel op (`flash.FLASH`, `block_sparse.BLOCK_SPARSE`, `linear.LINEAR`, `gated_scan.GATED_SCAN`) is
+Each kernel op (`FLASH`, `BLOCK_SPARSE`, `LINEAR`, `GATED_SCAN`, in each kernel package's `api`) is
 a `KernelOp`: its implementations in order of preference, each a name (as runs record it), the callable
 that runs it and what it supports (Pallas backend, platforms, attention dropout, dtypes, interpreter).
 `plan(impl, target, op, ...)` picks one for a target and returns it in a `KernelPlan`; the op's

@@ -38,7 +38,7 @@ from lra_jax import provenance
 from lra_jax.attention import registry
 from lra_jax.kernels import pallas_available
 from lra_jax.kernels.flash.api import flash_attention
-from lra_jax.kernels.linear import linear_attention
+from lra_jax.kernels.linear.api import linear_attention
 from lra_jax.kernels.masking import Mask
 from lra_jax.measure.kernel_timing import time_fwd_bwd
 from lra_jax.tools import parse_command_line

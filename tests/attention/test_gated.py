@@ -3,7 +3,6 @@ against the recurrence at every chunk size, the bidirectional form as the sum it
 scalar-decay recurrence written out, the causal forms. The Pallas kernel is
 tests/kernels/test_gated_scan_kernel.py. The contract is tests/attention/test_attention_contract.py."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

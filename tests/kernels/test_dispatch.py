@@ -8,7 +8,7 @@ from lra_jax import kernels
 from lra_jax.kernels import MOSAIC_BLOCK_SPARSE, MOSAIC_FLASH, SPLASH, TRITON, XLA, Target
 from lra_jax.kernels.block_sparse.api import BLOCK_SPARSE
 from lra_jax.kernels.flash.api import FLASH
-from lra_jax.kernels.linear import LINEAR
+from lra_jax.kernels.linear.api import LINEAR
 
 
 @pytest.mark.parametrize("op,platform,dropout,want", [

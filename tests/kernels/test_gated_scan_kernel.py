@@ -17,7 +17,8 @@ from lra_jax import kernels
 from lra_jax.attention import registry
 from lra_jax.research.compilation import lowering
 from lra_jax.kernels import TRITON, XLA, Target, tiling
-from lra_jax.kernels.gated_scan import GATED_SCAN, gated_scan, pallas_gpu
+from lra_jax.kernels.gated_scan import pallas_gpu
+from lra_jax.kernels.gated_scan.api import GATED_SCAN, gated_scan
 
 B, H, DK, DV = 2, 2, 4, 8
 

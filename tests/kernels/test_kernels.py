@@ -24,7 +24,7 @@ from lra_jax.kernels.block_sparse import layout as layouts
 from lra_jax.kernels.block_sparse.api import BLOCK_SPARSE, block_sparse_attention
 from lra_jax.kernels.flash.api import FLASH, flash_attention
 from lra_jax.kernels.flash.reference import masked_attention
-from lra_jax.kernels.linear import LINEAR, linear_attention
+from lra_jax.kernels.linear.api import LINEAR, linear_attention
 from lra_jax.kernels.masking import Mask
 
 

@@ -252,7 +252,7 @@ def test_gated_scan_kernels_ask_no_more_than_their_bound_and_do_not_spill(name, 
     """The forward, dq and dk/dv kernels (value and all four gradients) at the tilings the register fit chose:
     XLA fails the compile if ptxas spills a register (the dk/dv kernel spilled 20-184 bytes at SSD's chunk of 64),
     and each asks for no more shared memory than its bound."""
-    from lra_jax.kernels.gated_scan import gated_scan
+    from lra_jax.kernels.gated_scan.api import gated_scan
     from lra_jax.kernels.gated_scan import pallas_gpu as gated
 
     target = gpu_or_skip(name)

@@ -1,5 +1,4 @@
-"""Chunked gated linear attention (GLA, SSD): a Pallas scan kernel and its reference."""
+"""Chunked gated linear attention (GLA, SSD): a Pallas scan kernel and its reference.
 
-from lra_jax.kernels.gated_scan.api import GATED_SCAN, gated_scan
-
-__all__ = ["GATED_SCAN", "gated_scan"]
+The op is `api` (`GATED_SCAN`, `gated_scan`); like every kernel package, this one imports nothing itself.
+"""

@@ -1,5 +1,4 @@
-"""Non-causal kernelized (linear) attention: fused Pallas kernel and its reference."""
+"""Non-causal kernelized (linear) attention: a fused Pallas kernel and its reference.
 
-from lra_jax.kernels.linear.api import LINEAR, linear_attention
-
-__all__ = ["LINEAR", "linear_attention"]
+The op is `api` (`LINEAR`, `linear_attention`); like every kernel package, this one imports nothing itself.
+"""

@@ -21,7 +21,7 @@ from lra_jax.research.compilation import lowering
 from lra_jax.research.choices import config_files
 from lra_jax.kernels.block_sparse.api import block_sparse_attention
 from lra_jax.kernels.flash.api import flash_attention
-from lra_jax.kernels.linear import linear_attention
+from lra_jax.kernels.linear.api import linear_attention
 from lra_jax.kernels.masking import Mask
 from lra_jax.tools import lower
 
