@@ -15,7 +15,6 @@ from helpers import REPO
 
 from lra_jax.research.reports import docs_pages, kernel_table
 
-
 def test_committed_pages_are_what_the_generator_writes():
     assert docs_pages.stale(os.path.join(REPO, "docs"), REPO) == []
 
@@ -119,3 +118,12 @@ def test_contributing_lists_every_command_and_ci_script():
     assert [c for c in sorted(commands) if not re.search(rf"\b{c}\b", tools)] == []
     scripts = os.listdir(os.path.join(REPO, ".ci"))
     assert [s for s in sorted(scripts) if s not in ci] == []
+
+
+def test_a_bench_table_merged_from_several_commands_says_so():
+    """A JSON whose cells several `--update` commands measured names the last and says how many there were."""
+    report = {"command": "/clone/lra_jax/tools/bench.py --variants=s5", "device": {"count": 1, "kind": "cpu"},
+              "commands": ["/clone/lra_jax/tools/bench.py --variants=softmax", "/clone/lra_jax/tools/bench.py --variants=s5"]}
+    text = docs_pages.header(report, "bench.json")
+    assert "`python -m lra_jax.tools.bench --variants=s5`" in text and "measured by 2 such commands" in text
+    assert "such commands" not in docs_pages.header({**report, "commands": report["commands"][1:]}, "bench.json")

@@ -106,8 +106,13 @@ def header(report: dict[str, Any], path: str) -> str:
     device = report.get("device", {})
     commit = report.get("versions", {}).get("lra_jax_commit") or "not recorded"
     command = report.get("command", "not recorded").split("/lra_jax/tools/", 1)[-1]
-    return (f"From `{path}`: `python -m lra_jax.tools.{command.removesuffix('.py').replace('.py ', ' ', 1)}` "
+    text = (f"From `{path}`: `python -m lra_jax.tools.{command.removesuffix('.py').replace('.py ', ' ', 1)}` "
             f"on {device.get('count', '?')} × {device.get('kind', 'unknown device')}, commit `{commit}`.")
+    runs = len(report.get("commands", []))
+    if runs > 1:  # cells merged by --update: the ratios between them span sessions
+        text += (f" Its cells were measured by {runs} such commands (`--update`), the last shown: a ratio between cells "
+                 "of different commands also holds the machine's drift between them.")
+    return text
 
 
 def claims(results: list[dict[str, Any]]) -> list[str]:
