@@ -2,13 +2,14 @@
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 
 import jax
 import pytest
 
-from helpers import FAST_COMPILE
+from helpers import FAST_COMPILE, REPRESENTATIVE
 
 # The suite's CPU programs compile without LLVM's optimisation passes (helpers.FAST_COMPILE), as
 # the process tests' child processes do: most of the suite's time is compiling small programs.
@@ -40,6 +41,13 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 # marked `one_stack("<stack>")` and runs on that stack only, so that CI pays for it once; without the
 # variable (anyone's own `pytest`) every test runs.
 CI_STACK = os.environ.get("LRA_JAX_CI_STACK")
+# A suite repeated for every variant (`every_variant("<argument>")`, the argument holding the variant's name,
+# e.g. "local", "local@tpu", "softmax-causal") runs for every variant on the newest stack and for
+# `helpers.REPRESENTATIVE` on the oldest: there CI checks that the supported range runs each variant's code,
+# which the attention contract's forward and gradient (`test_all_padding_row_is_finite_with_finite_gradients`,
+# not so marked) do for every variant, while the properties repeated per variant are the variants' own.
+# A variant's cases share one xdist group (`--dist loadgroup`): one worker builds and compiles its layer once.
+THINNED_STACK = "oldest"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,6 +56,13 @@ def pytest_collection_modifyitems(config, items):
         if marker and CI_STACK and CI_STACK != marker.args[0]:
             item.add_marker(pytest.mark.skip(reason=f"runs on the {marker.args[0]} stack in CI "
                                                     f"(LRA_JAX_CI_STACK={CI_STACK})"))
+        marker = item.get_closest_marker("every_variant")
+        if marker and hasattr(item, "callspec"):
+            case = str(item.callspec.params[marker.args[0]])
+            item.add_marker(pytest.mark.xdist_group(case))
+            if CI_STACK == THINNED_STACK and re.split("[@-]", case)[0] not in REPRESENTATIVE:
+                item.add_marker(pytest.mark.skip(reason=f"a suite repeated per variant: on the {CI_STACK} stack CI runs "
+                                                        f"it for {', '.join(REPRESENTATIVE)} (tests/conftest.py)"))
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,9 @@ import pathlib
 
 import pytest
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "lra_jax"
 REPO = PACKAGE.parent
 BASE = {"errors", "compat", "provenance", "__init__"}

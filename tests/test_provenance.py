@@ -6,6 +6,9 @@ import pytest
 
 from lra_jax import provenance
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
 
 def test_the_commit_is_this_checkouts_head():
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=provenance.REPO_ROOT, capture_output=True,

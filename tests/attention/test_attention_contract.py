@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from helpers import SMALL, assert_close, build_small, real, reassociation_tol, slow_except
+from helpers import REPRESENTATIVE, SMALL, assert_close, build_small, real, reassociation_tol, slow_except
 from lra_jax import kernels
 from lra_jax.attention import registry
 
@@ -59,16 +59,17 @@ def forward(model, x, mask):
 
 
 TPU_KERNELS = [f"{name}@tpu" for name in registry.names() if "mosaic" in registry.get(name).kernel_backends()]
-# The fast tier (`pytest -m "not slow"`) checks the contract on one variant of each kind: full softmax,
-# a block-sparse pattern, a kernelized sum, a token mixer and a state space; the full suite on them all.
-FAST = {"softmax", "local", "linear", "mixer", "s4d"}
+# The fast tier (`pytest -m "not slow"`) checks the contract on one variant of each kind
+# (`helpers.REPRESENTATIVE`); the full suite on them all.
+every_variant = pytest.mark.every_variant("name")
 
 
-@pytest.fixture(params=slow_except(registry.names() + TPU_KERNELS, keep=FAST))
+@pytest.fixture(params=slow_except(registry.names() + TPU_KERNELS, keep=set(REPRESENTATIVE)))
 def name(request):
     return request.param
 
 
+@every_variant
 def test_shape_dtype_and_zero_padding(name):
     x, mask = inputs()
     out = forward(build(name), x, mask)
@@ -77,6 +78,7 @@ def test_shape_dtype_and_zero_padding(name):
     np.testing.assert_array_equal(np.asarray(out)[~np.asarray(mask)], 0.0)
 
 
+@every_variant
 def test_padding_content_does_not_leak(name):
     x, mask = inputs()
     x_other = jnp.where(mask[..., None], x, noise(7, x.shape, scale=100.0))
@@ -86,6 +88,7 @@ def test_padding_content_does_not_leak(name):
     assert_close(real(out_other, mask), real(out, mask), TOL)
 
 
+@every_variant
 def test_appended_padding_does_not_change_real_outputs(name):
     if not registry.get(variant(name)).length_invariant:
         pytest.skip(f"{name} depends on the padded length by construction (see its docstring)")
@@ -118,6 +121,7 @@ def test_all_padding_row_is_finite_with_finite_gradients(name):
     assert any(np.abs(np.asarray(leaf)).sum() > 0 for leaf in jax.tree.leaves(grads[0]))
 
 
+@every_variant
 def test_jit_matches_eager(name):
     x, mask = inputs()
     model = build(name)
@@ -126,6 +130,7 @@ def test_jit_matches_eager(name):
     assert_close(np.asarray(jitted), np.asarray(eager), TOL)
 
 
+@every_variant
 def test_vmap_over_an_extra_batch_axis(name):
     x, mask = inputs()
     model = build(name)
@@ -135,6 +140,7 @@ def test_vmap_over_an_extra_batch_axis(name):
     assert_close(np.asarray(mapped[0]), np.asarray(out), TOL)
 
 
+@every_variant
 def test_bfloat16_runs_and_stays_close_to_float32(name):
     x, mask = inputs()
     out32 = np.asarray(forward(build(name), x, mask))
@@ -157,6 +163,7 @@ def test_bfloat16_runs_and_stays_close_to_float32(name):
         assert not far.any(), (far.sum(), token_error.max())
 
 
+@every_variant
 def test_training_mode_uses_the_given_key_and_respects_padding(name):
     op = registry.get(variant(name)).kernel_op
     if "@" in name and not any(kernel.dropout for kernel in op.kernels("mosaic")):
@@ -174,6 +181,7 @@ def test_training_mode_uses_the_given_key_and_respects_padding(name):
     np.testing.assert_array_equal(np.asarray(out_a)[~np.asarray(mask)], 0.0)
 
 
+@every_variant
 def test_every_setting_is_read_back_from_the_built_layer(name):
     """Run records (results.json, bench JSON) read each setting back from the layer: none may be lost."""
     given = SMALL.get(variant(name), {})

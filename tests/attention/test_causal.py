@@ -38,6 +38,7 @@ def test_the_causal_variants_are_those_with_a_weight_per_pair_a_causal_band_or_a
 
 
 @pytest.mark.parametrize("name", slow_except(CAUSAL, keep={"softmax", "linear"}))
+@pytest.mark.every_variant("name")
 def test_a_causal_layer_sees_no_later_position(name):
     model = build(name)
     x, mask = tokens(0), jnp.ones((2, N), bool)
@@ -49,6 +50,7 @@ def test_a_causal_layer_sees_no_later_position(name):
 
 @pytest.mark.parametrize("name", CAUSAL)
 @pytest.mark.slow
+@pytest.mark.every_variant("name")
 def test_a_causal_layer_keeps_the_padding_contract(name):
     model = build(name)
     x = tokens(2)
@@ -207,6 +209,7 @@ BIDIRECTIONAL = [n for n in registry.names() if registry.get(n).causal_form() ==
 
 
 @pytest.mark.parametrize("name", slow_except(BIDIRECTIONAL, keep={"s4d"}))
+@pytest.mark.every_variant("name")
 def test_a_bidirectional_mixer_without_its_backward_direction_never_looks_ahead(name):
     """The state spaces, gated recurrences and long convolutions: with bidirectional=False no output reads a
     later token (only they change), while the bidirectional layer does read them."""

@@ -64,6 +64,7 @@ def test_full_attention_grows_quadratically():
 
 
 @pytest.mark.parametrize("name", slow_except(registry.names(), keep={"linear"}))
+@pytest.mark.every_variant("name")
 def test_cost_grows_as_the_variant_declares(name):
     exponent = registry.get(name).cost_exponent
     limit = HEADROOM * 4**exponent

@@ -15,6 +15,10 @@ from helpers import REPO
 
 from lra_jax.research.reports import docs_pages, kernel_table
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
+
 def test_committed_pages_are_what_the_generator_writes():
     assert docs_pages.stale(os.path.join(REPO, "docs"), REPO) == []
 

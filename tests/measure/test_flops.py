@@ -163,6 +163,7 @@ def xla_and_analytic_layer(case: str) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("case", slow_except(sorted(LAYER_CASES), keep={"softmax", "linear"}))
+@pytest.mark.every_variant("case")
 def test_every_variant_counts_its_forward_within_xla_count(case, monkeypatch):
     """analytic <= XLA <= band x analytic. FNet and S4D count FFTs by the 5 N log2 N convention and S4D a complex
     multiply-add as 8 FLOPs, XLA by its own conventions: the test puts XLA's in their place, so that the

@@ -47,6 +47,7 @@ def check_padding_length_invariance(name, positions="learned", pooling="cls"):
 
 
 @pytest.mark.parametrize("name", slow_except(registry.names(), keep={"softmax"}))
+@pytest.mark.every_variant("name")
 def test_logits_do_not_depend_on_the_padded_length(name):
     if not registry.get(name).length_invariant:
         pytest.skip(f"{name} depends on the padded length by construction (see its docstring)")

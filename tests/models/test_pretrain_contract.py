@@ -51,6 +51,7 @@ def masked_step(model, tokens):
 
 
 @pytest.mark.parametrize("name", registry.names())
+@pytest.mark.every_variant("name")
 @pytest.mark.slow
 def test_masked_objective_respects_padding(name):
     model = build_token_predictor(small_settings(name), vocab_size=VOCAB, rngs=nnx.Rngs(0))
@@ -69,6 +70,7 @@ def test_masked_objective_respects_padding(name):
 @pytest.mark.parametrize("name, causal", slow_except(
     [(name, dict(bidirectional=False)) for name in ("s4d", "lru", "s5", "s6", "gla", "ssd", "hyena", "mega")]
     + [(name, dict(causal=True)) for name in causal_variants()], keep={"softmax"}))
+@pytest.mark.every_variant("name")
 def test_a_causal_model_sees_no_later_token(name, causal):
     model = build_token_predictor(small_settings(name, **causal), vocab_size=VOCAB, rngs=nnx.Rngs(0))
     tokens = tokens_with_padding([N, N])

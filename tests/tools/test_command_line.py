@@ -15,6 +15,10 @@ from absl import flags
 from lra_jax.config import paths as config_paths
 from lra_jax.tools import parse_command_line
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
+
 TOOLS = os.path.join(config_paths.REPO_ROOT, "lra_jax", "tools")
 COMMANDS = sorted(name[:-3] for name in os.listdir(TOOLS) if name.endswith(".py") and name != "__init__.py")
 

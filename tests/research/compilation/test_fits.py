@@ -12,6 +12,10 @@ from helpers import REPO
 from lra_jax.research.choices import config_files
 from lra_jax.tools import fits
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
+
 GIB = 2**30
 
 

@@ -8,6 +8,9 @@ from lra_jax.config import paths
 from lra_jax.research.compilation import modeled_loops, roofline
 from lra_jax.research.reports import modeled_time_doc
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
 
 def row(**changes):
     base = {"variant": "softmax", "task": "table2:4096", "target": "tpu-v5e:1x1", "mode": "train", "result": "ok",

@@ -22,6 +22,9 @@ from PIL import Image
 from lra_jax.errors import LraError
 from lra_jax.research.reports import chart_speeds, lra_results
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
 
 def test_score_is_mean_of_five_tasks_with_seeds_averaged_and_path_x_separate(runs):
     measured = measure(runs, scale="full")

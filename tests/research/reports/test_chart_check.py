@@ -12,6 +12,10 @@ import pytest
 from lra_jax.research.reports import chart_manifest, lra_chart
 from lra_jax.research.reports.chart_manifest import ChartOptions
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
+
 OUT = "experiments/charts"
 FIXED_RESULT = "runs/listops-full/softmax/seed0/results.json"
 

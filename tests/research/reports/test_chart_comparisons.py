@@ -12,6 +12,9 @@ from lra_jax.errors import LraError
 from lra_jax.research.reports import chart_speeds, lra_chart, lra_results
 from lra_jax.research.reports.chart_manifest import ChartOptions
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
 
 def test_main_panel_speed_is_relative_to_softmax_on_one_device_latest_file_first(runs, tmp_path):
     """Several bench files of one device: per variant the most recent file's auto step; an --impl=xla step of a

@@ -9,6 +9,10 @@ from lra_jax.errors import LraError
 from lra_jax.research.reports import gpu_memory_report as report
 from lra_jax.tools import gpu_memory
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
+
 GIB = 2**30
 
 

@@ -12,6 +12,10 @@ from lra_jax.attention import registry
 from lra_jax.research.reports import chart_panels, lra_results
 from lra_jax.research.reports.chart_panels import Point
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 

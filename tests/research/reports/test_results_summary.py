@@ -4,10 +4,15 @@ written and checked with the chart."""
 import json
 import re
 
+import pytest
+
 from chart_helpers import chart, run_dir, table_rows, write_bench
 
 from lra_jax.research.reports import chart_manifest, lra_chart, results_summary
 from lra_jax.research.reports.chart_manifest import ChartOptions
+
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
 
 
 def write_run(root, task, variant, seed, accuracy, steps, steps_per_second, pretrain="none"):

@@ -10,6 +10,9 @@ from scipy import stats
 from lra_jax.research.reports import spt_report
 from chart_helpers import chart, run_dir, table_rows, write_bench, write_result
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
 
 def cell(accuracy: dict, std: dict | None = None, seeds: int = 3) -> dict:
     """An `lra_results.aggregate` entry with these per-task means (%) and stds."""

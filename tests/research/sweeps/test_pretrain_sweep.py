@@ -9,6 +9,10 @@ import pytest
 from lra_jax.errors import ConfigError
 from lra_jax.research.sweeps import selection, sweep_plan, sweep_report
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
+
 FILES = {"softmax": "configs/transformer.py"}
 
 

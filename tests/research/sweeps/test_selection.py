@@ -7,6 +7,9 @@ import pytest
 
 from lra_jax.research.sweeps import selection
 
+# This package's own Python over its files, no jax computation: CI runs it on one stack.
+pytestmark = pytest.mark.one_stack("oldest")
+
 
 def result(point, seed, val, test, variant="softmax"):
     return selection.Result(task="listops", scale="mini", variant=variant, point=point, seed=seed,
