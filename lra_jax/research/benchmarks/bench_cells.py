@@ -351,12 +351,15 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
     versions = provenance.library_versions()
 
     def save(results: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
-        """Writes the report atomically; a killed or hung bench keeps what it measured."""
+        """Writes the report atomically; a killed or hung bench keeps what it measured. Each cell measured now
+        records this command's place in the file's commands (`measured_by`), so that a ratio between cells of
+        two commands, which holds the machine's drift between them, can be told from one within a command."""
+        measured = [{**r, "measured_by": len(commands) - 1} for r in results]
         report = {"device": device, "versions": versions,
                   "settings": file_settings,
                   "date": datetime.datetime.now().isoformat(timespec="seconds"),
                   "command": commands[-1], "complete": complete,
-                  "results": merge_results(prior["results"], results)}
+                  "results": merge_results(prior["results"], measured)}
         if update:
             report["commands"] = commands
         run_dir.write_json(out, report)

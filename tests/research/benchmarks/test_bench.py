@@ -207,6 +207,8 @@ def test_update_replaces_remeasured_cells_keeps_the_rest_and_refuses_other_setti
     assert cells[("fast", 2048)]["steps_per_second"] == pytest.approx(8.0)  # re-measured: 2 x 4.0
     assert cells[("fast", 2048)]["relative_speed"] == pytest.approx(8.0)  # against the kept softmax (1.0)
     assert len(report["commands"]) == 2
+    # each cell names the command that measured it: the first (0) or this update (1)
+    assert [cells[key]["measured_by"] for key in cells] == [0, 0, 0, 1]
 
     with pytest.raises(LraError, match="batch_size: file 4, now 8"):
         bench_cells.benchmark(["fast"], [2048], {**TINY, "batch_size": 8}, str(out), measure_fn=faster,
