@@ -19,14 +19,14 @@ from lra_jax.config import task_defaults
 # The repository root, for the tests in tests/ and in its sub-folders alike (tests/<layer>/...).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The one table of small per-variant settings (defaults otherwise), for the contract suite and
-# the model tests, which run sequences of 20-40 tokens: a window, rank, bucket count or block
-# smaller than n, so the checks exercise each approximation rather than a degenerate limit.
 # One variant of each kind: full softmax, a block-sparse pattern, a kernelized sum, a token mixer and a
 # state space. The fast tier runs the attention contract on these; CI's oldest stack runs the suites marked
 # `every_variant` on these alone (tests/conftest.py).
 REPRESENTATIVE = ("softmax", "local", "linear", "mixer", "s4d")
 
+# The one table of small per-variant settings (defaults otherwise), for the contract suite and
+# the model tests, which run sequences of 20-40 tokens: a window, rank, bucket count or block
+# smaller than n, so the checks exercise each approximation rather than a degenerate limit.
 SMALL = {
     "local": dict(window=3),
     "linformer": dict(k=8),

@@ -101,6 +101,19 @@ def output_and_grads(case: Case, plan: KernelPlan, arrays) -> tuple[np.ndarray, 
     return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads]
 
 
+def assert_agrees(got, want, zero_rows, out_tol: float, grad_tol: float) -> None:
+    """(output, gradients) of a kernel against the reference's: finite, within the tolerances of each array's
+    largest entry, every reference gradient nonzero (there to compare), the rows no real key reaches exactly 0."""
+    (out, grads), (want_out, want_grads) = got, want
+    assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
+    assert_close(out, want_out, out_tol, "output")
+    for i, (g, ref) in enumerate(zip(grads, want_grads)):
+        assert np.abs(ref).max() > 0, f"input {i} has no gradient to compare"
+        assert_close(g, ref, grad_tol, f"gradient of input {i}")
+    if zero_rows is not None:
+        assert (out[zero_rows] == 0).all(), "a row that no real key reaches is not 0"
+
+
 class KernelContract:
     """Subclass with `op` and `cases` (name -> `Case`); `bfloat16_cases` names the cases run in bfloat16."""
 
@@ -110,18 +123,13 @@ class KernelContract:
 
     def _against_the_reference(self, case: Case, implementation: Implementation, interpret: bool):
         arrays, zero_rows = case.inputs(np.float32)
-        out, grads = output_and_grads(case, forced_plan(implementation, case, interpret), arrays)
-        want, want_grads = output_and_grads(case, forced_plan(self.op.xla, case), arrays)
-        assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
+        got = output_and_grads(case, forced_plan(implementation, case, interpret), arrays)
+        want = output_and_grads(case, forced_plan(self.op.xla, case), arrays)
         # The kernel sums in blocks what the reference sums at once: float32 sums of <= `terms` terms,
         # ~4 chained forward (scores, max, normaliser, weighted sum) and ~8 with the backward pass,
         # against each array's largest entry. A wrong mask, scale or index is O(1).
-        assert_close(out, want, reassociation_tol(case.terms, depth=4), "output")
-        for i, (got, ref) in enumerate(zip(grads, want_grads)):
-            assert np.abs(ref).max() > 0, f"input {i} has no gradient to compare"
-            assert_close(got, ref, reassociation_tol(case.terms, depth=8), f"gradient of input {i}")
-        if zero_rows is not None:
-            assert (out[zero_rows] == 0).all(), "a row that no real key reaches is not 0"
+        assert_agrees(got, want, zero_rows, reassociation_tol(case.terms, depth=4),
+                      reassociation_tol(case.terms, depth=8))
 
     def test_matches_the_reference(self, case: Case, implementation: Implementation):
         self._against_the_reference(case, implementation, interpret=True)
@@ -135,17 +143,12 @@ class KernelContract:
 
     def test_bfloat16_within_its_rounding(self, case: Case, implementation: Implementation):
         arrays, zero_rows = case.inputs(jnp.bfloat16)
-        out, grads = output_and_grads(case, forced_plan(implementation, case), arrays)
+        got = output_and_grads(case, forced_plan(implementation, case), arrays)
         # The same bfloat16 values, upcast, through the reference: the kernel's bfloat16 operands and
         # outputs round to 2^-8 of their scale each, with float32 accumulation inside; a few roundings
         # compound forward (4 x 2^-7) and twice as many backward. A float32 path broken by bfloat16
         # (a -inf mask value, a lost scale) is off by O(1).
         upcast = tuple(np.asarray(x, np.float32) for x in arrays)
-        want, want_grads = output_and_grads(case, forced_plan(self.op.xla, case), upcast)
+        want = output_and_grads(case, forced_plan(self.op.xla, case), upcast)
         eps = float(jnp.finfo(jnp.bfloat16).eps)
-        assert np.isfinite(out).all() and all(np.isfinite(g).all() for g in grads)
-        assert_close(out, want, 4 * eps, "output")
-        for i, (got, ref) in enumerate(zip(grads, want_grads)):
-            assert_close(got, ref, 8 * eps, f"gradient of input {i}")
-        if zero_rows is not None:
-            assert (out[zero_rows] == 0).all(), "a row that no real key reaches is not 0"
+        assert_agrees(got, want, zero_rows, 4 * eps, 8 * eps)
