@@ -1,13 +1,13 @@
-r"""Probes what the TPU compiler's modeled step time does with loops, and writes the page that explains it
-(the library: `lra_jax.research.compilation.modeled_loops` and `lra_jax.research.reports.modeled_time_doc`).
+r"""Probes what the TPU compiler's modeled step time does with loops (the library:
+`lra_jax.research.compilation.modeled_loops`).
 
-    python -m lra_jax.tools.cost_probe --target=tpu-v5e:2x2 \
-        --out=experiments/results/cost-probe-tpu-v5e.json --doc=docs/tpu-modeled-time.md
+    python -m lra_jax.tools.cost_probe --target=tpu-v5e:2x2 --out=experiments/results/cost-probe-tpu-v5e.json
+    python -m lra_jax.tools.docs      # rewrites docs/tpu-modeled-time.md from that JSON and the compile JSONs
 
 compiles L products of 4096 x 4096 float32 matrices unrolled and scanned for one compile-only device of
 --target (needs libtpu: the `[tpu]` extra; runs on a CPU, about a minute) and writes their modeled times,
-XLA's counts and rooflines to --out. With --doc it then writes the page from --out and the TPU compile JSONs
-under --results. `--noprobe` only rewrites the page from the committed JSONs.
+XLA's counts and rooflines to --out. The page that explains them, docs/tpu-modeled-time.md, is one of the
+generated docs pages (`lra_jax.research.reports.modeled_time_doc`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from absl import flags
 
 from lra_jax.errors import LraError
 from lra_jax.research.compilation import compile_matrix, modeled_loops
-from lra_jax.research.reports import modeled_time_doc
 from lra_jax.measure import accelerators
 from lra_jax.provenance import source_commit
 from lra_jax.tools import command_arguments, parse_command_line
@@ -33,13 +32,7 @@ def define_flags(values: flags.FlagValues) -> None:
     flags.DEFINE_string("target", "tpu-v5e:2x2", "TPU compile target (`lra_jax.measure.accelerators`).",
                         flag_values=values)
     flags.DEFINE_string("out", "experiments/results/cost-probe-tpu-v5e.json", "The probe's JSON.", flag_values=values)
-    flags.DEFINE_string("doc", None, "Write the explanation page here from --out and the compile JSONs.",
-                        flag_values=values)
-    flags.DEFINE_string("results", "experiments/results", "Where the TPU compile JSONs the page counts are.",
-                        flag_values=values)
     flags.DEFINE_integer("size", modeled_loops.SIZE, "The matrices' size n.", flag_values=values)
-    flags.DEFINE_bool("probe", True, "Compile the probe (else only write --doc from the committed --out).",
-                      flag_values=values)
 
 
 def run_probe(args: flags.FlagValues, argv: list[str]) -> None:
@@ -60,21 +53,14 @@ def run_probe(args: flags.FlagValues, argv: list[str]) -> None:
         json.dump(document, f, indent=1)
         f.write("\n")
     print(modeled_loops.format_pairs(document["pairs"]))
+    print(f"wrote {args.out}; docs/tpu-modeled-time.md reads it: run `python -m lra_jax.tools.docs`")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = command_arguments(argv)
     args, _ = parse_command_line("lra_jax.tools.cost_probe", __doc__, define_flags, argv)
     try:
-        if args.probe:
-            run_probe(args, argv)
-        if args.doc:
-            command = (f"python -m lra_jax.tools.cost_probe --noprobe --out={args.out} --doc={args.doc}"
-                       + (f" --results={args.results}" if args.results != "experiments/results" else ""))
-            page = modeled_time_doc.render(args.out, modeled_time_doc.compile_jsons(args.results), command)
-            os.makedirs(os.path.dirname(args.doc) or ".", exist_ok=True)
-            with open(args.doc, "w", encoding="utf-8") as f:
-                f.write(page)
+        run_probe(args, argv)
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

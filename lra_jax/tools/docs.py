@@ -1,8 +1,8 @@
 r"""The docs pages generated from the registry and the committed JSON (`lra_jax.research.reports.docs_pages`).
 
-    python -m lra_jax.tools.docs            # write docs/variants.md, docs/results/*.md, docs/assets/ (the
-                                            # chart the site shows), README.md's results, docs/kernels.md's
-                                            # kernel table
+    python -m lra_jax.tools.docs            # write docs/variants.md, docs/results/*.md,
+                                            # docs/tpu-modeled-time.md, docs/assets/ (the chart the site
+                                            # shows), README.md's results, docs/kernels.md's kernel table
     python -m lra_jax.tools.docs --check    # write nothing; exit 1 naming every page or asset that differs
 
 README.md's results table is the chart's short table (`lra_jax.research.reports.readme_results`); docs/kernels.md's

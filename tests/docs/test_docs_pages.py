@@ -38,10 +38,10 @@ def test_the_kernel_table_is_what_plan_picks_from_the_declarations_and_the_page_
 
 
 def _copy(tmp_path):
-    """A repository root holding the committed bench JSON and docs pages, to change freely."""
+    """A repository root holding the committed bench and compile JSON and docs pages, to change freely."""
     root = tmp_path / "repo"
     shutil.copytree(os.path.join(REPO, "experiments", "results"), root / "experiments" / "results",
-                    ignore=shutil.ignore_patterns("compile-*", "*.txt"))
+                    ignore=shutil.ignore_patterns("*.txt"))
     shutil.copytree(os.path.join(REPO, "docs"), root / "docs")
     shutil.copytree(os.path.join(REPO, "experiments", "charts"), root / "experiments" / "charts")
     shutil.copy(os.path.join(REPO, "README.md"), root / "README.md")  # its results table is generated too
@@ -72,6 +72,16 @@ def test_check_fails_when_the_json_changes(tmp_path):
     cell["steps_per_second"] *= 2
     path.write_text(json.dumps(report))
     assert docs_pages.stale(str(root / "docs"), str(root)) == [str(root / "docs" / "results" / "gpu-bench.md")]
+
+
+def test_check_fails_when_a_tpu_compile_json_changes(tmp_path):
+    """docs/tpu-modeled-time.md counts the TPU rows of every compile JSON: a new one makes it stale."""
+    root = _copy(tmp_path)
+    path = root / "experiments" / "results" / "compile-full-text-tpu-v5e-2x2.json"
+    report = json.loads(path.read_text())
+    report["rows"] = report["rows"][1:]
+    path.write_text(json.dumps(report))
+    assert docs_pages.stale(str(root / "docs"), str(root)) == [str(root / "docs" / "tpu-modeled-time.md")]
 
 
 def test_claims_are_computed_from_the_cells():
