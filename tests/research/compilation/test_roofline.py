@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from lra_jax.config import paths
 from lra_jax.research.compilation import modeled_loops, roofline
 from lra_jax.research.reports import modeled_time_doc
 
