@@ -368,5 +368,5 @@ def benchmark(variants: list[str], lengths: list[int], settings: dict[str, Any],
     results = run(variants, lengths, settings, measure_fn, log, on_result=lambda partial: save(partial, False),
                   cell_timeout=cell_timeout)
     report = save(results, True)
-    log("\n" + table(report["results"]) + f"\n\nwrote {out}")
+    log("\n" + table(report["results"], report.get("commands")) + f"\n\nwrote {out}")
     return report

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,51 @@ def add_relative(results: list[dict[str, Any]], baseline: str = "softmax") -> No
         free = ok.get((variant, length, 0.0)) if r["status"] == "ok" and rate > 0 else None
         r["dropout_cost"] = paired_cost(r, free) if free else None
         r["dropout_cost_interval"] = paired_cost_interval(r, free) if free else None
+
+
+def _flag_values(command: str, name: str) -> list[str] | None:
+    """The comma-separated values of `--name=` in a recorded command line (None: the flag is absent)."""
+    for token in command.split():
+        if token.startswith(f"--{name}="):
+            return [v for v in token.split("=", 1)[1].split(",") if v]
+    return None
+
+
+def measuring_command(cell: dict[str, Any], commands: list[str] | None) -> int | None:
+    """Which of a file's `commands` measured `cell`, as an index into them: the cell's `measured_by` where it
+    was recorded; for a cell from before that field, the last command that named it (its variant in
+    `--variants=`, its length in `--lengths=`, its rate in `--dropout_rates=`; a flag left out names every
+    value), since `--update` replaces the cells it measures. None for a file of one command (no `commands`)."""
+    if cell.get("measured_by") is not None:
+        return cell["measured_by"]
+    variant, length, rate = cell_key(cell)
+
+    def names(command: str) -> bool:
+        variants, lengths, rates = (_flag_values(command, f) for f in ("variants", "lengths", "dropout_rates"))
+        return ((variants is None or variant in variants) and (lengths is None or str(length) in lengths)
+                and (rates is None or any(float(r) == rate for r in rates)))
+
+    return max((i for i, command in enumerate(commands or []) if names(command)), default=None)
+
+
+def across_commands(results: list[dict[str, Any]], commands: list[str] | None,
+                    baseline: str = "softmax") -> set[tuple[str, int, float]]:
+    """The cells (`cell_key`) whose ratio to `baseline` divides by a baseline cell another of the file's
+    `commands` measured: a ratio that also holds the machine's drift between the times the two commands ran."""
+    if not commands or len(commands) < 2:
+        return set()
+    base = {cell_key(r)[1:]: r for r in results if r["variant"] == baseline}
+    return {cell_key(r) for r in results if r["variant"] != baseline and cell_key(r)[1:] in base
+            and measuring_command(r, commands) != measuring_command(base[cell_key(r)[1:]], commands)}
+
+
+ACROSS_MARK = "†"
+
+
+def across_note(commands: list[str]) -> str:
+    """The footnote of a table whose ratios `ACROSS_MARK` marks (`across_commands`)."""
+    return (f"{ACROSS_MARK} the speed × softmax divides by a softmax step that another of the file's {len(commands)} "
+            "commands measured (`--update`, at another time): the ratio also holds the machine's drift between the two.")
 
 
 def paired_cost(cell: dict[str, Any], free: dict[str, Any]) -> float:
@@ -80,16 +126,19 @@ def paired_cost_interval(cell: dict[str, Any], free: dict[str, Any],
     k = max(ks)
     return [ratios[k - 1] - 1, ratios[n - k] - 1]
 
-def table(results: list[dict[str, Any]]) -> str:
+def table(results: list[dict[str, Any]], commands: list[str] | None = None) -> str:
     """LRA-Table-2-style blocks per length: steps/s and memory relative to softmax, then (where
     measured) the share of the measured matmul peak and the cost of dropout. With several dropout
-    rates a row is a (variant, rate)."""
+    rates a row is a (variant, rate). With the file's `commands` (several: cells merged by `--update`), a
+    speed ratio to a softmax another command measured is marked `ACROSS_MARK` and a footnote says what it
+    holds (memory is the compiler's or the device's count, not a timing, so its ratios are not marked)."""
     lengths = sorted({r["length"] for r in results})
     rates = sorted({cell_key(r)[2] for r in results})
     rows = list(dict.fromkeys((r["variant"], cell_key(r)[2]) for r in results))
     variants = list(dict.fromkeys(v for v, _ in rows))
     rows.sort(key=lambda row: (variants.index(row[0]), row[1]))  # a variant's rates together
     cell = {(r["variant"], r["length"], cell_key(r)[2]): r for r in results}
+    across = across_commands(results, commands)
     width = 18
     label = (lambda v, rate: v) if len(rates) == 1 else (lambda v, rate: f"{v} p={rate:g}")  # noqa: E731
     name_width = max([14] + [len(label(v, rate)) + 1 for v, rate in rows])
@@ -106,7 +155,8 @@ def table(results: list[dict[str, Any]]) -> str:
                     text = r["status"].upper()
                 else:
                     rel = r.get(relative_key) if relative_key else None
-                    text = (value(r) or "—") + (f" ({rel:.1f}×)" if rel is not None and v != "softmax" else "")
+                    mark = ACROSS_MARK if relative_key == "relative_speed" and cell_key(r) in across else ""
+                    text = (value(r) or "—") + (f" ({rel:.1f}×{mark})" if rel is not None and v != "softmax" else "")
                 cells.append(f"{text:>{width}}")
             lines.append(f"{label(v, rate):<{name_width}}" + "".join(cells))
         return lines
@@ -127,6 +177,8 @@ def table(results: list[dict[str, Any]]) -> str:
                               else f"{100 * r['memory_time_share']:.0f}%", None)
     if any(r.get("dropout_cost") is not None for r in results):
         lines += [""] + block(f"dropout cost ({COST_CONFIDENCE:.0%} CI)", _cost_with_interval, None)
+    if across:  # wrapped to the table's width: the docs show it in the same fixed-width block
+        lines += ["", textwrap.fill(across_note(commands), max(60, max(len(line) for line in lines)))]
     return "\n".join(lines)
 
 

@@ -9,11 +9,13 @@ the most recent file's result (by its recorded date). Every figure keeps the fil
 
     relative_speed(v) = examples/s(v) / examples/s(softmax)     relative_memory(v) = memory(v) / memory(softmax)
 
-Softmax is the one of the same file: measured in the same session with the same kernel code, so the ratio
-compares two steps and nothing else. Softmax's speed moves between files (kernel changes, another session
-on a shared machine), so a file without a softmax step as `impl=auto` runs it (none, or only `--impl=xla`)
-borrows the softmax of the file measured nearest to it in time (recorded date; the later file on a tie), and the figure says so per variant
-(`Speed.baseline_source`, `ratio_note`).
+Softmax is the one of the same file: measured by the same command, at one time with the same kernel code,
+so the ratio compares two steps and nothing else. A file that merged several commands (`bench --update`) may
+hold a variant and its softmax from two commands run at different times, and the figure says so per variant
+(`Speed.same_command`). Softmax's speed moves between files (kernel changes, another time on a shared
+machine), so a file without a softmax step as `impl=auto` runs it (none, or only `--impl=xla`) borrows the
+softmax of the file measured nearest to it in time (recorded date; the later file on a tie), and the figure
+says so per variant (`Speed.baseline_source`, `ratio_note`).
 
 Memory is what the bench file records of the step, kind by kind (`Speed.memory_kind`): a measured device
 peak (`"peak_memory_source": "device"`, or a bare `peak_memory_bytes` with no compiled estimate beside it,
@@ -34,6 +36,7 @@ from typing import Any
 
 from lra_jax.attention import registry
 from lra_jax.errors import LraError
+from lra_jax.research.benchmarks.bench_report import measuring_command
 
 BASELINE = "softmax"  # the paper's Transformer: the unit of both axes
 MEASURED, ESTIMATED = "device", "xla"  # the kinds of memory a bench result records (`memory_kinds`)
@@ -45,7 +48,8 @@ MEMORY_WORDS = {MEASURED: "measured device peak memory",
 class Speed:
     """One variant's measured train step: examples/s and memory, relative to softmax's, and its file;
     `baseline_source`: the file of the softmax it is divided by (`source` itself where that file has one),
-    `memory_kind`: MEASURED or ESTIMATED (None: no memory recorded)."""
+    `memory_kind`: MEASURED or ESTIMATED (None: no memory recorded), `same_command`: whether one command of
+    the file measured it and that softmax (False: cells of two `--update` commands, `bench_report.across_commands`)."""
     examples_per_second: float
     memory_bytes: float | None
     relative_speed: float
@@ -54,6 +58,7 @@ class Speed:
     baseline_source: str = ""
     baseline_examples_per_second: float | None = None
     memory_kind: str | None = None
+    same_command: bool = True
 
     @property
     def same_file(self) -> bool:
@@ -184,11 +189,14 @@ def device_speeds(patterns: str | list[str], device: str | None = None, length: 
         base_path = path if path in baselines else _nearest(path, sorted(baselines), dates)
         base = baselines[base_path]
         memory, kind, base_memory = _paired_memory(r, base)
+        commands = benches[path].get("commands")
+        same_command = (base_path != path or measuring_command(r, commands) == measuring_command(base, commands))
         speeds[variant] = Speed(
             examples_per_second=r["examples_per_second"], memory_bytes=memory,
             relative_speed=r["examples_per_second"] / base["examples_per_second"],
             relative_memory=memory / base_memory if memory and base_memory else None, source=path,
-            baseline_source=base_path, baseline_examples_per_second=base["examples_per_second"], memory_kind=kind)
+            baseline_source=base_path, baseline_examples_per_second=base["examples_per_second"], memory_kind=kind,
+            same_command=same_command)
     settings = benches[latest[BASELINE][0]].get("settings") or {}
     return DeviceSpeeds(device=chosen, platform=benches[paths[0]]["device"].get("platform", ""), length=length,
                         dropout_rate=dropout_rate, batch_size=settings.get("batch_size"), speeds=speeds,
@@ -247,6 +255,10 @@ def ratio_note(speeds: DeviceSpeeds) -> str:
              + (f" ({', '.join(os.path.basename(p) for p in own)})" if own else "")]
     parts += [f"{os.path.basename(source)} has no softmax step as impl=auto runs it: {', '.join(vs)} ÷ softmax "
               f"of {os.path.basename(base)} (the file nearest in date)" for (source, base), vs in borrowed.items()]
+    across = sorted(v for v, s in speeds.speeds.items() if s.same_file and not s.same_command)
+    if across:
+        parts.append(f"{', '.join(across)} ÷ a softmax that another command of their file measured (`--update`, "
+                     "at another time): those ratios also hold the machine's drift between the two")
     if len(softmax) > 1:
         parts.append(f"softmax itself ran at {softmax[0]:.3g} to {softmax[-1]:.3g} examples/s across these files")
     return "; ".join(parts) + f". Bubble: {speeds.memory_words}, relative to softmax's of the same kind."

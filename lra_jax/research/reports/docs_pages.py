@@ -112,8 +112,8 @@ def header(report: dict[str, Any], path: str) -> str:
             f"on {device.get('count', '?')} × {device.get('kind', 'unknown device')}, commit `{commit}`.")
     runs = len(report.get("commands", []))
     if runs > 1:  # cells merged by --update: the ratios between them span sessions
-        text += (f" Its cells were measured by {runs} such commands (`--update`), the last shown: a ratio between cells "
-                 "of different commands also holds the machine's drift between them.")
+        text += (f" Its cells were measured by {runs} such commands (`--update`), the last shown; "
+                 f"{bench_report.ACROSS_MARK} marks a ratio between cells of two of them.")
     return text
 
 
@@ -150,7 +150,7 @@ def bench_page(title: str, pattern: str, intro: str, root: str = ".") -> str:
         report = _load(path)
         relative = os.path.relpath(path, root)
         lines += ["", f"## {os.path.basename(path)}", "", header(report, relative), "", REPORT_FENCE,
-                  bench_report.table(report["results"]), "```"]
+                  bench_report.table(report["results"], report.get("commands")), "```"]
         lines += [""] + claims(report["results"]) if claims(report["results"]) else []
     return "\n".join(lines) + "\n"
 

@@ -149,8 +149,11 @@ def _memory_title(speeds: DeviceSpeeds) -> str:
 
 
 def _cpu_panel(ax, scores, cpu: DeviceSpeeds, styles) -> Panel:
+    across = sum(not s.same_command for s in cpu.speeds.values())
     title = (f"{cpu.device}, measured: speed at length {cpu.length} relative to softmax\n(batch {cpu.batch_size}, "
-             f"dropout {cpu.dropout_rate:g}); {_ours_line(scores)}")
+             f"dropout {cpu.dropout_rate:g}); {_ours_line(scores)}"
+             + (f"; {across} of {len(cpu.speeds) - 1} ratios divide by a softmax measured at another time "
+                "(drift included; the table names them)" if across else ""))
     return _draw_panel(ax, scores, _relative(cpu), styles, _wrap(title, SIDE_TITLE_WIDTH),
                        f"training speed at length {cpu.length}, × softmax's (examples/s on {cpu.device})",
                        _memory_title(cpu), gid="cpu-score-bar")

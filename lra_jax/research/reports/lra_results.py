@@ -367,6 +367,13 @@ def full_scale_against_paper(measured: dict[str, dict[str, Any]], reference: dic
     return lines
 
 
+def _softmax_from(s) -> str:
+    """Where the softmax a `chart_speeds.Speed` divides by was measured, in words."""
+    if not s.same_file:
+        return f"{s.baseline_source} (nearest in date: its file has no softmax step as impl=auto runs it)"
+    return "the same command" if s.same_command else "the same file, another command (`--update`, at another time)"
+
+
 def speed_sources(devices: list) -> list[str]:
     """Per device, every variant's measured examples/s and the softmax its ratio divides by (one table), its
     memory and the bench JSON it was read from (another), as `chart_speeds.device_speeds` found them."""
@@ -376,16 +383,16 @@ def speed_sources(devices: list) -> list[str]:
         lines += ["", f"## Speed and memory on {d.device}", "",
                   f"Train step at length {d.length}, batch {d.batch_size}, dropout {d.dropout_rate:g}, as "
                   "`impl=auto` runs it (`python -m lra_jax.tools.bench`); where several files measured a variant, "
-                  "the most recent. × softmax divides by the softmax of the variant's own file, measured in the "
-                  "same session with the same kernel code; a file with no softmax step as `impl=auto` runs it "
+                  "the most recent. × softmax divides by the softmax of the variant's own file, measured by the "
+                  "same command (at one time, with the same kernel code) unless the file merged several commands "
+                  "(`--update`), as Softmax from says; a file with no softmax step as `impl=auto` runs it "
                   "borrows the one of the file nearest in date, named here. Memory: a measured device peak, or XLA's compiled "
                   "estimate of the step (the compiler's buffer plan, not a measurement), as the Memory column says; "
                   "a ratio divides two figures of the same kind.", "",
                   *_header(["Variant", "examples/s", "× softmax", "Softmax's examples/s", "Softmax from"])]
         lines += [_row([variant, _significant(s.examples_per_second), _significant(s.relative_speed),
                         _significant(s.baseline_examples_per_second),
-                        "the same file" if s.same_file else f"{s.baseline_source} (nearest in date: its "
-                        "file has no softmax step as impl=auto runs it)"]) for variant, s in ordered]
+                        _softmax_from(s)]) for variant, s in ordered]
         lines += ["", *_header(["Variant", "GiB", "Memory", "× softmax's memory", "File"])]
         lines += [_row([variant, _fmt(s.memory_bytes / 2**30 if s.memory_bytes else None, 2),
                         {"device": "measured peak", "xla": "XLA estimate"}.get(s.memory_kind, "—"),

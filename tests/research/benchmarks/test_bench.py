@@ -219,6 +219,31 @@ def test_update_replaces_remeasured_cells_keeps_the_rest_and_refuses_other_setti
     assert json.loads(out.read_text())["results"] == report["results"]  # a refused update changes nothing
 
 
+def test_a_speed_ratio_across_two_commands_is_marked_and_its_command_inferred_for_older_cells(tmp_path):
+    """softmax at 2048 measured again by an --update: fast's 2048 speed ratio now divides by another command's
+    softmax and is marked (its memory ratio is not: no timing); fast at 1024 still divides by its own command's.
+    A file from before `measured_by` gives the same answer from its recorded commands."""
+    out = tmp_path / "bench.json"
+    quiet = {"log": lambda line: None, "device": {"platform": "cpu", "kind": "cpu", "count": 1, "process_count": 1}}
+    bench_cells.benchmark(["softmax", "fast"], [1024, 2048], TINY, str(out), measure_fn=fake_measure, **quiet)
+    bench_cells.benchmark(["softmax"], [2048], TINY, str(out), measure_fn=fake_measure, update=True, **quiet)
+    report = json.loads(out.read_text())
+    commands = report["commands"]
+    assert bench_report.across_commands(report["results"], commands) == {("fast", 2048, 0.1)}
+    speed, memory = bench_report.table(report["results"], commands).split("\n\n")[:2]
+    assert "(4.0×)" in speed and "(4.0×†)" in speed and "†" not in memory
+    footnote = bench_report.table(report["results"], commands).split("\n\n")[-1]  # wrapped to the table's width
+    assert " ".join(footnote.split()) == bench_report.across_note(commands)
+    assert "†" not in bench_report.table(report["results"])  # without the commands nothing is claimed
+
+    assert [bench_report.measuring_command(r, commands) for r in report["results"]] == [0, 1, 0, 0]
+    older = [{k: v for k, v in r.items() if k != "measured_by"} for r in report["results"]]
+    recorded = ["bench.py --variants=softmax,fast --lengths=1024,2048 --dropout_rates=0.1",
+                "bench.py --variants=softmax --lengths=2048 --update"]  # what the command lines were (here: pytest's)
+    assert [bench_report.measuring_command(r, recorded) for r in older] == [0, 1, 0, 0]
+    assert bench_report.measuring_command(older[0], None) is None
+
+
 def test_a_file_from_before_keep_host_memory_updates_only_without_it(tmp_path):
     """Its cells ran with freed memory returned to the kernel: --nokeep_host_memory matches them."""
     from lra_jax.errors import LraError

@@ -184,7 +184,7 @@ def test_chart_png_svg_and_markdown(runs, tmp_path):
     assert list(speeds)[1:] == list(rows)[1:3]
     assert "× softmax @1024 (fake-accelerator)" in table
     # where each speed came from, with the file, the softmax it is divided by and what the memory is
-    assert "| linear | 400 | 20 | 20 | the same file |" in table
+    assert "| linear | 400 | 20 | 20 | the same command |" in table
     assert "| linear | 1.00 | measured peak | 0.25 | " in table
     assert "Left out, diverged (not results): taylor listops seed 1 (step 12)." in table
     assert "sample std over seeds (ddof 1" in table and "never on test" in table

@@ -64,10 +64,30 @@ def test_each_speed_is_divided_by_the_softmax_of_its_own_file_and_the_chart_says
     assert "softmax itself ran at 10 to 20 examples/s across these files" in note
     with open(paths["md"], encoding="utf-8") as f:
         rows = table_rows(f.read().split("## Speed and memory on GPU-A")[1])
-    assert rows["linear"][1:5] == ["30", "3", "10", "the same file"]
+    assert rows["linear"][1:5] == ["30", "3", "10", "the same command"]
     assert rows["local"][1:4] == ["50", "5", "10"]
     assert rows["local"][4] == f"{tmp_path / 'old.json'} (nearest in date: its file has no softmax step as " \
                                "impl=auto runs it)"
+
+
+def test_a_ratio_to_a_softmax_another_command_of_the_file_measured_is_named(tmp_path):
+    """A file merged by `bench --update`: linear was measured by its first command, softmax again by the second,
+    local by the second too. linear's ratio spans two commands (their times' drift in it): the note names it,
+    the table says so; local's does not."""
+    path = tmp_path / "merged.json"
+    write_bench(path, [("softmax", 4096, "ok", 10.0, 4 * 2**30), ("linear", 4096, "ok", 30.0, 2**30),
+                       ("local", 4096, "ok", 50.0, 2**30)], kind="GPU-A")
+    report = json.loads(path.read_text())
+    report["commands"] = ["bench.py --variants=softmax,linear --lengths=4096",
+                          "bench.py --variants=softmax,local --lengths=4096 --update"]
+    path.write_text(json.dumps(report))
+    speeds = chart_speeds.device_speeds(str(path))
+    assert not speeds.speeds["linear"].same_command and speeds.speeds["local"].same_command
+    note = chart_speeds.ratio_note(speeds)
+    assert "linear ÷ a softmax that another command of their file measured" in note and "local ÷" not in note
+    rows = table_rows("\n".join(lra_results.speed_sources([speeds])))
+    assert rows["linear"][4] == "the same file, another command (`--update`, at another time)"
+    assert rows["local"][4] == "the same command"
 
 
 @pytest.mark.slow
