@@ -16,10 +16,11 @@ with A = -exp(A_log) real and diagonal, initialised S4D-Real (A_n = -(n + 1)); D
 softplus of Δ_0 = exp(U[log dt_min, log dt_max]) (at least 1e-4); W_Δ uniform in ±R^-½.
 A_log and D are `SSMParam`s (no weight decay, the state-space rate).
 
-The recurrence runs in chunks of C steps (`chunked_selective_scan`): inside a chunk a parallel scan with a
-transition per step (`recurrent.linear_scan`) over its [b C E N] states, which are read out there and never
-kept, the state carried from chunk to chunk, and each chunk recomputed in the backward pass (as the
-paper's fused kernel recomputes its states): memory O(n E + (n / C) E N) instead of O(n E N).
+The scan is the selective-scan kernel op (`lra_jax.kernels.selective_scan`): on a GPU target its Pallas
+Triton kernel, one program per block of channels walking the steps with their [E_blk, N] states on chip
+(forward and backward, nothing stored but the inputs); elsewhere its XLA form, in chunks of C steps with a
+parallel scan inside each chunk, each chunk recomputed in the backward pass: memory O(n E + (n / C) E N)
+instead of O(n E N).
 
 Bidirectional (LRA): a second SSM with its own convolution, projections, A and D runs from the end
 (its convolution anti-causal), and the two outputs are summed before the gate, in the style of
@@ -30,51 +31,27 @@ the backward SSM carries a zero state through appended padding and its convoluti
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from lra_jax.attention.core import BidirectionalMixer, SSMParam, TokenMask, Tokens, matmul_flops, zero_padding
 from lra_jax.attention import recurrent
-from lra_jax.attention.recurrent import linear_scan
+from lra_jax.attention.core import BidirectionalMixer, SSMParam, TokenMask, Tokens, matmul_flops, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
+from lra_jax.kernels.selective_scan.api import SELECTIVE_SCAN, selective_scan
+
+ScanForm = Callable[..., Float[Array, "b n e"]]  # form(Δ, A, x, B, C, *, chunk) -> y, one direction from the start
 
 
 def inverse_softplus(y: Array) -> Array:
     """x with softplus(x) = y, for y > 0: y + log(1 - exp(-y))."""
     return y + jnp.log(-jnp.expm1(-y))
-
-
-def chunked_selective_scan(dt: Float[Array, "b n e"], a: Float[Array, "e s"], x: Float[Array, "b n e"],
-                           b: Float[Array, "b n s"], c: Float[Array, "b n s"], *, chunk: int, reverse: bool = False,
-                           scan=linear_scan) -> Float[Array, "b n e"]:
-    """y_t = C_t h_t with h_t = exp(Δ_t A) ⊙ h_{t-1} + (Δ_t x_t) B_t (from the end when `reverse`), in chunks
-    of `chunk` steps; `scan` computes each chunk (`recurrent.linear_scan`, or `sequential_scan` for tests)."""
-    if reverse:
-        flip = lambda v: jnp.flip(v, axis=1)
-        return flip(chunked_selective_scan(flip(dt), a, flip(x), flip(b), flip(c), chunk=chunk, scan=scan))
-    batch, n, inner = x.shape
-    chunk = max(1, min(chunk, n))
-    extra = -n % chunk  # appended steps with Δ = 0 and x = 0: h unchanged, y discarded
-    pad = lambda v: jnp.pad(v, ((0, 0), (0, extra), (0, 0)))
-    split = lambda v: jnp.moveaxis(pad(v).reshape(batch, -1, chunk, v.shape[-1]), 1, 0)  # [m b C .]
-
-    @jax.checkpoint
-    def one_chunk(h, inputs):
-        dt_c, x_c, b_c, c_c = inputs
-        a_bar = jnp.exp(dt_c[..., None] * a)  # [b C e s]
-        u = (dt_c * x_c)[..., None] * b_c[:, :, None, :]
-        u = u.at[:, 0].add(a_bar[:, 0] * h)  # the state carried in enters at the chunk's first step
-        states = scan(a_bar, u)
-        return states[:, -1], jnp.einsum("bces,bcs->bce", states, c_c)
-
-    _, y = jax.lax.scan(one_chunk, jnp.zeros((batch, inner, a.shape[-1]), jnp.float32),
-                        tuple(split(v) for v in (dt, x, b, c)))
-    return jnp.moveaxis(y, 0, 1).reshape(batch, -1, inner)[:, :n]
 
 
 def causal_depthwise_conv(x: Float[Array, "b n e"], kernel: Float[Array, "k e"], *, reverse: bool = False):
@@ -106,20 +83,23 @@ class SelectiveSSM(nnx.Module):
                                                        (inner, state_size))))
         self.d = SSMParam(jnp.ones((inner,)))
 
-    def __call__(self, x: Float[Array, "b n e"], real: Float[Array, "b n 1"], scan=linear_scan) -> Float[Array, "b n e"]:
-        """The SSM output y [b n E] in float32, x's padded rows zero (`real`: 1 on real tokens)."""
+    def __call__(self, x: Float[Array, "b n e"], real: Float[Array, "b n 1"], form: ScanForm) -> Float[Array, "b n e"]:
+        """The SSM output y [b n E] in float32, x's padded rows zero (`real`: 1 on real tokens); `form` computes
+        the scan from the start (the backward direction flips its inputs and its output around it)."""
         x = causal_depthwise_conv(x, self.conv_kernel[...], reverse=self.reverse) + self.conv_bias[...]
         x = jax.nn.silu(x) * real
         low_rank, b, c = jnp.split(self.x_proj(x), [self.dt_rank, self.dt_rank + self.state_size], axis=-1)
         dt = jax.nn.softplus(low_rank @ self.dt_weight[...] + self.dt_bias[...])  # [b n E]
-        y = chunked_selective_scan(dt, -jnp.exp(self.a_log[...]), x, b, c, chunk=self.chunk, reverse=self.reverse,
-                                   scan=scan)
+        flip = (lambda v: jnp.flip(v, axis=1)) if self.reverse else (lambda v: v)
+        y = flip(form(flip(dt), -jnp.exp(self.a_log[...]), flip(x), flip(b), flip(c), chunk=self.chunk))
         return y + self.d[...] * x
 
 
 @register("s6")
 class S6(BidirectionalMixer):
-    """Mamba's block with the selective SSM (S6), bidirectional: see the module docstring.
+    """Mamba's block with the selective SSM (S6), bidirectional: see the module docstring. The scan is the
+    selective-scan op's Triton kernel on a GPU target, XLA elsewhere; it runs one direction, so the causal
+    form (bidirectional=False) takes the kernel too.
 
     Args:
       dim: model width d.
@@ -129,9 +109,12 @@ class S6(BidirectionalMixer):
       conv_kernel: the depthwise convolution's length (4 in the paper).
       dt_rank: R, the rank of Δ's projection; 0 means ceil(d / 16), the paper's.
       dt_min, dt_max: the range of the initial Δ (log-uniform).
-      chunk: C, the steps scanned at once (`chunked_selective_scan`).
+      chunk: C, the steps the XLA form scans at once (`lra_jax.kernels.selective_scan.reference.chunked`).
       bidirectional: add the backward SSM (LRA); False gives the causal layer.
     """
+
+    kernel_op = SELECTIVE_SCAN  # Triton only (none for TPU)
+    kernel_serves_causal = True
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
@@ -166,11 +149,14 @@ class S6(BidirectionalMixer):
                                            reverse=reverse, rngs=rngs) for reverse in (False, True)[:self.directions]])
         self.out_proj = nnx.Linear(inner, dim, use_bias=False, dtype=self.dtype, rngs=rngs)
 
-    def mix(self, u: Float[Array, "b n d"], mask: TokenMask, scan=linear_scan) -> Float[Array, "b n d"]:
+    def mix(self, u: Float[Array, "b n d"], mask: TokenMask, form: ScanForm | None = None) -> Float[Array, "b n d"]:
+        """The block's output before the padding is zeroed; `form` computes each direction's scan (default: the
+        layer's plan of the selective-scan op)."""
+        form = form or functools.partial(selective_scan, plan=self.kernel_plan(deterministic=True))
         real = mask[..., None].astype(jnp.float32)
         x, z = jnp.split(self.in_proj(u).astype(jnp.float32), 2, axis=-1)
         x = x * real  # the convolutions see zeros on padding
-        y = sum(ssm(x, real, scan) for ssm in self.ssms)
+        y = sum(ssm(x, real, form) for ssm in self.ssms)
         return self.out_proj((y * jax.nn.silu(z)).astype(u.dtype))
 
     def __call__(self, x: Tokens, mask: TokenMask, *, deterministic: bool, rngs: nnx.Rngs | None = None) -> Tokens:

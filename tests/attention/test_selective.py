@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol
-from lra_jax.attention import recurrent, registry, selective
+from lra_jax.attention import registry, selective
+from lra_jax.kernels.selective_scan import reference
 from lra_jax.errors import ConfigError
 
 DIM, N = 16, 24
@@ -63,7 +64,7 @@ def test_the_layer_is_the_papers_recurrence_step_by_step(bidirectional):
     expected *= real
     actual = layer(u, mask, deterministic=True)
     assert_close(actual, expected, reassociation_tol(N * 4 * DIM, depth=4))
-    sequential = layer.mix(u, mask, scan=recurrent.sequential_scan)
+    sequential = layer.mix(u, mask, form=reference.recurrent)
     assert_close(sequential * real, expected, reassociation_tol(N * 4 * DIM, depth=4))
 
 
