@@ -19,7 +19,10 @@ G_t = Σ_{t'>=t} (P - Q)_t' of P_t = C_t ⊙ dy_t h_t and Q_t = B_t ⊙ u_t dh_t
 where q_t = Σ_s A ⊙ Q_t and λ_t = Σ of Δ over the chunk's steps up to t. dA is summed per chunk j as
 D_j G_after + Σ_t (P - Q)_t λ_t (D_j: the chunk's Δ, G_after: G past the chunk), so no sum runs over the
 whole sequence's Δ, whose size would cost float32 digits. Partial dB and dC per block of channels, and dA per
-batch row, are summed by XLA.
+batch row, are summed by XLA. G, a sum of differences P - Q that autodiff forms as one product
+exp(Δ_t A) h_t-1 dh_t, keeps fewer float32 digits where the decays are strong: at n = 1024 with Δ up to 0.1 and
+A down to -16, dA's largest error was 8e-6 of its largest entry, against 2.5e-7 for autodiff of the XLA form
+(float64 reference; dΔ, dx, dB and dC within 2.2e-7).
 
 Shapes: Δ, x [b, n, E]; A [E, N]; B, C [b, n, N]; n a multiple of the chunk, E a multiple of the channel
 block, N a power of two >= 16 (the api pads with steps, channels and states that change nothing). y is
