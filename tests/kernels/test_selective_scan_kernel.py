@@ -53,7 +53,8 @@ def scan_case(n: int, inner: int, state: int, chunk: int = 8, fast: bool = False
 
 class TestSelectiveScan(KernelContract):
     """n = 37 is no multiple of the kernel's 16-step chunks, 20 channels none of its 32-channel blocks and 12
-    states not a power of two (the padded path); 64 channels are two blocks; 100 steps carry over seven chunks.
+    states not a power of two (the padded path); 64 channels are two blocks; 100 steps carry over seven chunks;
+    64 states take blocks of 8 channels.
     Both forms sum the same n terms per output in another order."""
 
     op = SELECTIVE_SCAN
@@ -61,6 +62,7 @@ class TestSelectiveScan(KernelContract):
         "37-20-12": scan_case(37, 20, 12, fast=True),
         "32-64-16": scan_case(32, 64, 16, fast=True),
         "100-8-16": scan_case(100, 8, 16, chunk=16),
+        "24-20-64": scan_case(24, 20, 64),  # 64 states: 8 channels per program, three blocks over 24 padded
     }
     bfloat16_cases = ("32-64-16",)
 

@@ -2,7 +2,8 @@
 
 The implementations, in `SELECTIVE_SCAN` (`lra_jax.kernels.dispatch`): "xla", the chunked scan of `reference`;
 "pallas-triton", the kernel of `pallas_gpu` (one program per (batch, block of channels) carrying their
-[E_blk, N] states over the steps on chip, forward and backward) for a GPU target (interpreted on CPU). There
+[E_blk, N] states over the steps on chip, forward and backward; E_blk = 32 for N <= 16, fewer for more
+states, `STATE_TILE`) for a GPU target (interpreted on CPU). There
 is no TPU kernel: a step-by-step loop is what the TPU's vector units do worst, and XLA's chunked form keeps
 its parallel scan in vector registers too. Any length and width: the kernel's call pads steps (Δ = 0),
 channels (Δ = 0, A = 0) and state dimensions (A = 0, B = C = 0) that change nothing.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
+from jax.experimental import pallas as pl
 from jaxtyping import Array, Float
 
 from lra_jax.kernels import dispatch, sharding
@@ -21,7 +23,9 @@ from lra_jax.kernels.dispatch import TRITON, XLA, Implementation, KernelOp, Kern
 from lra_jax.kernels.operands import pad_axis, padded_head_dim, round_up
 from lra_jax.kernels.selective_scan import pallas_gpu, reference
 
-CHANNELS = 32  # channels per program: the [32, N] states and the step's temporaries stay in a few registers
+# A program's [channels, N] tiles hold at most this many elements (channels per program = STATE_TILE / N, at
+# most 32): the kernels carry up to six of them, a few registers per thread each at 4 warps, whatever N is.
+STATE_TILE = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +42,9 @@ def _xla(dt, a, x, b, c, static: ScanStatic):
 
 def _triton(dt, a, x, b, c, static: ScanStatic):
     n, inner, width = x.shape[1], x.shape[2], a.shape[1]
-    channels = min(CHANNELS, padded_head_dim(inner))
-    n_pad, inner_pad, width_pad = round_up(n, pallas_gpu.CHUNK), round_up(inner, channels), padded_head_dim(width)
+    width_pad = padded_head_dim(width)
+    channels = min(32, pl.next_power_of_2(inner), max(1, STATE_TILE // width_pad))
+    n_pad, inner_pad = round_up(n, pallas_gpu.CHUNK), round_up(inner, channels)
     dt, x = (pad_axis(pad_axis(v, 1, n_pad), 2, inner_pad) for v in (dt, x))
     b, c = (pad_axis(pad_axis(v, 1, n_pad), 2, width_pad) for v in (b, c))
     a = pad_axis(pad_axis(a, 0, inner_pad), 1, width_pad)
