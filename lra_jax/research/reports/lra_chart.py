@@ -34,7 +34,6 @@ from lra_jax.research.reports.chart_panels import Panel, ordered_scales, scale_l
 from lra_jax.research.reports.chart_speeds import BASELINE, DeviceSpeeds, device_speeds, ratio_note
 from lra_jax.research.reports.lra_results import (
     MIXER_REFERENCES,
-    REFERENCE,
     SPT_REFERENCE,
     aggregate,
     caption,

@@ -9,6 +9,7 @@ import pytest
 from chart_helpers import chart, measure, run_dir, runs, table_rows, write_bench, write_result  # noqa: F401 - runs
 
 from lra_jax.errors import LraError
+from lra_jax.research.compilation import table2_report
 from lra_jax.research.reports import chart_speeds, lra_chart, lra_results
 from lra_jax.research.reports.chart_manifest import ChartOptions
 
@@ -269,7 +270,7 @@ def test_the_full_scale_section_gives_each_task_its_table_with_device_precision_
                                                                           "count": 1},
                   "config": {"seed": seed, "scale": "full", "model": {"dtype": dtype}}}
         (run_dir(root, task, variant, seed, "full", "") / "results.json").write_text(json.dumps(result))
-    with open(lra_chart.REFERENCE, encoding="utf-8") as f:
+    with open(table2_report.REFERENCE, encoding="utf-8") as f:
         reference = json.load(f)
     lines = lra_results.full_scale_against_paper(measure(root), reference)
     text = "\n".join(lines)
