@@ -5,9 +5,8 @@ Both run, per state dimension p, the linear time-invariant recurrence
     h_t = a ⊙ h_{t-1} + b_t,    h_0 = 0,                                          (1)
 
 with a complex diagonal transition a and inputs b_t = B̄ u_t, and read out y_t = Re(C h_t) + D ⊙ u_t.
-(1) is computed by `linear_scan`, a parallel associative scan over the length (Blelloch 1990; the
-operator (a1, b1) • (a2, b2) = (a1 a2, a2 b1 + b2), Smith et al. 2023, Sec. 2.2): O(n) work and
-O(log n) depth; `sequential_scan` is the step-by-step reference the tests hold it to.
+(1) is computed by `lra_jax.kernels.linear_recurrence.linear_scan`, a parallel associative scan over the
+length: O(n) work and O(log n) depth; its `sequential_scan` is the step-by-step reference the tests hold it to.
 
 LRA classifies whole sequences, so the layers are bidirectional: a second recurrence runs from the
 end towards the start over the same inputs, read out by its own C', as S4D does with its backward kernel:
@@ -37,31 +36,7 @@ from lra_jax.attention.core import SSMParam, matmul_flops
 from lra_jax.attention.registry import register
 from lra_jax.attention.ssm import SSMBlock
 from lra_jax.errors import ConfigError
-
-
-def linear_scan(a: Array, b: Array, *, reverse: bool = False) -> Array:
-    """h_t = a_t ⊙ h_{t-1} + b_t from h = 0 along axis 1 of b [b n ...] (from the end when `reverse`), by an
-    associative scan; `a` is one transition for every step ([...], time-invariant) or one per step ([b n ...])."""
-    def combine(left, right):
-        a_left, b_left = left
-        a_right, b_right = right
-        return a_left * a_right, a_right * b_left + b_right
-
-    powers = jnp.broadcast_to(a, b.shape)
-    return jax.lax.associative_scan(combine, (powers, b), axis=1, reverse=reverse)[1]
-
-
-def sequential_scan(a: Array, b: Array, *, reverse: bool = False) -> Array:
-    """The same recurrence one step at a time (`lax.scan`): the reference of `linear_scan`."""
-    def step(h, a_and_b):
-        a_t, b_t = a_and_b
-        h = a_t * h + b_t
-        return h, h
-
-    a = jnp.broadcast_to(a, b.shape)
-    steps = (jnp.swapaxes(a, 0, 1), jnp.swapaxes(b, 0, 1))
-    _, states = jax.lax.scan(step, jnp.zeros(b.shape[:1] + b.shape[2:], b.dtype), steps, reverse=reverse)
-    return jnp.swapaxes(states, 0, 1)
+from lra_jax.kernels.linear_recurrence import linear_scan
 
 
 def input_map(u: Float[Array, "b n d"], b: Float[Array, "p d 2"]) -> Complex[Array, "b n p"]:

@@ -1,5 +1,5 @@
-"""LRU and S5 (lra_jax/attention/recurrent.py): the parallel scan against the step-by-step recurrence, the
-papers' initialisations, the causal form. The contract (padding, finiteness, jit/grad/vmap/bfloat16) is
+"""LRU and S5 (lra_jax/attention/recurrent.py): the layers with the parallel scan against the step-by-step one
+(the scans themselves: tests/kernels/test_linear_recurrence.py), the papers' initialisations, the causal form. The contract (padding, finiteness, jit/grad/vmap/bfloat16) is
 tests/attention/test_attention_contract.py, which every registered variant goes through."""
 
 import math
@@ -14,6 +14,7 @@ from helpers import assert_close, reassociation_tol, slow_except
 from lra_jax.attention import recurrent, registry
 from lra_jax.attention.core import SSMParam
 from lra_jax.errors import ConfigError
+from lra_jax.kernels.linear_recurrence import sequential_scan
 
 DIM, N = 16, 40
 
@@ -32,22 +33,6 @@ def tokens(seed=0, n=N):
     return jnp.asarray(np.random.default_rng(seed).standard_normal((2, n, DIM)), jnp.float32)
 
 
-@pytest.mark.parametrize("reverse", slow_except([False, True], keep={False}))
-def test_the_parallel_scan_is_the_recurrence(reverse):
-    rng = np.random.default_rng(0)
-    a = jnp.asarray(0.95 * np.exp(1j * rng.uniform(0, 2 * np.pi, 6)), jnp.complex64)
-    b = jnp.asarray(rng.standard_normal((3, 50, 6)) + 1j * rng.standard_normal((3, 50, 6)), jnp.complex64)
-    parallel = recurrent.linear_scan(a, b, reverse=reverse)
-    sequential = recurrent.sequential_scan(a, b, reverse=reverse)
-    # the same sums of at most 50 terms, associated in another order
-    assert_complex_close(parallel, sequential, reassociation_tol(50, depth=2))
-    h = np.zeros((3, 6), np.complex64)  # and both are the recurrence as written, step by step
-    steps = range(49, -1, -1) if reverse else range(50)
-    for t in steps:
-        h = np.asarray(a) * h + np.asarray(b[:, t])
-    assert_complex_close(sequential[:, 0 if reverse else -1], h, reassociation_tol(50, depth=2))
-
-
 @pytest.mark.parametrize("name, settings", [("lru", dict(state_size=8, r_min=0.5)), ("s5", dict(state_size=8, blocks=2)),
                                             ("lru", dict(state_size=4, bidirectional=False)),
                                             ("s5", dict(state_size=4, bidirectional=False))])
@@ -55,7 +40,7 @@ def test_the_parallel_scan_is_the_recurrence(reverse):
 def test_the_layer_computes_the_same_with_either_scan(name, settings):
     layer = build(name, **settings)
     u = tokens()
-    assert_close(layer.ssm(u), layer.ssm(u, scan=recurrent.sequential_scan), reassociation_tol(N, depth=4))
+    assert_close(layer.ssm(u), layer.ssm(u, scan=sequential_scan), reassociation_tol(N, depth=4))
 
 
 def test_lru_ring_initialisation():

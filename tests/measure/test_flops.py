@@ -25,6 +25,7 @@ from helpers import slow_except
 
 from lra_jax.attention import hyena, mega, mixers, recurrent, registry, ssm
 from lra_jax.attention.core import Attention, fft_flops, matmul_flops
+from lra_jax.kernels.linear_recurrence import linear_scan
 from lra_jax.measure import flops
 from lra_jax.models.encoder import Encoder
 from lra_jax.models.model_settings import ModelSettings
@@ -135,11 +136,11 @@ def xla_fft_flops(length: int, count: float, *, real: bool = False) -> float:
 
 
 def xla_scan_flops(batch: int, n: int, width: int, *, complex_values: bool) -> float:
-    """XLA's count of one parallel scan (`recurrent.linear_scan`) of that shape, compiled on its own: it
+    """XLA's count of one parallel scan (`linear_recurrence.linear_scan`) of that shape, compiled on its own: it
     counts the scan's slices and pads beside its multiply-adds, a number per element that grows with n."""
     dtype = jnp.complex64 if complex_values else jnp.float32
     states = jax.ShapeDtypeStruct((batch, n, width), dtype)
-    return compiled_flops(lambda a, b: recurrent.linear_scan(a, b), states, states)
+    return compiled_flops(lambda a, b: linear_scan(a, b), states, states)
 
 
 def xla_and_analytic_layer(case: str) -> tuple[float, float]:

@@ -6,9 +6,10 @@ Per inner channel e, a state h [N] with a decay per state dimension that depends
     h_t = exp(Δ_t A) ⊙ h_{t-1} + (Δ_t x_t) B_t,    y_t = C_t · h_t                               (1)
 
 Shapes: Δ, x [b n E] (Δ > 0), A [E N] (< 0), B, C [b n N] (shared by the channels); y [b n E] in float32.
-`recurrent` is (1) one step at a time; `chunked` runs it in chunks of C steps, a parallel (associative) scan
-inside each chunk over its [b C E N] states, which are read out there and never kept, the state carried from
-chunk to chunk, and each chunk recomputed in the backward pass: memory O(n E + (n / C) E N), not O(n E N).
+`recurrent` is (1) one step at a time; `chunked` runs it in chunks of C steps, a parallel scan inside each
+chunk (`linear_recurrence.linear_scan`) over its [b C E N] states, which are read out there and never kept,
+the state carried from chunk to chunk, and each chunk recomputed in the backward pass: memory
+O(n E + (n / C) E N), not O(n E N).
 Padded steps (Δ = 0, x = 0) leave the state as it is.
 """
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+
+from lra_jax.kernels.linear_recurrence import linear_scan
 
 Channels = Float[Array, "b n e"]
 States = Float[Array, "b n s"]
@@ -35,14 +38,6 @@ def recurrent(dt: Channels, a: Float[Array, "e s"], x: Channels, b: States, c: S
     return jnp.swapaxes(y, 0, 1)
 
 
-def _scan_chunk(decay: Array, inputs: Array) -> Array:
-    """h_t = decay_t ⊙ h_{t-1} + inputs_t along axis 1 from h = 0, by an associative scan: [b C e s]."""
-    def combine(left, right):
-        return left[0] * right[0], right[0] * left[1] + right[1]
-
-    return jax.lax.associative_scan(combine, (decay, inputs), axis=1)[1]
-
-
 def chunked(dt: Channels, a: Float[Array, "e s"], x: Channels, b: States, c: States, *, chunk: int) -> Channels:
     """(1) in chunks of `chunk` steps (module docstring), any length, in float32."""
     batch, n, inner = x.shape
@@ -57,7 +52,7 @@ def chunked(dt: Channels, a: Float[Array, "e s"], x: Channels, b: States, c: Sta
         decay = jnp.exp(dt_c[..., None] * a)  # [b C e s]
         u = (dt_c * x_c)[..., None] * b_c[:, :, None, :]
         u = u.at[:, 0].add(decay[:, 0] * h)  # the state carried in enters at the chunk's first step
-        states = _scan_chunk(decay, u)
+        states = linear_scan(decay, u)
         return states[:, -1], jnp.einsum("bces,bcs->bce", states, c_c)
 
     _, y = jax.lax.scan(one_chunk, jnp.zeros((batch, inner, a.shape[-1]), jnp.float32),
