@@ -152,3 +152,28 @@ class KernelContract:
         want = output_and_grads(case, forced_plan(self.op.xla, case), upcast)
         eps = float(jnp.finfo(jnp.bfloat16).eps)
         assert_agrees(got, want, zero_rows, 4 * eps, 8 * eps)
+
+
+def assert_layer_kernel_agrees_with_xla(variant: str, settings: dict, dim: int = 16, n: int = 27) -> None:
+    """The layer `variant` with impl="pallas" (its Triton kernel, interpreted) against impl="xla": the loss, the
+    input's gradient and every parameter's, on two rows, one padded."""
+    from flax import nnx
+
+    from lra_jax.attention import registry
+    from lra_jax.kernels.dispatch import TRITON, XLA
+
+    x = np.random.default_rng(3).standard_normal((2, n, dim)).astype(np.float32)
+    mask = np.arange(n)[None, :] < np.array([[n], [19]])
+    results = []
+    for impl in ("xla", "pallas"):
+        layer = registry.build(variant, dim=dim, num_heads=2, rngs=nnx.Rngs(0), impl=impl, **settings)
+        assert layer.kernel_plan(deterministic=False).kernel == (TRITON if impl == "pallas" else XLA)
+        graph, state = nnx.split(layer)
+        loss = lambda state, x, graph=graph: jnp.sum(nnx.merge(graph, state)(x, mask, deterministic=True) ** 2)
+        results.append(jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(state, x))
+    (loss_xla, (params_xla, x_xla)), (loss_pallas, (params_pallas, x_pallas)) = results
+    tol = reassociation_tol(n, depth=8)  # a layer's sums in another order, forward and backward
+    assert_close(loss_pallas, loss_xla, tol)
+    assert_close(x_pallas, x_xla, tol, err_msg="dx")
+    for path, g in nnx.to_flat_state(params_pallas):
+        assert_close(g.get_value(), dict(nnx.to_flat_state(params_xla))[path].get_value(), tol, err_msg=str(path))

@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol, slow_except
-from kernel_contract import Case, KernelContract
+from kernel_contract import Case, KernelContract, assert_layer_kernel_agrees_with_xla
 from lra_jax import kernels
 from lra_jax.attention import registry
 from lra_jax.kernels import TRITON, XLA, Target
@@ -73,22 +73,7 @@ LAYERS = {"s6": dict(state_size=4, chunk=8), "s6-causal": dict(state_size=4, chu
 
 @pytest.mark.parametrize("name", slow_except(LAYERS, keep={"s6"}))
 def test_layer_with_the_kernel_matches_the_layer_with_xla(name):
-    dim, n = 16, 27
-    x = np.random.default_rng(3).standard_normal((2, n, dim)).astype(np.float32)
-    mask = np.arange(n)[None, :] < np.array([[n], [19]])
-    results = []
-    for impl in ("xla", "pallas"):
-        layer = registry.build("s6", dim=dim, num_heads=2, rngs=nnx.Rngs(0), impl=impl, **LAYERS[name])
-        assert layer.kernel_plan(deterministic=False).kernel == (TRITON if impl == "pallas" else XLA)
-        graph, state = nnx.split(layer)
-        loss = lambda state, x, graph=graph: jnp.sum(nnx.merge(graph, state)(x, mask, deterministic=True) ** 2)
-        results.append(jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(state, x))
-    (loss_xla, (params_xla, x_xla)), (loss_pallas, (params_pallas, x_pallas)) = results
-    tol = reassociation_tol(n, depth=8)  # a layer's sums in another order, forward and backward
-    assert_close(loss_pallas, loss_xla, tol)
-    assert_close(x_pallas, x_xla, tol, err_msg="dx")
-    for path, g in nnx.to_flat_state(params_pallas):
-        assert_close(g.get_value(), dict(nnx.to_flat_state(params_xla))[path].get_value(), tol, err_msg=str(path))
+    assert_layer_kernel_agrees_with_xla(name.split("-")[0], LAYERS[name])
 
 
 def test_plans_the_triton_kernel_on_a_gpu_and_xla_with_a_reason_elsewhere():
