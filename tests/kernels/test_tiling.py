@@ -4,7 +4,8 @@ The first tests are pure (shapes and a shared-memory figure -> blocks) and run a
 the Pallas interpreter. The rest compile the kernels with XLA:GPU for H100 and A100 on this CPU (the
 `[cuda]` extra) and are skipped, with the reason, without it: the shared memory Triton requests must be
 within each kernel's stated bound, the shapes that did not fit must compile, and the flash backward and
-the gated-scan kernels must not spill registers where the register bound chose their blocks.
+the gated-scan kernels must not spill registers where the register bound chose their blocks, nor the
+selective-scan kernels at the channels per program their state width gives.
 """
 
 from __future__ import annotations
@@ -269,6 +270,33 @@ def test_gated_scan_kernels_ask_no_more_than_their_bound_and_do_not_spill(name, 
         tiles = gated.choose_tilings(chunk, dk, dv, scalar_decay)
     for kernel, tile in zip(("gated_scan_fwd", "gated_scan_bwd_dq", "gated_scan_bwd_dkv"), tiles):
         assert 0 < requested[kernel] <= tile.shared_memory <= target.shared_memory, kernel
+
+
+# (states N, dtype): S6's N = 16 of its full-scale configs (32 channels a program) and N = 64 (8 channels a program:
+# the [channels, N] tiles are capped at STATE_TILE elements). The test fails when it should: at one warp, N = 64
+# and 32 channels, ptxas spills and XLA discards the compile.
+SELECTIVE_SCANS = [(16, jnp.float32), (16, jnp.bfloat16), (64, jnp.float32)]
+
+
+@pytest.mark.parametrize("name", ["h100", "a100"])
+@pytest.mark.parametrize("state, dtype", SELECTIVE_SCANS)
+@pytest.mark.slow
+def test_selective_scan_kernels_do_not_spill(name, state, dtype, tmp_path):
+    """The forward kernel and both backward kernels (value and all five gradients) at the channels per program
+    that `STATE_TILE` gives: XLA fails the compile if ptxas spills a register."""
+    from lra_jax.kernels.selective_scan.api import selective_scan
+
+    target = gpu_or_skip(name)
+
+    def step(dt, a, x, b, c):
+        return jax.value_and_grad(lambda *v: selective_scan(*v, chunk=16, impl="pallas").sum(), (0, 1, 2, 3, 4))(
+            dt, a, x, b, c)
+
+    n, inner = 1000, 64  # no multiple of the kernels' chunk: the padded path
+    shapes = [((1, n, inner), dtype), ((inner, state), jnp.float32), ((1, n, inner), dtype),
+              ((1, n, state), dtype), ((1, n, state), dtype)]
+    requested = compile_for(target, step, shapes, tmp_path, xla_gpu_fail_ptx_compilation_on_register_spilling=True)
+    assert {"selective_scan_fwd", "selective_scan_bwd_states", "selective_scan_bwd_reverse"} <= set(requested)
 
 
 @pytest.mark.slow
