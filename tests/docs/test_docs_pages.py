@@ -1,7 +1,7 @@
 """The generated docs pages: `--check` passes on the committed ones and fails when a page is edited by
 hand, when the JSON it is generated from changes or when the chart the site shows is redrawn. And the
 hand-written pages that list the others: the home page links every page of the nav, and the contributing
-page lists every command and CI script."""
+page lists every command and CI script, the self-pretraining page every causal variant."""
 
 import json
 import os
@@ -132,6 +132,22 @@ def test_contributing_lists_every_command_and_ci_script():
     assert [c for c in sorted(commands) if not re.search(rf"\b{c}\b", tools)] == []
     scripts = os.listdir(os.path.join(REPO, ".ci"))
     assert [s for s in sorted(scripts) if s not in ci] == []
+
+
+def test_the_self_pretraining_page_names_every_causal_variant():
+    """The page's list of causal layers, written by hand, names each variant the registry gives a causal form
+    (it once listed S4D alone after seven more had theirs), and under the setting that gives it."""
+    from lra_jax.attention.core import causal_forms
+
+    with open(os.path.join(REPO, "docs", "self-pretraining.md"), encoding="utf-8") as f:
+        listed = f.read().split("the layers must be causal", 1)[1].split("Every other variant", 1)[0]
+    bullets = re.split(r"^- ", listed, flags=re.M)[1:]
+    forms = causal_forms()
+    assert len(forms) >= 16
+    missing = [name for name, form in sorted(forms.items())
+               if not any(f"`--config.attention.{form}`" in b and re.search(rf"\b{re.escape(name)}\b", b, re.I)
+                          for b in bullets)]
+    assert missing == [], "docs/self-pretraining.md does not name these causal variants under their setting"
 
 
 def test_a_bench_table_merged_from_several_commands_says_so():
