@@ -44,7 +44,7 @@ from jaxtyping import Array, Float
 
 from lra_jax.kernels import dispatch, sharding
 from lra_jax.kernels.block_sparse import pallas_gpu, pallas_mosaic, pallas_tpu, reference
-from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
+from lra_jax.kernels.block_sparse.static import BlockSparseStatic
 from lra_jax.kernels.dispatch import MOSAIC_BLOCK_SPARSE, SPLASH, TRITON, XLA, Implementation, KernelOp, KernelPlan
 from lra_jax.kernels.masking import Mask
 from lra_jax.kernels.operands import AttentionInputs, check_dropout, zero_rows

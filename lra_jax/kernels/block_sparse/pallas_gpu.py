@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from lra_jax.kernels import sharding
 from lra_jax.kernels.block_sparse import layout as layouts
-from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
+from lra_jax.kernels.block_sparse.static import BlockSparseStatic
 from lra_jax.kernels.flash import pallas_gpu as flash
 from lra_jax.kernels.operands import AttentionInputs, kernel_block, pad_axis, padded_head_dim, round_up, zero_rows
 

@@ -29,7 +29,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from lra_jax.kernels import masking
 from lra_jax.kernels.block_sparse import layout as layouts
-from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
+from lra_jax.kernels.block_sparse.static import BlockSparseStatic
 from lra_jax.kernels.flash import pallas_mosaic as flash
 from lra_jax.kernels.operands import AttentionInputs, pad_axis
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from lra_jax.kernels import masking
-from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
+from lra_jax.kernels.block_sparse.static import BlockSparseStatic
 from lra_jax.kernels.flash.reference import masked_attention
 from lra_jax.kernels.operands import AttentionInputs
 

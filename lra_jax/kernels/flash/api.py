@@ -26,7 +26,7 @@ from lra_jax.kernels import dispatch, sharding
 from lra_jax.kernels.block_sparse import pallas_gpu as block_sparse_triton
 from lra_jax.kernels.block_sparse import pallas_mosaic as block_sparse_mosaic
 from lra_jax.kernels.block_sparse import reference as block_sparse_reference
-from lra_jax.kernels.block_sparse.operands import BlockSparseStatic
+from lra_jax.kernels.block_sparse.static import BlockSparseStatic
 from lra_jax.kernels.dispatch import MOSAIC_FLASH, SPLASH, TRITON, XLA, Implementation, KernelOp, KernelPlan
 from lra_jax.kernels.flash import pallas_gpu, pallas_mosaic, pallas_tpu, reference
 from lra_jax.kernels.masking import Mask
