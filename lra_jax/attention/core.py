@@ -255,6 +255,8 @@ class TokenMixer(nnx.Module):
                               f"form; causal layers are {forms}")
         if dim % num_heads:
             raise ConfigError(f"model width {dim} is not divisible by num_heads={num_heads}")
+        if not 0.0 <= dropout_rate < 1.0:  # also where the variant has no weights to drop and ignores it
+            raise ConfigError(f"attention dropout_rate must be in [0, 1), got {dropout_rate}")
         if impl not in IMPLS:
             raise ConfigError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
         if impl == "pallas" and self.kernel_op is None:

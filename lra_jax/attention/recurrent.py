@@ -185,9 +185,9 @@ class S5(SSMBlock):
 
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 64, blocks: int = 1, dt_min: float = 1e-3,
                  dt_max: float = 1e-1, bidirectional: bool = True, glu: bool = True, rngs: nnx.Rngs, **common):
-        if blocks < 1 or state_size % blocks or (state_size // blocks) % 2:
-            raise ConfigError(f"s5 needs state_size / blocks even (conjugate pairs), got state_size={state_size}, "
-                              f"blocks={blocks}")
+        if blocks < 1 or state_size < 2 * blocks or state_size % blocks or (state_size // blocks) % 2:
+            raise ConfigError(f"s5 needs blocks >= 1 and state_size / blocks a positive even number (conjugate "
+                              f"pairs), got state_size={state_size}, blocks={blocks}")
         if not 0 < dt_min <= dt_max:
             raise ConfigError(f"s5 needs 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
         super().__init__(dim, num_heads, bidirectional=bidirectional, glu=glu, rngs=rngs, **common)

@@ -17,6 +17,7 @@ from flax import nnx
 from helpers import REPRESENTATIVE, SMALL, assert_close, build_small, real, reassociation_tol, slow_except
 from lra_jax import kernels
 from lra_jax.attention import registry
+from lra_jax.errors import ConfigError
 
 DIM, HEADS, N, EXTRA = 32, 4, 24, 8
 # Two float32 runs of one layer that may sum in another order (padding changed, jit vs eager,
@@ -179,6 +180,14 @@ def test_training_mode_uses_the_given_key_and_respects_padding(name):
     assert np.isfinite(np.asarray(out_a)).all()
     assert_close(real(out_b, mask), real(out_a, mask), TOL)
     np.testing.assert_array_equal(np.asarray(out_a)[~np.asarray(mask)], 0.0)
+
+
+def test_every_variant_refuses_a_dropout_rate_outside_zero_to_one():
+    """One message for all, those without attention weights to drop (FNet, GLA, S6, ...) included."""
+    for name in registry.names():
+        for rate in (-0.1, 1.0):
+            with pytest.raises(ConfigError, match=rf"attention dropout_rate must be in \[0, 1\), got {rate}"):
+                build(name, dropout_rate=rate)
 
 
 @every_variant

@@ -86,7 +86,8 @@ def test_s5_keeps_one_of_each_pair_per_block_and_discretizes_by_zero_order_hold(
 
 @pytest.mark.parametrize("name, settings, message", [
     ("lru", dict(r_min=0.9, r_max=0.5), "r_min < r_max"), ("lru", dict(max_phase=7.0), "max_phase"),
-    ("s5", dict(state_size=6, blocks=2), "even"), ("s5", dict(dt_min=0.1, dt_max=0.01), "dt_min <= dt_max")])
+    ("s5", dict(state_size=6, blocks=2), "even"), ("s5", dict(state_size=0), "positive even"),
+    ("s5", dict(state_size=-4), "positive even"), ("s5", dict(blocks=0), "blocks >= 1"), ("s5", dict(dt_min=0.1, dt_max=0.01), "dt_min <= dt_max")])
 def test_bad_settings_are_one_line(name, settings, message):
     with pytest.raises(ConfigError, match=message):
         build(name, **settings)
