@@ -2,7 +2,8 @@
 
 Layers, bottom up (a module may import its own layer and those below it, never above):
 
-    errors, compat, provenance     the base every layer may use
+    errors, compat, provenance,    the base every layer may use (progress: progress bars)
+    progress
     kernels                        Pallas kernels beside their references
     attention                      the variants (the attention contract)
     models                         encoder, heads, classifier
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.one_stack("oldest")
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "lra_jax"
 REPO = PACKAGE.parent
-BASE = {"errors", "compat", "provenance", "__init__"}
+BASE = {"errors", "compat", "provenance", "progress", "__init__"}
 LAYERS = ["kernels", "attention", "models", "data", "config", "training", "measure", "research", "tools"]
 RANK = {name: rank for rank, name in enumerate(LAYERS)} | {"train": len(LAYERS) - 1}
 INDEPENDENT = {"data": {"kernels", "attention", "models"}}  # data imports no model code

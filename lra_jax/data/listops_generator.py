@@ -24,7 +24,7 @@ Generation costs about 1 ms of CPU per accepted tree at the LRA bounds (most
 candidates are rejected: 75% of roots are a lone digit), so ~100 s for the
 100k LRA samples on one core; large jobs are spread over worker processes
 (`worker_pool`; a chunk of `_CHUNK` trees per seed (seed, chunk index)) behind a
-tqdm progress bar. `generate` writes the files once under
+progress bar (`lra_jax.progress`). `generate` writes the files once under
 `<cache_dir>/listops/<hash of the arguments>/`.
 """
 
@@ -41,8 +41,8 @@ from typing import Iterator
 
 import numpy as np
 from absl import logging
-from tqdm.auto import tqdm
 
+from lra_jax import progress as progress_bar
 from lra_jax.data import array_cache, worker_pool
 from lra_jax.data.listops import DIGITS, HEADER, NUM_CLASSES, OPERATORS, SPLITS, apply_operator, file_name
 from lra_jax.errors import DataError
@@ -231,7 +231,7 @@ def generate_samples(
     bounds = dict(min_length=min_length, max_length=max_length, max_depth=max_depth, max_args=max_args)
     seen: set[str] = set()
     samples: list[tuple[str, int, int]] = []
-    with tqdm(total=num_samples, desc="ListOps", unit="tree", disable=not progress, mininterval=1.0) as bar:
+    with progress_bar.bar(num_samples, "ListOps", unit="tree", disable=not progress) as bar:
         chunks = _chunks(seed, max_chunks, num_workers, **bounds)
         try:
             for chunk in chunks:
@@ -284,7 +284,7 @@ def generate_splits(
       max_depth, max_args: tree depth and arguments per operator (LRA: 10, 10).
       seed: generation seed.
       num_workers: processes; None = 1 for small jobs, else every core (at most 16).
-      progress: show a tqdm progress bar.
+      progress: show a progress bar (`lra_jax.progress`).
       overwrite: replace an existing `out_dir`.
 
     Returns:

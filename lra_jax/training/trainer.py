@@ -42,6 +42,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
 from lra_jax import compat, provenance
+from lra_jax import progress as progress_bar
 from lra_jax.attention import registry
 from lra_jax.config import settings as config_settings
 from lra_jax.config.settings import OptimizerSettings, Settings
@@ -57,7 +58,6 @@ from lra_jax.training import (
     run_dir,
     steps,
 )
-from lra_jax.training import progress as progress_bar
 from lra_jax.training.train_state import TrainState
 
 StepTimeHook = Callable[[float, int], str | None]  # (seconds per step, steps left) -> a line to print, or None
@@ -448,7 +448,7 @@ class _Loop:
         primary = jax.process_index() == 0
         train_seconds, timed_steps, steps_since_tick = 0.0, 0, 0
         desc = f"{config.variant} {config.task}" + (f" {stage.name}" if stage.name != "train" else "")
-        progress = progress_bar.bar(stage.num_steps, start, desc, disable=not primary)
+        progress = progress_bar.bar(stage.num_steps, desc, initial=start, disable=not primary)
         step = start
         first_steps = _FirstSteps(self.on_step_time, start, stage.num_steps) if self.on_step_time and primary else None
         try:

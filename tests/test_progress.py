@@ -1,15 +1,15 @@
-"""The training progress bar written to a log (not a terminal): whole lines, no carriage returns."""
+"""A progress bar written to a log (not a terminal): whole lines, no carriage returns."""
 
 import io
 import sys
 
-from lra_jax.training import progress
+from lra_jax import progress
 
 
 def test_a_bar_in_a_log_is_whole_lines_at_each_validation_and_at_the_end(monkeypatch):
     log = io.StringIO()
     monkeypatch.setattr(sys, "stderr", log)
-    bar = progress.bar(total=4, initial=0, desc="softmax listops", disable=False)
+    bar = progress.bar(4, "softmax listops")
     assert bar.mininterval == progress.LOG_INTERVAL
     for step in range(4):
         bar.update(1)
@@ -26,7 +26,7 @@ def test_a_bar_in_a_log_is_whole_lines_at_each_validation_and_at_the_end(monkeyp
 def test_a_disabled_bar_writes_nothing(monkeypatch):
     log = io.StringIO()
     monkeypatch.setattr(sys, "stderr", log)
-    bar = progress.bar(total=3, initial=0, desc="softmax listops", disable=True)
+    bar = progress.bar(3, "softmax listops", disable=True)
     bar.update(3)
     bar.close()
     assert log.getvalue() == ""

@@ -1,9 +1,9 @@
-"""The training progress bar, on a terminal and in a log.
+"""Progress bars (training steps, generated data), on a terminal and in a log.
 
 On a terminal tqdm redraws one line in place about once a second. Written to a file (a sweep's log, a Slurm
 job's output, `nohup`), the same redraws would pile up as carriage returns on one line tens of kilobytes long;
-there the bar is written as whole lines instead: one each time the trainer logs, validates or saves (it sets
-the bar's figures then) and otherwise about every half minute.
+there a bar is written as whole lines instead: one each time its figures are set (the trainer sets them when
+it logs, validates or saves) and otherwise about every half minute.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ class _Lines(io.TextIOBase):
         self.stream.flush()
 
 
-def bar(total: int, initial: int, desc: str, disable: bool) -> tqdm:
-    """A progress bar of steps on standard error: redrawn in place on a terminal, whole lines in a log."""
+def bar(total: int, desc: str, *, unit: str = "step", initial: int = 0, disable: bool = False) -> tqdm:
+    """A progress bar on standard error: redrawn in place on a terminal, whole lines in a log."""
     stream = sys.stderr
     terminal = stream.isatty()
-    return tqdm(total=total, initial=initial, unit="step", desc=desc, disable=disable, dynamic_ncols=terminal,
+    return tqdm(total=total, initial=initial, unit=unit, desc=desc, disable=disable, dynamic_ncols=terminal,
                 mininterval=TERMINAL_INTERVAL if terminal else LOG_INTERVAL, file=stream if terminal else _Lines(stream))
