@@ -164,8 +164,10 @@ def main(argv: list[str] | None = None) -> None:
                     grid=parse_grid(args.grid, overrides), pretraining=args.pretrain,
                     pretrain_steps=args.pretrain_steps)
         check_configs(runs)
-        if args.parallel < 1:
-            raise LraError(f"--parallel={args.parallel}: give 1 or more runs at once")
+        for name, what in (("parallel", "runs at once"), ("devices_per_run", "devices per run"),
+                           ("runs_per_device", "runs sharing each device")):
+            if args[name].value < 1:
+                raise LraError(f"--{name}={args[name].value}: give 1 or more {what}")
         if args.status and not os.path.isdir(args.root):
             raise LraError(f"--root={args.root} does not exist: no run of this sweep was made or submitted there; "
                            "check --root")

@@ -245,6 +245,11 @@ def plan(variants: str, tasks: str, scales: list[str], seeds: list[str], root: s
         seed_list = [int(s) for s in seeds]
     except ValueError as error:
         raise ConfigError(f"--seeds must be integers, got {','.join(seeds)}") from error
+    repeated = sorted({seed for seed in seed_list if seed_list.count(seed) > 1})
+    if repeated:
+        which = f"seed{'s' if len(repeated) > 1 else ''} {', '.join(map(str, repeated))}"
+        raise ConfigError(f"--seeds={','.join(seeds)} names {which} more than once: a seed is one run; "
+                          "give each seed once")
     for o in overrides:
         if not o.startswith("--config."):
             raise ConfigError(f"extra argument {o!r}: only --config.* overrides may follow '--'")

@@ -488,6 +488,23 @@ def test_parallel_zero_and_the_status_of_a_missing_root_are_refused_in_one_line(
         assert out.returncode == 2 and len(errors) == 1 and says in errors[0], out.stderr[-2000:]
 
 
+@pytest.mark.parametrize("flag, says", [
+    ("--runs_per_device=0", "--runs_per_device=0: give 1 or more runs sharing each device"),
+    ("--runs_per_device=-5", "--runs_per_device=-5: give 1 or more"),
+    ("--devices_per_run=0", "--devices_per_run=0: give 1 or more devices per run"),
+    ("--seeds=0,0", "--seeds=0,0 names seed 0 more than once"),
+    ("--seeds=1,01,2,3,2", "names seeds 1, 2 more than once"),
+])
+def test_device_counts_below_one_and_repeated_seeds_are_refused_in_one_line_whatever_parallel(tmp_path, capsys,
+                                                                                             flag, says):
+    from lra_jax.tools import sweep
+
+    with pytest.raises(SystemExit) as exit_:  # --dry_run: the old code printed the plan and exited 0
+        sweep.main(["--variants=softmax", "--tasks=listops", f"--root={tmp_path}", "--dry_run", flag])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert exit_.value.code == 2 and len(errors) == 1 and says in errors[0], errors
+
+
 def test_a_run_stopped_from_outside_the_sweep_is_interrupted_and_the_sweep_does_not_exit_zero(tmp_path):
     from lra_jax.errors import INTERRUPTED
 
