@@ -20,6 +20,7 @@ from lra_jax.data import tasks as task_registry
 from lra_jax.errors import LraError
 from lra_jax.research.sweeps import selection
 from lra_jax.research.compilation.table2_report import REFERENCE
+from lra_jax.research.reports.learning import LEARNED_MARGIN, learned_note, learned_seeds
 
 PATH_X = ("path_x", "pathx", "path-x")  # its spellings; `task_key` makes them one
 
@@ -87,6 +88,7 @@ def score_spread(stds: list[float | None]) -> float | None:
 
 def aggregate(selections: dict[tuple[str, str | None, str], selection.Selection | None]) -> dict[str, dict[str, Any]]:
     """variant -> {"accuracy": {task: test mean %}, "std": {task: sample std % or None}, "seeds": {task: n},
+    "learned": {task: (seeds that learned, seeds judged) or None} (`learning.learned_seeds`),
     "chosen": {task: Selection}, "score", "score_std", "missing", "path_x", "extra_tasks"}, from
     `selection.select_all`; a cell whose every point diverged (None) counts as missing."""
     by = defaultdict(dict)
@@ -99,7 +101,8 @@ def aggregate(selections: dict[tuple[str, str | None, str], selection.Selection 
         std = {t: None if s.test_std is None else 100.0 * s.test_std for t, s in chosen.items()}
         present = [t for t in LRA_TASKS if t in accuracy]
         out[variant] = {
-            "accuracy": accuracy, "std": std, "seeds": {t: s.n for t, s in chosen.items()}, "chosen": chosen,
+            "accuracy": accuracy, "std": std, "seeds": {t: s.n for t, s in chosen.items()},
+            "learned": {t: learned_seeds(s) for t, s in chosen.items()}, "chosen": chosen,
             "score": math.fsum(accuracy[t] for t in present) / len(present) if present else None,
             "score_std": score_spread([std[t] for t in present]),
             "missing": [t for t in LRA_TASKS if t not in accuracy],
@@ -191,7 +194,12 @@ def _table_caption(measured: dict[str, dict[str, Any]]) -> str:
             f"Selection is on validation, never on test: {chosen}. Score = mean over ListOps, Text, Retrieval, "
             "Image, Pathfinder (Path-X separate), ± the std of a single-seed score, sqrt(Σ std²)/T. Seeds: "
             "n per task present, in column order (one number when alike). A score marked * is over the tasks "
-            "present only.")
+            f"present only. {LEARNED_WORDS}")
+
+
+LEARNED_WORDS = (f"A seed learned when its test accuracy is at least {100 * LEARNED_MARGIN:g} points above its test "
+                 "set's majority-class rate (the rate its run records); a cell where some seeds did not says how "
+                 "many did ('2/3 learned'): its mean and std are over every seed, those at chance included.")
 
 
 def _speed_cells(variant: str, speeds) -> list[str]:
@@ -207,9 +215,11 @@ UNCOMMITTED = "‡"  # a cell with a run made from code with uncommitted changes
 
 
 def _task_cell(m: dict[str, Any], task: str) -> str:
-    """A task's mean ± std, marked UNCOMMITTED where a run behind it was made from uncommitted code."""
+    """A task's mean ± std, ', k/n learned' where some seeds did not learn (`learning`), marked UNCOMMITTED
+    where a run behind it was made from uncommitted code."""
     chosen = m.get("chosen", {}).get(task)
-    return _pm(m["accuracy"].get(task), m["std"].get(task), UNCOMMITTED if chosen and chosen.uncommitted else "")
+    return _pm(m["accuracy"].get(task), m["std"].get(task), learned_note(m.get("learned", {}).get(task))
+               + (UNCOMMITTED if chosen and chosen.uncommitted else ""))
 
 
 def uncommitted_note(measured: dict[str, dict[str, Any]]) -> list[str]:

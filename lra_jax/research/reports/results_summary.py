@@ -13,7 +13,15 @@ import math
 from typing import Any
 
 from lra_jax.research.reports.chart_speeds import DeviceSpeeds
-from lra_jax.research.reports.lra_results import LRA_TASKS, TASK_TITLES, base_scale, is_pretrained, ranked_and_apart
+from lra_jax.research.reports.learning import learned_note
+from lra_jax.research.reports.lra_results import (
+    LEARNED_WORDS,
+    LRA_TASKS,
+    TASK_TITLES,
+    base_scale,
+    is_pretrained,
+    ranked_and_apart,
+)
 from lra_jax.measure.units import duration
 
 NAME = "lra_summary.md"
@@ -51,7 +59,7 @@ def summary(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | N
     lines = ["# LRA results in short", "", header, "",
              "Test accuracy (%), mean ± sample std over seeds, of each variant trained from scratch; score = mean "
              f"over the tasks shown, best first. Speed and memory: {where}. Train time: one seed of every task, "
-             "steps ÷ measured steps/s (compilation and evaluation left out).", "",
+             f"steps ÷ measured steps/s (compilation and evaluation left out). {LEARNED_WORDS}", "",
              "| Variant | " + " | ".join(TASK_TITLES[t] for t in tasks) + " | Score | Speed (× softmax) | "
              "Memory (GiB) | Scale | Trained on | Train time |",
              "|---" * (len(tasks) + 7) + "|"]
@@ -68,7 +76,7 @@ def summary(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | N
 
 
 def _row(m: dict[str, Any], variant: str, series: str, tasks: list[str], main: DeviceSpeeds | None) -> str:
-    cells = [_score(m["accuracy"].get(t), m["std"].get(t)) for t in tasks]
+    cells = [_score(m["accuracy"].get(t), m["std"].get(t)) + learned_note(m.get("learned", {}).get(t)) for t in tasks]
     score = _score(m["score"], m["score_std"]) + ("*" if any(t not in m["accuracy"] for t in tasks) else "")
     return "| " + " | ".join([variant, *cells, score, *_speed(main, variant), base_scale(series), _hardware(m),
                               duration(_train_time(m), missing="—")]) + " |"

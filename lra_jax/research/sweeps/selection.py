@@ -48,6 +48,7 @@ class Result:
     steps_per_second: float | None = None
     num_train_steps: int | None = None
     commit: str | None = None  # the lra_jax commit that ended the run; "...+changes": uncommitted code
+    majority_rate: float | None = None  # results.json "test_majority_class_rate": the test set's chance rate
 
     @property
     def train_seconds(self) -> float | None:
@@ -95,7 +96,8 @@ def read_result(path: str) -> Result:
                   pretrain_loss=(r.get("pretrain") or {}).get("final_train_loss"),
                   device=_device(r.get("devices")), dtype=config.get("model", {}).get("dtype"),
                   steps_per_second=r.get("steps_per_second"), num_train_steps=r.get("num_train_steps"),
-                  commit=(r.get("versions") or {}).get("lra_jax_commit") if isinstance(r.get("versions"), dict) else None)
+                  commit=(r.get("versions") or {}).get("lra_jax_commit") if isinstance(r.get("versions"), dict) else None,
+                  majority_rate=r.get("test_majority_class_rate"))
 
 
 def _device(devices: dict | None) -> str | None:
@@ -144,6 +146,8 @@ class Selection:
     steps_per_second: float | None = None  # mean over `seeds`; None where a run does not record it
     train_seconds: float | None = None  # likewise (`Result.train_seconds`)
     uncommitted: int = 0  # of the chosen point's runs, those made from code with uncommitted changes
+    seed_tests: tuple[float, ...] = ()  # test accuracy of each of `seeds`, in their order
+    seed_majority_rates: tuple[float | None, ...] = ()  # each seed's test majority-class rate (None: not recorded)
 
     @property
     def n(self) -> int:
@@ -217,7 +221,9 @@ def select(results: list[Result]) -> Selection | None:
                      devices=tuple(sorted({runs[s].device for s in seeds if runs[s].device})),
                      dtypes=tuple(sorted({runs[s].dtype for s in seeds if runs[s].dtype})),
                      steps_per_second=seed_mean("steps_per_second"), train_seconds=seed_mean("train_seconds"),
-                     uncommitted=sum(runs[s].uncommitted for s in seeds))
+                     uncommitted=sum(runs[s].uncommitted for s in seeds),
+                     seed_tests=tuple(runs[s].test_accuracy for s in seeds),
+                     seed_majority_rates=tuple(runs[s].majority_rate for s in seeds))
 
 
 def cells(results: list[Result]) -> dict[tuple[str, str | None, str], list[Result]]:
