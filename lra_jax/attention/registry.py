@@ -25,6 +25,31 @@ from lra_jax.errors import ConfigError
 
 _VARIANTS: dict[str, type[nnx.Module]] = {}
 
+# The families, named as the literature names them, in the order the docs show them: the one place a
+# variant's family is said (the patterns figure and its docs page read it; attention/'s sub-packages follow it).
+# tests/attention/test_families.py: every registered variant is in exactly one.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "full attention": ("softmax", "additive", "luong"),
+    "fixed sparse patterns": ("local", "strided", "longformer", "bigbird"),
+    "learned patterns": ("reformer", "routing", "sinkhorn"),  # hashing, clustering, sorting
+    "low rank": ("linformer", "nystromformer"),
+    "kernelized": ("performer", "linear", "taylor"),
+    "synthesized": ("synthesizer",),
+    "convolution and MLP mixing": ("lightweight_conv", "dynamic_conv", "mixer", "fnet", "gmlp"),
+    "state space and gated recurrence": ("s4d", "s5", "lru", "mega", "hyena", "s6", "ssd", "gla"),
+}
+
+# The term beside n in the cost of a sub-quadratic variant whose work per position is set by a setting:
+# "w", the inputs a position sees (a window, blocks, a bucket or cluster, a convolution's width; about sqrt(n)
+# where the variant's `cost_exponent` is 1.5), or "k", a projected length (Linformer's rank, Nystromformer's
+# landmarks, the MLP-Mixer's hidden units). Any other sub-quadratic variant is O(n) (log factors aside, as
+# `cost_exponent`); a variant of `cost_exponent` 2 is O(n^2). Read by `cost`.
+COST_TERMS: dict[str, str] = {
+    "local": "w", "strided": "w", "longformer": "w", "bigbird": "w", "reformer": "w", "routing": "w",
+    "sinkhorn": "w", "lightweight_conv": "w", "dynamic_conv": "w", "linformer": "k", "nystromformer": "k",
+    "mixer": "k",
+}
+
 
 def register(name: str) -> Callable[[type[nnx.Module]], type[nnx.Module]]:
     """Class decorator that makes a variant buildable under `name`."""
@@ -42,6 +67,22 @@ def register(name: str) -> Callable[[type[nnx.Module]], type[nnx.Module]]:
 def names() -> list[str]:
     """All registered variant names, sorted."""
     return sorted(_VARIANTS)
+
+
+def family_of(name: str) -> str:
+    """The family of variant `name` (`FAMILIES`); ValueError for a variant in none."""
+    for family, members in FAMILIES.items():
+        if name in members:
+            return family
+    raise ValueError(f"attention variant {name!r} is in no family: add it to FAMILIES in {__name__}")
+
+
+def cost(name: str) -> str:
+    """How variant `name`'s cost grows with the length n: "O(n²)", "O(n w)", "O(n k)" or "O(n)", from its
+    class's `cost_exponent` and `COST_TERMS`."""
+    if get(name).cost_exponent >= 2:
+        return "O(n²)"
+    return f"O(n {COST_TERMS[name]})" if name in COST_TERMS else "O(n)"
 
 
 def get(name: str) -> type[nnx.Module]:
