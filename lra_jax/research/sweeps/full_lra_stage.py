@@ -5,8 +5,9 @@ The recipe is `configs/<variant>.py:<task>,full` unchanged, with two overrides t
 change only its cost: layers unscanned and not rematerialised (`RUN_OVERRIDES`; a GPU has the memory), and
 the compute dtype the precision check allows. One call of the stage:
 
-0. Carried runs (`run_carry`): unfinished runs packed by an earlier call on another machine are unpacked
-   into their directories, where the runs below resume them.
+0. Carried runs (`run_carry`): unfinished runs packed by an earlier call on another machine are verified
+   (every file's size and sha256) and unpacked into their directories, where the runs below resume them; a
+   damaged archive stops the stage with one line, and nothing of it is written.
 1. Data (`prepare_data`): each task's data is generated where the stage runs, with every core, before any
    run starts; the time it took is recorded in <root>/<task>-<scale>/data.json.
 2. Precision check, per task (`precision_runs`, `compare_precision`): softmax trained `steps` steps from one
