@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from run_records import write_diverged_run, write_run
 
 from lra_jax.research.reports import lra_chart, lra_results
 from lra_jax.research.sweeps import selection
@@ -20,18 +21,15 @@ def run_dir(root, task, variant, seed, scale, point):
 
 
 def write_result(root, task, variant, seed, accuracy, scale="full", point="", val=None):
-    """A finished run's results.json: test accuracy `accuracy`, validation `val` (default: the same)."""
-    result = {"task": task, "variant": variant, "test_accuracy": accuracy,
-              "val_accuracy": accuracy if val is None else val, "scale": scale,
-              "config": {"seed": seed, "scale": scale}}
-    (run_dir(root, task, variant, seed, scale, point) / "results.json").write_text(json.dumps(result))
+    """A finished run's records: test accuracy `accuracy`, validation `val` (default: the same)."""
+    write_run(run_dir(root, task, variant, seed, scale, point), {"seed": seed, "scale": scale}, accuracy, val,
+              task=task, variant=variant, scale=scale)
 
 
 def write_diverged(root, task, variant, seed, step, scale="full", point=""):
-    """A diverged run's results.json: a status and a step, no accuracies."""
-    result = {"status": "diverged", "task": task, "variant": variant, "scale": scale,
-              "diverged_at_step": step, "config": {"seed": seed, "scale": scale}}
-    (run_dir(root, task, variant, seed, scale, point) / "results.json").write_text(json.dumps(result))
+    """A diverged run's records: a status and a step, no accuracies."""
+    write_diverged_run(run_dir(root, task, variant, seed, scale, point), {"seed": seed, "scale": scale}, step,
+                       task=task, variant=variant, scale=scale)
 
 
 def measure(root, scale=None):

@@ -4,9 +4,11 @@ r"""The LRA paper's speed-vs-score bubble chart, measured, and its results table
         --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-dropout-2048.json --out=experiments/charts
 
 Scores: every results.json under --runs (`lra_jax.research.sweeps.selection`): per variant and task, the grid
-point with the best mean validation accuracy (never test) is reported by its test accuracy, mean and
-sample std over seeds; diverged runs are never results and are named. A variant's score is the mean of its
-tasks' test means (%) over ListOps, Text, Retrieval, Image and Pathfinder (Path-X on its own), per scale.
+point with the best mean validation accuracy (never test) is reported by its test accuracy, mean and sample std
+over seeds; diverged runs are never results and are named. A results.json that its run's metrics.jsonl or
+config.json does not back, or whose accuracy is not a fraction in [0, 1] (`lra_jax.training.run_result`), is one
+line naming it and exit 2: nothing is drawn. A variant's score is the mean of its tasks' test means (%) over
+ListOps, Text, Retrieval, Image and Pathfinder (Path-X on its own), per scale.
 
 Main panel (the paper's Figure 3, measured): x = train-step speed at --length relative to softmax on the
 --device of the --bench files (each variant over the softmax of its own bench file; a file without one

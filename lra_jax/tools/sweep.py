@@ -49,6 +49,9 @@ died from a signal (SIGKILL from the out-of-memory killer, a segfault) is record
 last lines of its output, and the sweep goes on; run the sweep again to resume it from its checkpoint.
 A results.json or metrics.jsonl that cannot be read (truncated by a full disk or a bad copy) is reported
 in one line and its run treated as unfinished: it is started again and ends again from its checkpoints.
+A results.json that its run's metrics.jsonl or config.json does not back (an accuracy edited by hand, or
+not in [0, 1]; lra_jax.training.run_result) makes its run `damaged`: named in one line, never trained over,
+and the exit status is 1.
 SIGINT/SIGTERM: every running child gets SIGTERM, saves a checkpoint and exits; the sweep then stops
 (run the same command to continue).
 
@@ -186,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
                       f"not emitted: delete {r.workdir} to train it with the current one", file=sys.stderr)
             elif r.state() == "diverged":
                 print(f"note: {r.name} {r.divergence()}; not emitted", file=sys.stderr)
+            elif r.state() == "damaged":
+                print(f"note: {r.damage()}; not emitted", file=sys.stderr)
             elif r.state() != "done":
                 print(r.shell_command(*(["--distributed"] if args.distributed else [])))
         if pending:

@@ -56,6 +56,7 @@ from lra_jax.training import (
     optimizer,
     pretrain,
     run_dir,
+    run_result,
     steps,
 )
 from lra_jax.training.train_state import TrainState
@@ -240,6 +241,7 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
     start = int(state.step)
     finished = run_dir.finished_results(results_path) if start >= config.num_train_steps else None
     if finished is not None and metrics.whole(workdir):
+        run_result.check(workdir, finished)  # one line, no "finished", where its metrics or config disagree
         if primary:
             print(f"{workdir}: finished at step {start}; results in {results_path}")
         return finished

@@ -17,12 +17,13 @@ finished seeds.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
 import sys
 from collections import defaultdict
+
+from lra_jax.training import run_result
 
 SEED_DIR = re.compile(r"seed(-?\d+)$")
 
@@ -76,13 +77,10 @@ def grid_point(results_path: str) -> str:
 
 
 def read_result(path: str) -> Result:
-    """The Result of one results.json; raises OSError, ValueError, KeyError or TypeError if malformed (a
-    document that is not a JSON object, such as a list or a number, is a ValueError)."""
-    with open(path, encoding="utf-8") as f:
-        r = json.load(f)
-    if not isinstance(r, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(r), "a number")
-        raise ValueError(f"not a JSON object but {kind}")
+    """The Result of one results.json, read with its evidence (`run_result.read`); raises OSError, ValueError,
+    KeyError or TypeError if malformed (a document that is not a JSON object, such as a list or a number, is a
+    ValueError), DamagedResult (one line) where the run's metrics.jsonl or config.json does not back it."""
+    r = run_result.read(os.path.dirname(path))
     diverged = r.get("status") == "diverged"
     config = r.get("config", {})
     return Result(task=r["task"], scale=r.get("scale") or config.get("scale"), variant=r["variant"],
@@ -109,7 +107,8 @@ def _device(devices: dict | None) -> str | None:
 
 def load(runs_dir: str, scale: str | None = None) -> list[Result]:
     """Every results.json under `runs_dir` (recursively) of `scale`; an unreadable one (truncated by a
-    full disk or a bad copy) is skipped as an unfinished run, with a one-line warning that names it."""
+    full disk or a bad copy) is skipped as an unfinished run, with a one-line warning that names it. One that
+    its run's records do not back raises DamagedResult: a result is never shown without its evidence."""
     found = []
     for root, _, files in sorted(os.walk(runs_dir)):
         if "results.json" not in files:

@@ -101,7 +101,7 @@ def slurm_view(job_ids: list[str], run: Call = call) -> dict[tuple[str, int], tu
 
 
 def states(runs: list[Run], root: str, run: Call = call) -> dict[str, tuple[str, str]]:
-    """Per run name: (state, note). State: done, diverged, stale (from its workdir); else pending,
+    """Per run name: (state, note). State: done, diverged, stale, damaged (from its workdir); else pending,
     running, requeued (from Slurm); else failed (its job left Slurm without results.json: the note
     names its log) or not submitted."""
     jobs = read_jobs(root)
@@ -110,8 +110,8 @@ def states(runs: list[Run], root: str, run: Call = call) -> dict[str, tuple[str,
     found = {}
     for r in runs:
         before = r.state()
-        if before in FINAL:
-            found[r.name] = (before, r.workdir)
+        if before in FINAL or before == "damaged":
+            found[r.name] = (before, r.damage() if before == "damaged" else r.workdir)
             continue
         if r.workdir not in latest:
             found[r.name] = ("not submitted", "checkpoints to resume from" if before == "resume" else "")

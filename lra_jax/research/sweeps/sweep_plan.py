@@ -27,7 +27,7 @@ from lra_jax.data import tasks as task_registry
 from lra_jax.errors import ConfigError, LraError
 from lra_jax.research.sweeps import selection
 from lra_jax.research.choices import choose, config_files
-from lra_jax.training import metrics, run_dir
+from lra_jax.training import metrics, run_dir, run_result
 
 REPO = config_paths.REPO_ROOT  # where the runs' relative config paths start
 FINAL = ("done", "diverged", "stale")  # states in which a run is not trained again
@@ -65,12 +65,15 @@ class Run:
 
     def state(self) -> str:
         """'done', 'diverged' (stopped on a non-finite loss: final, like done), 'stale' (finished
-        or diverged with a config that differs in `changes`), 'resume' (has checkpoints, or
+        or diverged with a config that differs in `changes`), 'damaged' (a results.json its metrics.jsonl
+        or config.json does not back: `damage`; never trained over), 'resume' (has checkpoints, or
         finished fewer steps than the config now asks) or 'new'."""
         results = self.results()
         if results is not None and not self.metrics_whole():
             return "resume"  # the trainer repairs metrics.jsonl and ends the run again
         if results is not None:
+            if self.damage():
+                return "damaged"
             if self.changes():
                 return "stale"
             if results.get("status") == "diverged":
@@ -100,11 +103,17 @@ class Run:
         return damaged is None
 
     def result(self) -> selection.Result | None:
-        """The finished run's accuracies, for selection; None if unfinished or unreadable."""
+        """The finished run's accuracies, for selection; None if unfinished, unreadable or damaged."""
         try:
             return selection.read_result(os.path.join(self.workdir, "results.json"))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, run_result.DamagedResult):
             return None
+
+    def damage(self) -> str | None:
+        """The one line saying why its results.json is not believed (`run_result.problem`); None when
+        its metrics.jsonl and config.json back it, or there is none."""
+        results = self.results()
+        return None if results is None else run_result.problem(self.workdir, results)
 
     def divergence(self) -> str:
         """Where a diverged run stopped, for the logs."""

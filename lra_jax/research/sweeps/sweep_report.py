@@ -95,7 +95,7 @@ def plan_lines(runs: list[Run], now: list[Run]) -> list[str]:
     product = " x ".join(f"{len(values)} {name}{'s' if len(values) != 1 else ''}" for name, values in axes
                          if name != "pretraining arm" or len(values) > 1)
     count = Counter(states)
-    finished = ", ".join(f"{count[s]} {s}" for s in FINAL if count[s] or s == "done")
+    finished = ", ".join(f"{count[s]} {s}" for s in (*FINAL, "damaged") if count[s] or s == "done")
     totals = (f"total: {len(runs)} runs ({product}): {finished}; {count['resume'] + count['new']} to run "
               f"({count['resume']} to resume from their checkpoints, {count['new']} new)")
     if len(now) < len(runs):

@@ -1,7 +1,7 @@
 """Running a sweep's training runs (the library of `python -m lra_jax.tools.sweep`): each run's train
 command in a process of its own, one per device slot at a time (`run_sweep`), SIGINT/SIGTERM forwarded
 to every running child so that it checkpoints (`Stop`), and one summary row per run (finished,
-failed, crashed with its last lines, diverged, stale, stopped by the sweep, interrupted from outside it).
+failed, crashed with its last lines, diverged, stale, damaged, stopped by the sweep, interrupted from outside it).
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ class Stop:
             signal.signal(sig, handler)
 
 
-# The rows of runs that ended without a result and make the sweep's exit status 1.
-UNFINISHED = ("failed", "crashed", "interrupted")
+# The rows of runs that ended without a result and make the sweep's exit status 1 (a damaged one has a
+# results.json its records do not back: `run_result`).
+UNFINISHED = ("failed", "crashed", "interrupted", "damaged")
 # A runner returns the exit status, or (exit status, the last lines of the run's output).
 Runner = Callable[[list[str], str, device_slots.Slot | None], "int | tuple[int, str]"]
 TAIL_BYTES = 4096  # of a run's output kept for its summary row
@@ -144,8 +145,11 @@ def crash_cause(code: int) -> str | None:
 
 
 def _final_row(r: Run, before: str) -> dict | None:
-    """The summary row of a run that is not trained again (done, diverged, stale); None otherwise."""
+    """The summary row of a run that is not trained again (done, diverged, stale, damaged); None otherwise."""
     row = {"run": r.name, "before": before, "status": "skipped", "seconds": 0.0, "workdir": r.workdir}
+    if before == "damaged":  # the trainer would refuse it too: the user decides what to delete
+        row["status"], row["error"] = "damaged", r.damage()
+        return row
     if before == "diverged":
         row["status"], row["error"] = "diverged", r.divergence()
     elif before == "stale":
@@ -174,6 +178,8 @@ def _train(r: Run, before: str, runner: Runner, slot, stop: Stop | None, cwd: st
     crashed = crash_cause(code)
     if after == "done":
         row["status"] = "finished"
+    elif after == "damaged":
+        row["status"], row["error"] = "damaged", r.damage()
     elif after == "diverged":
         row["status"], row["error"] = "diverged", r.divergence()
     elif after == "stale":  # trained by code newer than this sweep's: its results stand

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from run_records import write_record
 
 from lra_jax.research.reports import chart_manifest, lra_chart
 from lra_jax.research.reports.chart_manifest import ChartOptions
@@ -27,10 +28,10 @@ def write_json(path, document):
 
 
 def write_run(task, variant, seed, accuracy):
-    write_json(f"runs/{task}-full/{variant}/seed{seed}/results.json",
-               {"task": task, "variant": variant, "test_accuracy": accuracy, "val_accuracy": accuracy,
-                "scale": "full", "config": {"seed": seed, "scale": "full"},
-                "versions": {"lra_jax_commit": f"c0ffee{seed}"}})
+    write_record(f"runs/{task}-full/{variant}/seed{seed}",
+                 {"task": task, "variant": variant, "test_accuracy": accuracy, "val_accuracy": accuracy,
+                  "scale": "full", "config": {"seed": seed, "scale": "full"},
+                  "versions": {"lra_jax_commit": f"c0ffee{seed}"}})
 
 
 @pytest.fixture

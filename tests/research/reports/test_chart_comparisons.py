@@ -7,6 +7,7 @@ import os
 
 import pytest
 from chart_helpers import chart, measure, run_dir, runs, table_rows, write_bench, write_result  # noqa: F401 - runs
+from run_records import write_record
 
 from lra_jax.errors import LraError
 from lra_jax.research.compilation import table2_report
@@ -200,10 +201,10 @@ def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scra
         for variant, accuracy in (("softmax", 0.40), ("linear", 0.30)):
             write_result(root, "listops", variant, seed, accuracy + 0.02 * seed, scale="mini")
             spt = run_dir(root / "spt", "listops", variant, seed, "mini", "")
-            (spt / "results.json").write_text(json.dumps({
+            write_record(spt, {
                 "task": "listops", "variant": variant, "test_accuracy": accuracy + 0.1 + 0.02 * seed,
                 "val_accuracy": 0.0, "scale": "mini", "pretrain_objective": "masked",
-                "config": {"seed": seed, "scale": "mini"}}))
+                "config": {"seed": seed, "scale": "mini"}})
     bench = tmp_path / "bench.json"
     write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30), ("linear", 4096, "ok", 500.0, 2**29)])
     paths = chart(root, tmp_path / "out", bench=bench)
@@ -234,9 +235,9 @@ def test_every_panel_title_stays_inside_the_figure(tmp_path):
         for seed in (0, 1):
             write_result(root, "listops", variant, seed, 0.40 + 0.01 * i, scale="mini")
             spt = run_dir(root / "spt", "listops", variant, seed, "mini", "")
-            (spt / "results.json").write_text(json.dumps({
+            write_record(spt, {
                 "task": "listops", "variant": variant, "test_accuracy": 0.45, "val_accuracy": 0.45, "scale": "mini",
-                "pretrain_objective": "masked", "config": {"seed": seed, "scale": "mini"}}))
+                "pretrain_objective": "masked", "config": {"seed": seed, "scale": "mini"}})
         write_result(root, "listops", variant, 0, 0.38, scale="full")
     bench, cpu = tmp_path / "bench.json", tmp_path / "cpu.json"
     write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30), ("linear", 4096, "ok", 500.0, 2**29)])
@@ -269,7 +270,7 @@ def test_the_full_scale_section_gives_each_task_its_table_with_device_precision_
                   "scale": "full", "steps_per_second": 12.5, "devices": {"platform": "gpu", "kind": "NVIDIA H200",
                                                                           "count": 1},
                   "config": {"seed": seed, "scale": "full", "model": {"dtype": dtype}}}
-        (run_dir(root, task, variant, seed, "full", "") / "results.json").write_text(json.dumps(result))
+        write_record(run_dir(root, task, variant, seed, "full", ""), result)
     with open(table2_report.REFERENCE, encoding="utf-8") as f:
         reference = json.load(f)
     lines = lra_results.full_scale_against_paper(measure(root), reference)
@@ -355,7 +356,7 @@ def test_a_cell_made_from_uncommitted_code_is_marked_and_named(tmp_path):
     for seed, commit in ((0, "abc1234"), (1, "abc1234+changes")):
         result = {"task": "listops", "variant": "softmax", "test_accuracy": 0.4, "val_accuracy": 0.4, "scale": "mini",
                   "versions": {"lra_jax_commit": commit}, "config": {"seed": seed, "scale": "mini"}}
-        (run_dir(root, "listops", "softmax", seed, "mini", "") / "results.json").write_text(json.dumps(result))
+        write_record(run_dir(root, "listops", "softmax", seed, "mini", ""), result)
     write_result(root, "listops", "linear", 0, 0.3, scale="mini")
     measured = measure(root)
     assert measured["softmax"]["chosen"]["listops"].uncommitted == 1

@@ -1,12 +1,12 @@
 """The short results table (`results_summary`, lra_summary.md): what the README shows of the chart's runs,
 written and checked with the chart."""
 
-import json
 import re
 
 import pytest
 
 from chart_helpers import chart, run_dir, table_rows, write_bench
+from run_records import write_record
 
 from lra_jax.research.reports import chart_manifest, lra_chart, results_summary
 from lra_jax.research.reports.chart_manifest import ChartOptions
@@ -21,7 +21,7 @@ def write_run(root, task, variant, seed, accuracy, steps, steps_per_second, pret
               "devices": {"count": 1, "kind": "cpu", "platform": "cpu"},
               "pretrain_objective": pretrain, "config": {"seed": seed, "scale": "mini"}}
     workdir = run_dir(root, task, variant if pretrain == "none" else f"{variant}/spt", seed, "mini", "")
-    (workdir / "results.json").write_text(json.dumps(result))
+    write_record(workdir, result)
 
 
 def test_the_summary_gives_score_speed_memory_scale_hardware_and_train_time(tmp_path):

@@ -9,6 +9,7 @@ from scipy import stats
 
 from lra_jax.research.reports import spt_report
 from chart_helpers import chart, run_dir, table_rows, write_bench, write_result
+from run_records import write_record
 
 # This package's own Python over its files, no jax computation: CI runs it on one stack.
 pytestmark = pytest.mark.one_stack("oldest")
@@ -23,10 +24,10 @@ def cell(accuracy: dict, std: dict | None = None, seeds: int = 3) -> dict:
 def write_spt(root, task, variant, seed, accuracy):
     """A self-pretrained run's results.json (its own folder, as the sweep's spt/ arm)."""
     workdir = run_dir(root / "spt", task, variant, seed, "mini", "")
-    (workdir / "results.json").write_text(json.dumps({
+    write_record(workdir, {
         "task": task, "variant": variant, "test_accuracy": accuracy, "val_accuracy": accuracy, "scale": "mini",
         "pretrain_objective": "masked", "pretrain": {"num_steps": 100, "seconds": 12.0 + seed, "final_train_loss": 2.0 + 0.1 * seed},
-        "config": {"seed": seed, "scale": "mini"}}))
+        "config": {"seed": seed, "scale": "mini"}})
 
 
 def test_kendall_tau_b_of_agreeing_reversed_and_tied_orders():

@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+from run_records import write_run
 
 from lra_jax.errors import ConfigError
 from lra_jax.research.sweeps import selection, sweep_plan, sweep_report
@@ -43,12 +44,9 @@ def test_pretraining_axis_mistakes_are_one_clear_error(tmp_path):
 
 
 def write_result(run, val, test, seconds=None):
-    os.makedirs(run.workdir, exist_ok=True)
     record = {"num_steps": 10, "seconds": seconds} if run.pretrain == "spt" else None
-    with open(os.path.join(run.workdir, "results.json"), "w") as f:
-        json.dump({"task": run.task, "variant": run.variant, "scale": run.scale, "config": {"seed": run.seed},
-                   "val_accuracy": val, "test_accuracy": test,
-                   "pretrain_objective": "masked" if record else "none", "pretrain": record}, f)
+    write_run(run.workdir, run.config, test, val, task=run.task, variant=run.variant, scale=run.scale,
+              pretrain_objective="masked" if record else "none", pretrain=record)
 
 
 def test_each_arm_is_chosen_on_validation_and_compared_with_its_pretraining_cost(tmp_path):

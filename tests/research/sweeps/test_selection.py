@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+from run_records import write_run
 
 from lra_jax.research.sweeps import selection
 
@@ -74,10 +75,7 @@ def test_a_tie_goes_to_the_lower_value_by_number_not_to_the_first_name_in_sorted
 
 def test_load_reads_the_grid_point_from_the_layout_and_skips_malformed_files(tmp_path, capsys):
     def write(rel, **fields):
-        os.makedirs(tmp_path / rel)
-        (tmp_path / rel / "results.json").write_text(json.dumps(
-            {"task": "listops", "variant": "softmax", "scale": "mini", "config": {"seed": 1},
-             "val_accuracy": 0.5, "test_accuracy": 0.4, **fields}))
+        write_run(tmp_path / rel, {"seed": 1}, 0.4, 0.5, task="listops", variant="softmax", scale="mini", **fields)
 
     write("listops-mini/softmax/optimizer.learning_rate=0.05/seed1")
     write("listops-mini/softmax/seed1")
@@ -96,7 +94,7 @@ def test_load_reads_the_grid_point_from_the_layout_and_skips_malformed_files(tmp
     err = capsys.readouterr().err.splitlines()
     assert len(found) == 3
     for name, why in (("broken", "JSONDecodeError"), ("a-list", "not a JSON object but an array"),
-                      ("a-number", "not a JSON object but a number"), ("bad-config", "AttributeError")):
+                      ("a-number", "not a JSON object but a number"), ("bad-config", "its config is not a JSON object")):
         [line] = [e for e in err if os.path.join(name, "results.json") in e]  # one line per damaged file
         assert line.startswith("warning: skipping") and why in line, line
     assert selection.load(str(tmp_path), scale="full") == []

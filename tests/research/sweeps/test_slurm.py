@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from distributed_helpers import last_state, metric_lines, run_train, small_flags
 from helpers import REPO, child_xla_flags
+from run_records import write_run
 
 from lra_jax.research.sweeps import slurm, sweep_plan
 
@@ -187,9 +188,7 @@ def plan(root):
 
 
 def finish(r):
-    os.makedirs(r.workdir, exist_ok=True)
-    with open(os.path.join(r.workdir, "results.json"), "w", encoding="utf-8") as f:
-        f.write("{}")
+    write_run(r.workdir, {})
 
 
 def test_submit_builds_one_array_job_records_it_and_submits_only_what_is_missing_or_failed(tmp_path):

@@ -9,6 +9,7 @@ import sys
 import threading
 
 import pytest
+from run_records import write_diverged_run, write_run
 
 from lra_jax.errors import ConfigError
 from lra_jax.research.sweeps import device_slots, sweep_plan, sweep_report, sweep_run
@@ -39,9 +40,7 @@ class FakeRunner:
         workdir = workdir_of(command)
         if any(workdir.endswith(f) for f in self.fail):
             return 1
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "results.json"), "w") as f:
-            f.write("{}")
+        write_run(workdir, {})
         return 0
 
 
@@ -57,9 +56,7 @@ def test_plan_layout_and_commands(tmp_path):
 
 def test_finished_skipped_interrupted_resumed_failures_reported(tmp_path):
     softmax, _, linformer, linformer3 = make_plan(tmp_path, seeds=("0", "1"))
-    os.makedirs(softmax.workdir)
-    with open(os.path.join(softmax.workdir, "results.json"), "w") as f:  # finished
-        f.write("{}")
+    write_run(softmax.workdir, {})  # finished
     os.makedirs(os.path.join(linformer.workdir, "checkpoints"))  # interrupted
     runs = make_plan(tmp_path, seeds=("0", "1"))
     assert [r.state() for r in runs] == ["done", "new", "resume", "new"]
@@ -87,11 +84,7 @@ def finish(run, steps=None, **changed):
         for part in parents:
             node = node[part]
         node[leaf] = value
-    os.makedirs(run.workdir, exist_ok=True)
-    with open(os.path.join(run.workdir, "config.json"), "w") as f:
-        json.dump(config, f)
-    with open(os.path.join(run.workdir, "results.json"), "w") as f:
-        json.dump({"num_train_steps": steps or config["num_train_steps"]}, f)
+    write_run(run.workdir, config, num_train_steps=steps or config["num_train_steps"])
 
 
 def test_a_finished_run_is_judged_against_the_config_its_command_trains_now(tmp_path):
@@ -117,10 +110,7 @@ class DivergingRunner(FakeRunner):
 
     def __call__(self, command, cwd, slot=None):
         self.calls.append(command)
-        workdir = workdir_of(command)
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "results.json"), "w") as f:
-            json.dump({"status": "diverged", "diverged_at_step": 7, "loss": "nan"}, f)
+        write_diverged_run(workdir_of(command), {}, step=7)
         return 3
 
 
@@ -173,14 +163,10 @@ def test_config_files_map_variant_names_to_files():
 
 @pytest.mark.slow
 def test_emit_prints_one_train_command_per_unfinished_run(tmp_path):
-    done = tmp_path / "listops-mini" / "softmax" / "seed0"
-    done.mkdir(parents=True)
-    (done / "results.json").write_text("{}")
+    write_run(tmp_path / "listops-mini" / "softmax" / "seed0", {})  # done
     stale = make_plan(tmp_path, "linformer", seeds=("1",))[0]
     finish(stale, **{"model.num_layers": 5})
-    diverged = tmp_path / "listops-mini" / "softmax" / "seed2"
-    diverged.mkdir(parents=True)
-    (diverged / "results.json").write_text('{"status": "diverged", "diverged_at_step": 3, "loss": "nan"}')
+    write_diverged_run(tmp_path / "listops-mini" / "softmax" / "seed2", {}, step=3)
     out = subprocess.run([sys.executable, "-m", "lra_jax.tools.sweep", "--variants=softmax,linformer",
                           "--tasks=listops", "--seeds=0,1,2", f"--root={tmp_path}", "--emit"],
                          cwd=sweep_plan.REPO, capture_output=True, text=True, timeout=120, check=False)
@@ -291,10 +277,7 @@ LR = "optimizer.learning_rate"
 
 def write_result(run, val, test):
     """What `train` leaves in a finished workdir, with these accuracies."""
-    os.makedirs(run.workdir, exist_ok=True)
-    with open(os.path.join(run.workdir, "results.json"), "w") as f:
-        json.dump({"task": run.task, "variant": run.variant, "scale": run.scale, "config": {"seed": run.seed},
-                   "val_accuracy": val, "test_accuracy": test}, f)
+    write_run(run.workdir, run.config, test, val, task=run.task, variant=run.variant, scale=run.scale)
 
 
 def test_grid_axes_make_a_product_of_points_each_in_its_directory(tmp_path):
@@ -373,8 +356,12 @@ resumed = os.path.isdir(os.path.join(workdir, "checkpoints"))
 with open(os.path.join(workdir, "seen.json"), "w") as f:
     json.dump({"cpus": sorted(os.sched_getaffinity(0)), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
                "resumed": resumed}, f)
-if os.environ.get("SWEEP_TEST_FINISH") or resumed:
-    open(os.path.join(workdir, "results.json"), "w").write("{}")
+if os.environ.get("SWEEP_TEST_FINISH") or resumed:  # a finished run's records, as run_result reads them
+    open(os.path.join(workdir, "config.json"), "w").write("{}")
+    open(os.path.join(workdir, "metrics.jsonl"), "w").write('{"step": 1, "val/accuracy": 0.5}\\n'
+                                                            '{"step": 2, "test/accuracy": 0.5}\\n')
+    json.dump({"config": {}, "val_accuracy": 0.5, "test_accuracy": 0.5, "best_step": 1},
+              open(os.path.join(workdir, "results.json"), "w"))
     sys.exit(0)
 def stop(signum, frame):
     os.makedirs(os.path.join(workdir, "checkpoints"))  # what train does on SIGTERM

@@ -2,11 +2,11 @@
 with its last output lines and the sweep goes on; the next sweep resumes it. A truncated results.json
 or metrics.jsonl is reported in one line and its run treated as unfinished; the chart skips it."""
 
-import json
 import os
 import sys
 
 import pytest
+from run_records import write_run
 
 from lra_jax.research.sweeps import selection, sweep_plan, sweep_report, sweep_run
 
@@ -14,6 +14,15 @@ from lra_jax.research.sweeps import selection, sweep_plan, sweep_report, sweep_r
 pytestmark = pytest.mark.one_stack("oldest")
 
 FILES = {"softmax": "configs/transformer.py", "linformer": "configs/linformer.py"}
+
+# What a finished run leaves in `workdir`: results.json and the records that back it (`run_result`).
+RECORDS = r"""
+import json
+open(os.path.join(workdir, "config.json"), "w").write("{}")
+open(os.path.join(workdir, "metrics.jsonl"), "w").write('{"step": 1, "val/accuracy": 0.5}\n{"step": 2, "test/accuracy": 0.5}\n')
+json.dump({"config": {}, "val_accuracy": 0.5, "test_accuracy": 0.5, "best_step": 1},
+          open(os.path.join(workdir, "results.json"), "w"))
+"""
 
 # First time: "checkpoints", a last word on stderr, then SIGKILL (as the out-of-memory killer sends).
 # Again: resumes from the checkpoints it left and finishes (results.json).
@@ -25,17 +34,13 @@ if not os.path.isdir(checkpoints):
     os.makedirs(checkpoints)
     print("step 5: allocating 40 GiB", file=sys.stderr, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
-with open(os.path.join(workdir, "results.json"), "w") as f:
-    f.write("{}")
-"""
+""" + RECORDS
 
 FINISH = r"""
 import os, sys
 workdir = sys.argv[1].split("=", 1)[1]
 os.makedirs(workdir, exist_ok=True)
-with open(os.path.join(workdir, "results.json"), "w") as f:
-    f.write("{}")
-"""
+""" + RECORDS
 
 
 def make_plan(root):
@@ -84,11 +89,7 @@ def truncate(path: str) -> None:
 
 def finished_run(workdir, accuracy=0.5):
     os.makedirs(os.path.join(workdir, "checkpoints"), exist_ok=True)
-    with open(os.path.join(workdir, "results.json"), "w") as f:
-        json.dump({"status": "complete", "task": "listops", "variant": "softmax", "scale": "mini",
-                   "val_accuracy": accuracy, "test_accuracy": accuracy, "config": {"seed": 0}}, f)
-    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
-        f.write(json.dumps({"step": 3, "train/loss": 2.25}) + "\n" + json.dumps({"step": 6, "val/accuracy": 0.5}) + "\n")
+    write_run(workdir, {}, accuracy, task="listops", variant="softmax", scale="mini")
 
 
 @pytest.mark.parametrize("damaged", ["results.json", "metrics.jsonl"])
