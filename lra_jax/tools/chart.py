@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    for path in paths.values():
+    for path in dict.fromkeys(paths.values()):
         print(f"wrote {path}")
 
 

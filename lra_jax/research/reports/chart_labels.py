@@ -1,12 +1,18 @@
-"""Label placement for bubble charts: every label near its point, no two labels overlapping.
+"""Label placement for bubble charts, and the check that no label covers anything, from the drawn extents.
 
-Greedy, in display pixels. Labels of crowded points are placed first. Each label tries positions
-on rings of growing radius around its point (16 directions per ring) and takes the cheapest:
-  cost = 1e6 * (overlaps with placed labels, pixels^2) + 1e6 * (pixels outside the axes)
-       + 1e3 * (other points' centre dots covered) + (other bubbles covered, pixels^2) / 50
-       + distance to the point.
-A label that lands beyond the first ring, or whose point has another point within CROWDED_PX,
-gets a thin leader line back to its point (in the point's colour when colours are given).
+Greedy, in display pixels, after the axes' limits and layout are final. Labels of crowded points are placed
+first. Each label tries positions on rings of growing radius around its point (16 directions per ring) and
+takes the cheapest:
+  cost = 1e6 * (overlap with placed labels, with obstacles and outside the axes, pixels^2 or pixels)
+       + 1e4 * (other points, error bars and placed labels its leader line would cross, and placed leader
+                lines its box would cover)
+       + (other bubbles covered, pixels^2) / 50 + distance to the point.
+Obstacles are every point's marker (`point_box`: its bubble up to MARKER_PX, the centre dot always) and every
+error bar (`Obstacle`), so a label sits on none of them. A label that lands beyond the first ring, or whose
+point has another point within CROWDED_PX, gets a thin leader line back to its point.
+
+`covered` then measures what was drawn: every label's text box as the renderer drew it (its window extent)
+against the other labels, the points, the error bars and the legend; a chart with any overlap is a defect.
 """
 
 from __future__ import annotations
@@ -16,20 +22,29 @@ from typing import Sequence
 
 from matplotlib.text import Text
 
-RINGS_PT = (6.0, 12.0, 20.0, 30.0, 42.0, 56.0, 72.0, 90.0)
+RINGS_PT = (5.0, 10.0, 16.0, 24.0, 34.0, 46.0, 60.0, 76.0, 94.0, 114.0, 136.0)
 DIRECTIONS = 16
-DOT_RADIUS_PX = 4.0
+DOT_RADIUS_PX = 4.0  # the centre dot of every point
+MARKER_PX = 9.0  # a label keeps clear of a bubble up to this radius; past it, of this much around the centre
 CROWDED_PX = 60.0
 
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
 
-def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
-    """Overlap area of two boxes (x0, y0, x1, y1)."""
+
+def overlap(a: Box, b: Box) -> float:
+    """Overlap area of two boxes."""
     w = min(a[2], b[2]) - max(a[0], b[0])
     h = min(a[3], b[3]) - max(a[1], b[1])
     return w * h if w > 0 and h > 0 else 0.0
 
 
-def _box_at(anchor: tuple[float, float], angle: float, distance: float, size: tuple[float, float]):
+def point_box(x: float, y: float, radius: float) -> Box:
+    """What a label must not cover of a point at display (x, y) with a bubble of `radius` pixels."""
+    r = max(DOT_RADIUS_PX, min(radius, MARKER_PX))
+    return (x - r, y - r, x + r, y + r)
+
+
+def _box_at(anchor: tuple[float, float], angle: float, distance: float, size: tuple[float, float]) -> Box:
     """The label box whose nearest side faces the point, `distance` pixels away along `angle`."""
     (x, y), (w, h) = anchor, size
     dx, dy = math.cos(angle), math.sin(angle)
@@ -38,15 +53,45 @@ def _box_at(anchor: tuple[float, float], angle: float, distance: float, size: tu
     return (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
 
 
+def crosses(start: tuple[float, float], end: tuple[float, float], box: Box) -> bool:
+    """Whether the segment start-end passes through the inside of `box` (Liang-Barsky clipping)."""
+    (x0, y0), (dx, dy) = start, (end[0] - start[0], end[1] - start[1])
+    low, high = 0.0, 1.0
+    for p, q in ((-dx, x0 - box[0]), (dx, box[2] - x0), (-dy, y0 - box[1]), (dy, box[3] - y0)):
+        if p == 0:
+            if q <= 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            low = max(low, t)
+        else:
+            high = min(high, t)
+        if low >= high:
+            return False
+    return True
+
+
+def _segments_cross(a, b, c, d) -> bool:
+    """Whether segments a-b and c-d cross (their ends not shared)."""
+    def side(p, q, r):
+        return (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
+    return side(a, b, c) * side(a, b, d) < 0 and side(c, d, a) * side(c, d, b) < 0
+
+
+def _inside(point: tuple[float, float], box: Box) -> bool:
+    return box[0] <= point[0] <= box[2] and box[1] <= point[1] <= box[3]
+
+
 def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str],
-                 bubble_areas: Sequence[float], fontsize: float = 9,
-                 colors: Sequence | None = None,
-                 obstacles: Sequence[tuple[tuple[float, float], float]] = ()) -> list:
+                 bubble_areas: Sequence[float], fontsize: float = 9, colors: Sequence | None = None,
+                 obstacles: Sequence[tuple[tuple[float, float], float]] = (), boxes: Sequence[Box] = ()) -> list:
     """Annotates `ax` with `labels` at data `points`; returns the annotations.
 
-    bubble_areas are the scatter sizes (pt^2) drawn at the points, so labels avoid other bubbles;
-    `obstacles` ((x, y), area) are more bubbles drawn without a label, avoided the same way.
-    Call after the axes limits and scales are final.
+    Args:
+        bubble_areas: the scatter sizes (pt^2) drawn at the points, so labels avoid other bubbles.
+        obstacles: more bubbles drawn without a label, ((x, y) in data, area pt^2), avoided the same way.
+        boxes: more display boxes no label may cover (error bars).
     """
     fig = ax.figure
     fig.canvas.draw()
@@ -55,19 +100,21 @@ def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str
     anchors = [tuple(ax.transData.transform(p)) for p in points]
     radii = [math.sqrt(max(s, 0.0)) / 2 * px_per_pt for s in bubble_areas]
     others = [(tuple(ax.transData.transform(p)), math.sqrt(max(s, 0.0)) / 2 * px_per_pt) for p, s in obstacles]
+    bubbles = list(zip(anchors, radii)) + others
+    hard = [point_box(x, y, r) for (x, y), r in bubbles] + list(boxes)
     sizes = []
     for label in labels:
         probe = ax.text(0, 0, label, fontsize=fontsize)
         extent = probe.get_window_extent(renderer)
-        sizes.append((extent.width + 2, extent.height + 2))
+        sizes.append((extent.width + 4, extent.height + 2))
         probe.remove()
     frame = ax.get_window_extent(renderer)
 
     def crowding(i):
-        return sum(math.dist(anchors[i], anchors[j]) < CROWDED_PX for j in range(len(anchors))) - 1
+        return sum(math.dist(anchors[i], a) < CROWDED_PX for a, _ in bubbles) - 1
 
-    placed, annotations = [], [None] * len(labels)
-    for i in sorted(range(len(labels)), key=crowding, reverse=True):
+    placed, leaders, annotations = [], [], [None] * len(labels)
+    for i in sorted(range(len(labels)), key=lambda i: (-crowding(i), i)):
         best = None
         for ring, radius_pt in enumerate(RINGS_PT):
             for k in range(DIRECTIONS):
@@ -75,41 +122,69 @@ def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str
                 box = _box_at(anchors[i], angle, radius_pt * px_per_pt, sizes[i])
                 outside = (max(0, frame.x0 - box[0]) + max(0, box[2] - frame.x1)
                            + max(0, frame.y0 - box[1]) + max(0, box[3] - frame.y1))
-                cost = 1e6 * (sum(_overlap(box, other) for other in placed) + outside)
-                for j, (x, y) in enumerate(anchors):
-                    dot = (x - DOT_RADIUS_PX, y - DOT_RADIUS_PX, x + DOT_RADIUS_PX, y + DOT_RADIUS_PX)
-                    cost += 1e3 * (_overlap(box, dot) > 0)
+                cost = 1e6 * (sum(overlap(box, other) for other in placed + hard) + outside)
+                if ring:
+                    centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+                    cost += 1e4 * sum(crosses(anchors[i], centre, other) for other in hard + placed
+                                      if not _inside(anchors[i], other))  # its own point and bar left out
+                    cost += 1e4 * sum(_segments_cross(anchors[i], centre, a, b) for a, b in leaders)
+                cost += 1e4 * sum(crosses(a, b, box) for a, b in leaders)
+                for j, ((x, y), r) in enumerate(bubbles):
                     if j != i:
-                        r = radii[j]
-                        cost += _overlap(box, (x - r, y - r, x + r, y + r)) / 50
-                for (x, y), r in others:
-                    dot = (x - DOT_RADIUS_PX, y - DOT_RADIUS_PX, x + DOT_RADIUS_PX, y + DOT_RADIUS_PX)
-                    cost += 1e3 * (_overlap(box, dot) > 0) + _overlap(box, (x - r, y - r, x + r, y + r)) / 50
+                        cost += overlap(box, (x - r, y - r, x + r, y + r)) / 50
                 cost += radius_pt * px_per_pt
                 if best is None or cost < best[0]:
                     best = (cost, box, ring)
+            if best[0] < 1e3:  # a free place on this ring: farther rings only cost more distance
+                break
         _, box, ring = best
         placed.append(box)
         centre = ((box[0] + box[2]) / 2 - anchors[i][0], (box[1] + box[3]) / 2 - anchors[i][1])
         color = colors[i] if colors is not None else "0.45"
-        leader = (dict(arrowstyle="-", color=color, linewidth=0.9, shrinkA=0, shrinkB=3)
+        leader = (dict(arrowstyle="-", color=color, linewidth=0.8, shrinkA=0, shrinkB=3)
                   if ring > 0 or crowding(i) > 0 else None)
+        if leader:
+            leaders.append((anchors[i], ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)))
         annotations[i] = ax.annotate(labels[i], points[i], xytext=(centre[0] / px_per_pt, centre[1] / px_per_pt),
                                      textcoords="offset points", ha="center", va="center",
                                      fontsize=fontsize, zorder=5, arrowprops=leader)
     return annotations
 
 
-def overlapping_pairs(ax, annotations) -> list[tuple[str, str]]:
-    """Pairs of annotations whose rendered text boxes overlap (for tests and sanity checks)."""
-    fig = ax.figure
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    boxes = [text_extent(a, renderer) for a in annotations]
-    return [(annotations[i].get_text(), annotations[j].get_text())
-            for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if boxes[i].overlaps(boxes[j])]
-
-
 def text_extent(annotation, renderer):
     """The box of an annotation's text alone (Annotation.get_window_extent adds its leader line)."""
     return Text.get_window_extent(annotation, renderer)
+
+
+def _box(extent) -> Box:
+    return (extent.x0, extent.y0, extent.x1, extent.y1)
+
+
+def covered(fig, annotations, points: Sequence[tuple[str, Box]], bars: Sequence[tuple[str, Box]] = (),
+            legends: Sequence = ()) -> list[str]:
+    """One line per overlap in the drawn figure, measured from the renderer's text extents: a label over
+    another label, a point (`points`: (name, `point_box`) of every point, its own included), an error bar
+    (`bars`: (name, box)) or a legend. [] when every label is clear."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [(a.get_text(), _box(text_extent(a, renderer))) for a in annotations]
+    found = [f"label {a!r} overlaps label {b!r}" for i, (a, box) in enumerate(texts)
+             for b, other in texts[i + 1:] if overlap(box, other) > 0]
+    found += [f"label {a!r} overlaps the point of {name}" for a, box in texts for name, other in points
+              if overlap(box, other) > 0]
+    found += [f"label {a!r} overlaps the error bar of {name}" for a, box in texts for name, other in bars
+              if overlap(box, other) > 0]
+    for legend in legends:
+        frame = _box(legend.get_window_extent(renderer))
+        found += [f"label {a!r} overlaps the legend" for a, box in texts if overlap(box, frame) > 0]
+    return found
+
+
+def overlapping_pairs(ax, annotations) -> list[tuple[str, str]]:
+    """Pairs of annotations whose rendered text boxes overlap."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [_box(text_extent(a, renderer)) for a in annotations]
+    return [(annotations[i].get_text(), annotations[j].get_text())
+            for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if overlap(boxes[i], boxes[j]) > 0]

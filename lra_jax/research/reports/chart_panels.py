@@ -9,10 +9,8 @@ trained from scratch, and is drawn only where both are scored on the same tasks 
 The LRA paper's points (`draw_paper`), all at the paper's full scale, go on the same axes as grey squares,
 at the paper's Table 1 accuracy averaged over the tasks of our point of the same variant, so that both mean
 the same thing; a dotted line joins one to our point only where ours is full scale too: no line joins
-points of different scales. The published score of each implemented state-space or modern-mixer variant
-(`draw_published`: S4D, S5, LRU, Mega, from experiments/reference) is a short bar in that variant's colour at
-our point's speed, averaged over the same tasks, joined by a dashed line only to a full-scale point. The
-legend and the title state the scale behind every point.
+points of different scales. The legend and the title state the scale behind every point. Labels are placed
+once the layout is final (`Panel.place_labels`) and checked against what was drawn (`Panel.problems`).
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from matplotlib.patches import FancyArrowPatch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from lra_jax.attention import registry
-from lra_jax.research.reports.chart_labels import place_labels
+from lra_jax.research.reports.chart_labels import covered, place_labels, point_box
 from lra_jax.research.reports.chart_manifest import rounded
 from lra_jax.research.reports.spt_report import same_tasks
 from lra_jax.research.reports.lra_results import (
@@ -42,13 +40,14 @@ from lra_jax.research.reports.lra_results import (
     seed_counts,
 )
 
-LARGEST_AREA = 2500.0  # pt^2 of the panel's largest bubble
+LARGEST_AREA = 1100.0  # pt^2 of the panel's largest bubble
 NO_MEMORY_AREA = 40.0  # pt^2 of a point whose memory was not measured
+LABEL_PT = 9.0  # labels of points: 9 pt is 12.5 px at 100 dpi, 9.5 px on a 1000 px figure shown 760 px wide
+CAP_PT = 4.0  # half the width of an error bar's caps
 PAPER_COLOR = "0.35"
 SCALE_ORDER = ("full", "mini")  # full-scale points first: they are the ones a paper point joins
 PAPER_SCALE = "full"  # the LRA paper's models ran at the paper's full scale, the only scale a paper point joins
-PAPER, PUBLISHED = "paper", "published"  # the series of the LRA paper's points, of the published-score marks
-PUBLISHED_AREA = 60.0  # pt^2 a published-score mark keeps clear of labels
+PAPER = "paper"  # the series of the LRA paper's points
 # One colour per variant, never two alike: tab10 without its grey (the paper's), then tab20b and Dark2 shades
 # far from those; black is the state-space reference's.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
@@ -74,8 +73,8 @@ def variant_styles(variants=()) -> dict[str, tuple[str, Any]]:
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One drawn bubble or mark: `series` is our run's scale, PAPER (the LRA paper's point) or PUBLISHED (a
-    published-score mark); `label` '' = drawn without a label."""
+    """One drawn bubble: `series` is our run's scale or PAPER (the LRA paper's point); `label` '' = drawn
+    without a label; `err` the half-length of its error bar (None: no bar)."""
     variant: str
     series: str
     x: float
@@ -85,6 +84,7 @@ class Point:
     key: str
     color: Any = "0.45"
     marker: Any = "o"
+    err: float | None = None
 
     def record(self) -> dict[str, Any]:
         """What the manifest keeps of it (`chart_manifest`): values to 6 significant digits, its colour and marker."""
@@ -95,16 +95,42 @@ class Point:
 
 @dataclasses.dataclass
 class Panel:
-    """A drawn panel and its points, for label placement (after the layout is final) and the manifest."""
+    """A drawn panel and its points, for label placement (after the layout is final) and the manifest;
+    `legends`: those that must stay clear of the labels."""
     ax: Any
     points: list[Point]
+    legends: list = dataclasses.field(default_factory=list)
+    annotations: list = dataclasses.field(default_factory=list)
 
-    def place_labels(self, fontsize: float = 8.5) -> None:
+    def _bars(self) -> list[tuple[str, tuple[float, float, float, float]]]:
+        """(point, display box) of every error bar's line and of each of its caps."""
+        half = CAP_PT * self.ax.figure.dpi / 72.0 + 1.0
+        bars = []
+        for p in self.points:
+            if p.err:
+                (x, low), (_, high) = self.ax.transData.transform([(p.x, p.y - p.err), (p.x, p.y + p.err)])
+                bars += [(p.key, (x - 1.5, low - 1.5, x + 1.5, high + 1.5)),
+                         (p.key, (x - half, low - 1.5, x + half, low + 1.5)),
+                         (p.key, (x - half, high - 1.5, x + half, high + 1.5))]
+        return bars
+
+    def _point_boxes(self) -> list[tuple[str, tuple[float, float, float, float]]]:
+        px_per_pt = self.ax.figure.dpi / 72.0
+        return [(p.key, point_box(*self.ax.transData.transform((p.x, p.y)), math.sqrt(p.size) / 2 * px_per_pt))
+                for p in self.points]
+
+    def place_labels(self, fontsize: float = LABEL_PT) -> None:
         labelled = [p for p in self.points if p.label]
         if labelled:
-            place_labels(self.ax, [(p.x, p.y) for p in labelled], [p.label for p in labelled],
-                         [p.size for p in labelled], fontsize, [p.color for p in labelled],
-                         obstacles=[((p.x, p.y), p.size) for p in self.points if not p.label])
+            self.annotations = place_labels(
+                self.ax, [(p.x, p.y) for p in labelled], [p.label for p in labelled], [p.size for p in labelled],
+                fontsize, [p.color for p in labelled],
+                obstacles=[((p.x, p.y), p.size) for p in self.points if not p.label],
+                boxes=[box for _, box in self._bars()])
+
+    def problems(self) -> list[str]:
+        """Every label that overlaps another label, a point, an error bar or the legend, as drawn."""
+        return covered(self.ax.figure, self.annotations, self._point_boxes(), self._bars(), self.legends)
 
     def record(self) -> dict[str, Any]:
         ax = self.ax
@@ -143,7 +169,7 @@ def _score_bar(ax, x: float, y: float, err: float | None, color, gid: str) -> No
     if err is None:
         return
     dark = tuple(0.6 * c for c in to_rgb(color))
-    bar = ax.errorbar([x], [y], yerr=[err], fmt="none", ecolor=dark, elinewidth=1.2, capsize=4, capthick=1.2,
+    bar = ax.errorbar([x], [y], yerr=[err], fmt="none", ecolor=dark, elinewidth=1.1, capsize=CAP_PT, capthick=1.1,
                       zorder=3.5)
     for i, artist in enumerate(bar.get_children()):
         artist.set_gid(f"{gid}-{i}")
@@ -171,21 +197,22 @@ def draw_ours(ax, scores: dict[str, dict[str, dict[str, Any]]], speeds: dict[str
             color, marker = ("black", "D") if variant in REFERENCE_VARIANTS else styles[variant]
             partial = not tasks.issubset(m["accuracy"])
             _score_bar(ax, x, y, m["score_std"], color, f"{gid}-{series.replace(', ', '-')}-{variant}")
-            style = dict(s=size, linewidth=2.0, alpha=0.7, zorder=3, linestyle="--" if partial else "-")
+            style = dict(s=size, linewidth=1.6, alpha=0.7, zorder=3, linestyle="--" if partial else "-")
             if variant in REFERENCE_VARIANTS:  # a diamond with a black rim: not an attention variant
                 ax.scatter([x], [y], marker="D", facecolor="0.15" if solid else "none", edgecolor="black", **style)
             else:
                 ax.scatter([x], [y], marker=marker, facecolor=color if solid else "none", edgecolor=color, **style)
-            ax.scatter([x], [y], s=8, color="black", zorder=4)
+            ax.scatter([x], [y], s=6, color="black", zorder=4)
             label = variant + (f" ({base_scale(series)})" if several else "") + ("*" if partial else "")
             scratch = next((p for p in points if p.variant == variant and p.series == base_scale(series)), None)
             if is_pretrained(series) and scratch:  # reached by an arrow from scratch, the label stays there
                 ax.add_patch(FancyArrowPatch((scratch.x, scratch.y), (x, y), arrowstyle="-|>", color=color,
                                              linewidth=1.4, shrinkA=4, shrinkB=4, mutation_scale=14, zorder=3.8))
-                points.append(Point(variant, series, x, y, size, "", f"{label} [{series}]", color, marker))
+                points.append(Point(variant, series, x, y, size, "", f"{label} [{series}]", color, marker,
+                                    m["score_std"]))
             else:
                 points.append(Point(variant, series, x, y, size, label, label if not is_pretrained(series)
-                                    else f"{label} [{series}]", color, marker))
+                                    else f"{label} [{series}]", color, marker, m["score_std"]))
     return points
 
 
@@ -219,39 +246,8 @@ def draw_paper(ax, reference: dict[str, Any] | None, ours: list[Point],
             ax.plot([x, joined.x], [y, joined.y], linestyle=":", color=PAPER_COLOR, linewidth=1.2, zorder=2,
                     gid=f"paper-line-{model['variant']}")
         key = f"LRA paper: {model['paper_name']} ({model['variant']})"
-        points.append(Point(model["variant"], PAPER, x, y, size, "" if joined else key, key, PAPER_COLOR, "s"))
-    return points
-
-
-def draw_published(ax, published: dict[str, tuple[dict[str, Any], dict[str, Any]]], ours: list[Point],
-                   scores: dict[str, dict[str, dict[str, Any]]], styles: dict[str, tuple[str, Any]]) -> list[Point]:
-    """Each implemented variant's published LRA score (`published`: variant -> (paper, row),
-    `lra_results.implemented_rows`; every such paper ran at full scale), averaged over the tasks of our
-    from-scratch point of that variant (the full-scale one first), as a short bar in the variant's colour
-    (black for a REFERENCE_VARIANTS row) at that point's speed: the paper has no speed on our axis. Joined
-    to the point by a dashed line only where ours is full scale too (PAPER_SCALE); otherwise labelled, as
-    `draw_paper` does. A variant with no point here, or whose row lacks one of those tasks, is not marked."""
-    points = []
-    for variant, (_, row) in sorted(published.items()):
-        ours_of = [p for p in ours if p.variant == variant and p.series not in (PAPER, PUBLISHED)
-                   and not is_pretrained(p.series)]
-        joined = next((p for p in ours_of if base_scale(p.series) == PAPER_SCALE), None)
-        point = joined or next(iter(ours_of), None)
-        if point is None:
-            continue
-        tasks = scored_tasks({variant: scores[point.series][variant]})
-        values = [row["accuracy"].get(t) for t in tasks]
-        if not tasks or not all(isinstance(v, (int, float)) for v in values):
-            continue
-        y = math.fsum(values) / len(values)
-        color = "black" if variant in REFERENCE_VARIANTS else styles[variant][0]
-        ax.plot([point.x], [y], linestyle="", marker="_", markersize=22, markeredgewidth=2.6, color=color,
-                zorder=3.6, gid=f"published-mark-{variant}")
-        if joined:
-            ax.plot([point.x, point.x], [point.y, y], linestyle="--", color=color, linewidth=1.2, alpha=0.8,
-                    zorder=2, gid=f"published-line-{variant}")
-        key = f"published: {row['paper_name']} ({variant})"
-        points.append(Point(variant, PUBLISHED, point.x, y, PUBLISHED_AREA, "" if joined else key, key, color, "_"))
+        label = f"{model['paper_name']} (paper)"
+        points.append(Point(model["variant"], PAPER, x, y, size, "" if joined else label, key, PAPER_COLOR, "s"))
     return points
 
 
@@ -273,47 +269,43 @@ def log_axis_with_plain_ticks(axis) -> None:
     axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
 
 
-def finish(ax, points: list[Point], largest: float, memory_title: str, paper: bool) -> None:
-    """Log x where the speeds span more than 10x, margins, a line at softmax (x = 1) and the legend: the
-    memory scale and what solid, hollow, *, diamond and square mean (only those drawn)."""
+def finish(ax, points: list[Point]) -> None:
+    """Log x where the speeds span more than 10x, margins, a line at softmax (x = 1) and a light grid."""
     xs = [p.x for p in points]
     if xs and max(xs) / max(min(xs), 1e-12) > 10:
         log_axis_with_plain_ticks(ax.xaxis)
     ax.axvline(1.0, color="0.6", linewidth=0.8, zorder=1)
     ax.grid(True, alpha=0.3, which="both")
-    ax.margins(x=0.1, y=0.14)
+    ax.margins(x=0.08, y=0.12)
+
+
+def legend_handles(ax, points: list[Point], largest: float) -> list:
+    """The legend's entries: the memory scale and what solid, hollow, arrow, *, diamond and square mean (only
+    those drawn)."""
     handles = [ax.scatter([], [], s=LARGEST_AREA * f / largest, facecolor="none", edgecolor="0.4",
-                          label=f"{f:g}× softmax's") for f in _legend_ratios(largest)]
-    series = {base_scale(p.series) for p in points if p.series not in (PAPER, PUBLISHED)}
+                          label=f"{f:g}× softmax's memory") for f in _legend_ratios(largest)]
+    series = {base_scale(p.series) for p in points if p.series != PAPER}
     marks = [("full", "o", "0.3", "ours, full scale (solid)"), ("mini", "o", "none", "ours, mini scale (hollow)")]
-    handles += [Line2D([], [], marker=m, linestyle="", markerfacecolor=face, markeredgecolor="0.3", markersize=10,
+    handles += [Line2D([], [], marker=m, linestyle="", markerfacecolor=face, markeredgecolor="0.3", markersize=9,
                        label=text) for s, m, face, text in marks if s in series]
     if any(is_pretrained(p.series) for p in points):
-        handles.append(Line2D([], [], marker=r"$\rightarrow$", linestyle="", color="0.3", markersize=14,
-                              label="from scratch → self-pretrained\n(same fine-tuning budget)"))
+        handles.append(Line2D([], [], marker=r"$\rightarrow$", linestyle="", color="0.3", markersize=13,
+                              label="from scratch → self-pretrained"))
     if any(p.label.endswith("*") for p in points):
         handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none", markeredgecolor="0.3",
-                              markersize=10, label="* scored on fewer tasks (dashed)"))
+                              markersize=9, label="* scored on fewer tasks (dashed)"))
     for variant, what in REFERENCE_VARIANTS.items():
         if any(p.variant == variant for p in points):
             handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none", markeredgecolor="black",
-                                  markersize=10, label=f"{variant}, {what}"))
-    marks = [p for p in points if p.series == PUBLISHED]
-    if marks:
-        joined = any(not p.label for p in marks)
-        handles.append(Line2D([], [], marker="_", linestyle="--" if joined else "", color="0.3", markersize=16,
-                              markeredgewidth=2.4, label="published score of the variant\n(its paper, full scale,\n"
-                              "over the tasks of our point)"
-                              + (";\ndashed: joined to our\nfull-scale point" if joined else "")))
-    if paper:
-        joined = any(p.series == PAPER and not p.label for p in points)
+                                  markersize=9, label=f"{variant}: state-space yardstick"))
+    papers = [p for p in points if p.series == PAPER]
+    if papers:
+        joined = any(not p.label for p in papers)
         handles.append(Line2D([], [], marker="s", linestyle=":" if joined else "", color=PAPER_COLOR,
-                              markerfacecolor=PAPER_COLOR, markersize=10, alpha=0.6,
-                              label=f"LRA paper, {PAPER_SCALE} scale"
-                              + (f";\ndotted: joined to our {PAPER_SCALE}-scale\npoint of the same variant" if joined
-                                 else ";\nnot joined to our points\n(other scale)" if series - {PAPER_SCALE} else "")))
-    ax.legend(handles=handles, title=memory_title, loc="upper left", bbox_to_anchor=(1.01, 1.0), labelspacing=1.9,
-              borderpad=1.2, handletextpad=1.6, fontsize=8, title_fontsize=8, frameon=False)
+                              markerfacecolor=PAPER_COLOR, markersize=9, alpha=0.6,
+                              label=f"LRA paper ({PAPER_SCALE} scale, TPU v3)"
+                              + (f"; dotted: to our {PAPER_SCALE}-scale point" if joined else "")))
+    return handles
 
 
 def _legend_ratios(largest: float) -> list[float]:

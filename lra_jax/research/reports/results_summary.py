@@ -49,9 +49,10 @@ def _speed(speeds: DeviceSpeeds | None, variant: str) -> list[str]:
     return [f"{speed.relative_speed:.2f}", memory]
 
 
-def summary(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | None, header: str) -> str:
+def summary(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | None, header: str,
+            not_drawn: dict[str, str] | None = None) -> str:
     """The short table of every series trained from scratch (`scores`: series -> `lra_results.aggregate`),
-    under `header` (how the file was made)."""
+    under `header` (how the file was made); `not_drawn`: variant -> why the headline chart cannot draw it."""
     series = [s for s in sorted(scores, key=lambda s: (s != "full", s)) if not is_pretrained(s)]
     tasks = [t for t in LRA_TASKS if any(t in m["accuracy"] for s in series for m in scores[s].values())]
     where = (f"the train step at {main.length:,} tokens on {main.device} (batch {main.batch_size}), relative "
@@ -59,7 +60,8 @@ def summary(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | N
     lines = ["# LRA results in short", "", header, "",
              "Test accuracy (%), mean ± sample std over seeds, of each variant trained from scratch; score = mean "
              f"over the tasks shown, best first. Speed and memory: {where}. Train time: one seed of every task, "
-             f"steps ÷ measured steps/s (compilation and evaluation left out). {LEARNED_WORDS}", "",
+             f"steps ÷ measured steps/s (compilation and evaluation left out). {LEARNED_WORDS}"
+             + (f" The chart (lra_chart.png) cannot draw {_names(not_drawn)}." if not_drawn else ""), "",
              "| Variant | " + " | ".join(TASK_TITLES[t] for t in tasks) + " | Score | Speed (× softmax) | "
              "Memory (GiB) | Scale | Trained on | Train time |",
              "|---" * (len(tasks) + 7) + "|"]
@@ -73,6 +75,15 @@ def summary(scores: dict[str, dict[str, dict[str, Any]]], main: DeviceSpeeds | N
         lines += ["", "Scored on fewer tasks than the rows above, so not ranked with them; their score (*) is the "
                   "mean over the tasks they ran:", "", *lines[header_at:header_at + 2], *apart]
     return "\n".join(lines) + "\n"
+
+
+def _names(not_drawn: dict[str, str]) -> str:
+    """'lru, mega and s6 (no measured speed on NVIDIA H200)', grouped by reason."""
+    grouped: dict[str, list[str]] = {}
+    for variant, why in not_drawn.items():
+        grouped.setdefault(why, []).append(variant)
+    return "; ".join(f"{', '.join(vs[:-1]) + ' and ' + vs[-1] if len(vs) > 1 else vs[0]} ({why})"
+                     for why, vs in grouped.items())
 
 
 def _row(m: dict[str, Any], variant: str, series: str, tasks: list[str], main: DeviceSpeeds | None) -> str:

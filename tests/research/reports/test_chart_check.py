@@ -12,6 +12,7 @@ from run_records import write_record
 
 from lra_jax.research.reports import chart_manifest, lra_chart
 from lra_jax.research.reports.chart_manifest import ChartOptions
+from lra_jax.research.reports.chart_panels import LARGEST_AREA
 
 # This package's own Python over its files, no jax computation: CI runs it on one stack.
 pytestmark = pytest.mark.one_stack("oldest")
@@ -70,11 +71,11 @@ def test_the_manifest_records_every_input_the_command_and_the_drawn_points(drawn
     for name in ("s4d_paper.json", "modern_papers.json"):  # lra_results.MIXER_REFERENCES: in the table, so inputs
         assert any(p.endswith(f"experiments/reference/{name}") for p in inputs), name
     ours = record["panels"][0]
-    assert "× softmax's (examples/s; measured on fake-accelerator)" in ours["xlabel"]
+    assert "× softmax's (measured on fake-accelerator)" in ours["xlabel"]
     points = {p["variant"]: p for p in ours["points"] if p["series"] == "full"}
     assert points["linear"]["x"] == 4.0 and points["softmax"]["x"] == 1.0
     assert points["softmax"]["y"] == pytest.approx((40.5 + 60.5) / 2)
-    assert points["softmax"]["size"] == 2500.0 and points["linear"]["size"] == 1250.0
+    assert points["softmax"]["size"] == LARGEST_AREA and points["linear"]["size"] == LARGEST_AREA / 2
     paper = {p["variant"]: p for p in ours["points"] if p["series"] == "paper"}
     assert paper["softmax"]["label"] == "LRA paper: Transformer (softmax)" and paper["softmax"]["x"] == 1.0
     with open(os.path.join(OUT, "lra_results.md"), encoding="utf-8") as f:
@@ -133,6 +134,17 @@ def test_check_names_the_table_when_it_was_edited(drawn):
         f.write(table.replace("| 10 |", "| 11 |", 1))
     line = table.splitlines().index(next(row for row in table.splitlines() if "| 10 |" in row)) + 1
     assert lra_chart.check_chart(drawn) == [f"output differs: {OUT}/lra_results.md (line {line} differs from a fresh draw)"]
+
+
+def test_check_names_the_interactive_view_when_it_is_stale(drawn):
+    path = os.path.join(OUT, "lra_interactive.json")
+    with open(path, encoding="utf-8") as f:
+        document = json.load(f)
+    document["panels"][0]["points"].pop()  # a point the fresh draw has
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=1, sort_keys=True)
+    problems = lra_chart.check_chart(drawn)
+    assert [p for p in problems if "lra_interactive.json" in p] and all("lra_interactive.json" in p for p in problems)
 
 
 @pytest.mark.slow

@@ -1,23 +1,17 @@
 """The state-space and modern-mixer papers' published LRA figures (`lra_results.MIXER_REFERENCES`:
 experiments/reference/s4d_paper.json, modern_papers.json): every file well formed, listed in the results
-table, and each implemented row marked on the chart beside our point of its variant."""
+table (the figures keep to our measured points and the LRA paper's)."""
 
 import json
 
-import matplotlib
 import pytest
 from chart_helpers import FIVE, measure, write_result
 
 from lra_jax.attention import registry
-from lra_jax.research.reports import chart_panels, lra_results
-from lra_jax.research.reports.chart_panels import Point
+from lra_jax.research.reports import lra_results
 
 # This package's own Python over its files, no jax computation: CI runs it on one stack.
 pytestmark = pytest.mark.one_stack("oldest")
-
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
 SIX = (*FIVE, "path_x")
 
@@ -82,23 +76,3 @@ def test_the_results_table_lists_every_published_paper(tmp_path):
     assert all(f"{v} (" in absent for v in ("s6", "ssd", "gla", "hyena"))
     # without the files, no published section
     assert "## Published (" not in lra_results.markdown_table({"full": measure(root)}, None, None, None)
-
-
-def test_a_published_score_is_marked_at_our_point_over_its_tasks_joined_only_at_full_scale():
-    """s5 at full scale: a bar at its paper's ListOps + Pathfinder mean, dashed to our point; mega at mini scale:
-    the bar alone, labelled; lru has no point here: nothing."""
-    measured = {"listops": 40.0, "pathfinder": 60.0}
-    m = {"accuracy": measured, "score": 50.0}
-    scores = {"full": {"s5": m}, "mini": {"mega": m}}
-    ours = [Point("s5", "full", 3.0, 50.0, 100.0, "s5", "s5"), Point("mega", "mini", 2.0, 50.0, 100.0, "mega", "mega")]
-    styles = chart_panels.variant_styles()
-    fig, ax = plt.subplots()
-    marks = chart_panels.draw_published(ax, lra_results.implemented_rows(documents()), ours, scores, styles)
-    by = {p.variant: p for p in marks}
-    assert set(by) == {"s5", "mega"} and all(p.series == chart_panels.PUBLISHED for p in marks)
-    assert by["s5"].y == pytest.approx((62.15 + 95.33) / 2) and by["s5"].x == 3.0 and by["s5"].label == ""
-    assert by["mega"].y == pytest.approx((63.14 + 96.01) / 2) and by["mega"].label == "published: Mega (mega)"
-    assert by["s5"].color == styles["s5"][0]
-    lines = {line.get_gid() for line in ax.get_lines()}
-    assert lines == {"published-mark-s5", "published-line-s5", "published-mark-mega"}
-    plt.close(fig)
