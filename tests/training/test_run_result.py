@@ -120,6 +120,19 @@ def test_a_sweep_never_trains_over_a_damaged_run_and_counts_it_unfinished(tmp_pa
     assert says in row["error"] and os.path.join(run.workdir, "results.json") in row["error"]
 
 
+def test_a_run_extended_to_more_steps_resumes_though_its_old_test_line_is_gone(tmp_path):
+    """A finished rsqrt run asked for more steps: the trainer drops the old test line from metrics.jsonl as it
+    goes on, and results.json is rewritten at the new end; until then the run is to resume, not damaged."""
+    run = planned_run(tmp_path)
+    write_run(run.workdir, run.config, TRUE_TEST, 0.25, num_train_steps=run.config["num_train_steps"] - 1)
+    path = os.path.join(run.workdir, "metrics.jsonl")
+    with open(path, encoding="utf-8") as f:
+        kept = [line for line in f if "test/accuracy" not in line]
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    assert run.damage() is not None and run.state() == "resume"
+
+
 # ----------------------------------------------------------------------------- chart --runs and --check
 
 def chart_runs(root):

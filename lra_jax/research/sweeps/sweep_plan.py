@@ -72,15 +72,15 @@ class Run:
         if results is not None and not self.metrics_whole():
             return "resume"  # the trainer repairs metrics.jsonl and ends the run again
         if results is not None:
-            if self.damage():
-                return "damaged"
             if self.changes():
                 return "stale"
-            if results.get("status") == "diverged":
-                return "diverged"
             trained = results.get("num_train_steps")
             asked = trained and (self.config or {}).get("num_train_steps")
-            return "resume" if asked and trained < asked else "done"
+            if asked and trained < asked:
+                return "resume"  # the trainer goes on (dropping the old test line) and writes a new results.json
+            if self.damage():
+                return "damaged"
+            return "diverged" if results.get("status") == "diverged" else "done"
         if os.path.isdir(os.path.join(self.workdir, "checkpoints")):
             return "resume"
         return "new"
