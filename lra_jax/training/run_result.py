@@ -11,7 +11,7 @@ the "val/accuracy" logged at its best_step, and its config is config.json's (up 
 change on resume, `run_dir.config_changes`). A diverged run holds no accuracy; its config is checked alike.
 Anything else is a `DamagedResult`: one line naming the run's results.json and what disagrees. Every
 command that reads results.json as a result (the trainer's finished check, the sweep's states and
-selection, the chart and its tables) goes through `read` or `check`.
+selection, the chart and its tables) goes through `read`, `check` or `problem`.
 """
 
 from __future__ import annotations
