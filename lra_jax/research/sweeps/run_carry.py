@@ -45,11 +45,12 @@ from lra_jax.training import checkpointing
 
 MANIFEST = "carried.json"
 FORMAT = 2  # 2: every file's size and sha256 in the manifest, which comes first
+# What one archive may hold, checked by pack and again by unpack before it writes anything.
 RUN_LIMIT_BYTES = 4 << 20
 TOTAL_LIMIT_BYTES = 12 << 20
 FILE_LIMIT = 2000
 MANIFEST_LIMIT_BYTES = 1 << 20
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 20  # files are hashed and copied this much at a time
 RECORD_FILES = ("config.json", "metrics.jsonl")
 # A run's file, relative to its directory: a record, or a file of a checkpoint of a given step.
 CARRIED_FILE = re.compile(r"(config\.json|metrics\.jsonl|checkpoints/(last|best)/(\d+)/.+)")
@@ -70,7 +71,7 @@ def _files(directory: str) -> list[str]:
     return sorted(os.path.join(parent, n) for parent, _, names in os.walk(directory) for n in names)
 
 
-def travelling_files(workdir: str) -> tuple[int, list[str]]:
+def travelling_files(workdir: str) -> tuple[int | None, list[str]]:
     """(newest last step, the files that carry the run); (None, []) when it has no whole checkpoint."""
     checkpoints = os.path.join(workdir, "checkpoints")
     last = _steps(os.path.join(checkpoints, "last"))
