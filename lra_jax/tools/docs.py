@@ -2,11 +2,15 @@ r"""The docs pages generated from the registry and the committed JSON (`lra_jax.
 
     python -m lra_jax.tools.docs            # write docs/variants.md, docs/results/*.md,
                                             # docs/tpu-modeled-time.md, docs/assets/ (the chart the site
-                                            # shows), README.md's results, docs/kernels.md's kernel table
+                                            # shows), README.md's results, docs/kernels.md's kernel table,
+                                            # docs/variants-at-a-glance.md and its maps (docs/assets/patterns/)
     python -m lra_jax.tools.docs --check    # write nothing; exit 1 naming every page or asset that differs
 
 README.md's results table is the chart's short table (`lra_jax.research.reports.readme_results`); docs/kernels.md's
 table of what each kernel op runs where is generated from the ops' declarations (`lra_jax.research.reports.kernel_table`).
+"The variants at a glance" draws every variant's dependence map (`lra_jax.research.reports.dependence_page`): about
+two minutes of one core in either mode (the maps' Jacobians are computed again by `--check`), less where JAX's
+compilation cache holds them.
 """
 
 import sys
@@ -14,8 +18,9 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.research.reports import docs_pages, kernel_table, readme_results
+from lra_jax.research.reports import docs_pages, kernel_table, dependence_page, readme_results
 from lra_jax.tools import parse_command_line
+from lra_jax.tools.patterns import use_compilation_cache
 
 
 def define_flags(values: flags.FlagValues) -> None:
@@ -31,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         blocks = [readme_results.current(args.root), kernel_table.current(args.docs_dir)]  # (path, text)
         if args.check:
-            stale = docs_pages.stale(args.docs_dir, args.root)
+            stale = docs_pages.stale(args.docs_dir, args.root) + dependence_page.stale(args.docs_dir)
             for path, text in blocks:
                 with open(path, encoding="utf-8") as f:
                     stale += [path] if f.read() != text else []
@@ -43,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
                 sys.exit(1)
             print("the generated docs pages are up to date")
             return
-        for path in docs_pages.write(args.docs_dir, args.root):
+        for path in docs_pages.write(args.docs_dir, args.root) + dependence_page.write(args.docs_dir):
             print(f"wrote {path}")
         for path, text in blocks:
             with open(path, "w", encoding="utf-8") as f:
@@ -55,7 +60,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def cli() -> None:
-    """The command (`python -m lra_jax.tools.docs`)."""
+    """The command (`python -m lra_jax.tools.docs`), with the compilation cache of the dependence maps."""
+    use_compilation_cache()
     main()
 
 

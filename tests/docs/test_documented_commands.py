@@ -147,7 +147,8 @@ def test_command_runs_at_tiny_scale(document, command, module, args, tmp_path):
         args += ["--dry_run", f"--root={tmp_path}"]
     elif module == "lra_jax.train":
         args += [*TINY, f"--workdir={tmp_path / 'run'}"]
-    result = run([sys.executable, "-m", module, *args])
+    # docs --check draws every variant's dependence map again: about two minutes of one core, more on a busy one
+    result = run([sys.executable, "-m", module, *args], timeout=900 if module == "lra_jax.tools.docs" else 240)
     assert result.returncode == 0, f"{document}: `{command}` exited {result.returncode}: {result.stderr[-2000:]}"
 
 

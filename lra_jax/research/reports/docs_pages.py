@@ -49,6 +49,15 @@ OTHER_VIEWS = (("lra_spt", "Self-pretraining: from scratch → self-pretrained, 
                 "not measured)"))
 
 
+GLANCE = "variants-at-a-glance.md"  # every variant's dependence map, by family (`patterns_page`)
+
+
+def family_link(name: str) -> str:
+    """A link to the maps of variant `name`'s family on the page "The variants at a glance"."""
+    family = registry.family_of(name)
+    return f"[{family}]({GLANCE}#{family.lower().replace(' ', '-')})"
+
+
 def _first_paragraph(text: str | None) -> str:
     return " ".join((text or "").strip().split("\n\n")[0].split())
 
@@ -72,23 +81,25 @@ def variants_page() -> str:
              "(`auto`, `pallas`, `xla`) its kernel ([kernels](kernels.md)); the Pallas backends below are "
              "`kernel_backends()` of each class (triton: GPU, mosaic: TPU).", "",
              "The causal column gives the setting that makes a variant causal, for next-token pretraining "
-             "([self-pretraining](self-pretraining.md)); the others refuse `causal=True`.", "",
-             "| name | cost exponent e | kernel op | Pallas backends | causal |", "|---|---|---|---|---|"]
+             "([self-pretraining](self-pretraining.md)); the others refuse `causal=True`. The family links to "
+             f"its variants' dependence maps, what each output depends on ([the variants at a glance]({GLANCE})).",
+             "", "| name | family (maps) | cost exponent e | kernel op | Pallas backends | causal |",
+             "|---|---|---|---|---|---|"]
     forms = causal_forms()
     for name in registry.names():
         cls = registry.get(name)
         op = getattr(cls, "kernel_op", None)
         backends = ", ".join(sorted(cls.kernel_backends())) if hasattr(cls, "kernel_backends") else ""
         causal = f"`{forms[name]}`" if name in forms else "—"
-        lines.append(f"| `{name}` | {getattr(cls, 'cost_exponent', 2.0):g} | {op.name if op else '—'} | "
-                     f"{backends or '— (XLA)'} | {causal} |")
+        lines.append(f"| `{name}` | {family_link(name)} | {getattr(cls, 'cost_exponent', 2.0):g} | "
+                     f"{op.name if op else '—'} | {backends or '— (XLA)'} | {causal} |")
     for name in registry.names():
         cls = registry.get(name)
         settings = registry.settings_of(name)
         if forms.get(name) != "causal=True":
             settings.pop("causal", None)  # accepted only to be refused with the list of causal layers
         lines += ["", f"## `{name}`", "", _first_paragraph(cls.__doc__) or "(no docstring)", "",
-                  f"Class `{cls.__module__}.{cls.__qualname__}`."]
+                  f"Class `{cls.__module__}.{cls.__qualname__}`; family {family_link(name)}, where its map is drawn."]
         if settings:
             lines += ["", "Settings (`--config.attention.<name>`): " +
                       ", ".join(f"`{k}={v!r}`" for k, v in sorted(settings.items())) + "."]
