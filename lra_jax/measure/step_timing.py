@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lra_jax import compat
+from lra_jax import progress as progress_bar
 from lra_jax.config.settings import Settings, check_devices
 from lra_jax.data import tasks
 from lra_jax.data.tasks import TaskSpec
@@ -42,21 +43,30 @@ def random_batch(task: TaskSpec, batch_size: int, max_len: int, seed: int) -> di
 
 
 def time_train_step(config: Settings, task: TaskSpec, mesh: Mesh, *,
-                    warmup: int, steps: int) -> dict[str, Any]:
+                    warmup: int, steps: int, announce: bool = False) -> dict[str, Any]:
     """Compiles the train step once, runs `warmup` untimed steps, then times `steps` steps.
 
-    Raises ConfigError (from `memory.check_fits`) when XLA's memory estimate of the step
-    exceeds the device's memory, before running anything. Returns seconds_per_step (the mean),
+    Raises ConfigError (from `memory.check_fits`) when the step needs more memory than the device
+    (or on the CPU, the host) has, before running anything. `announce`: say on stderr what is compiled
+    and about how long it takes (`compiling_line`), then show a progress bar of the steps. Returns seconds_per_step (the mean),
     step_seconds (each timed step), compile_seconds, the compiled step's memory figures, the
     process's largest resident host memory after the steps (`host_max_rss_bytes`),
     num_parameters, the attention settings as built (`trainer.attention_settings`), `compiled`
     (for callers that want its cost analysis) and `run_step`, which runs one more step.
     """
-    return time_train_steps([config], task, mesh, warmup=warmup, steps=steps)[0]
+    return time_train_steps([config], task, mesh, warmup=warmup, steps=steps, announce=announce)[0]
+
+
+def compiling_line(config: Settings, platform: str, steps: int) -> str:
+    """What `train --estimate` does first, and about how long it takes."""
+    slow = config.scale == "full" and platform == "cpu"  # compiling: a minute or two; a step: up to minutes
+    return (f"estimating {config.variant} on {config.task}: compiling the {config.scale}-scale train step for the "
+            f"{platform} ({'a minute or two' if slow else 'seconds to a minute'}), then running {steps} steps"
+            + (" (up to minutes each at full scale on a CPU)" if slow else ""))
 
 
 def time_train_steps(configs: list[Settings], task: TaskSpec, mesh: Mesh, *,
-                     warmup: int, steps: int) -> list[dict[str, Any]]:
+                     warmup: int, steps: int, announce: bool = False) -> list[dict[str, Any]]:
     """`time_train_step` of several configs of one shape (e.g. dropout 0 and 0.1), their timed steps
     in rounds (step i of each config), so that a change of load on a shared machine hits them alike
     and their ratio holds. Rounds alternate their order (A B, B A, A B, ...): a load that grows or
@@ -70,12 +80,14 @@ def time_train_steps(configs: list[Settings], task: TaskSpec, mesh: Mesh, *,
     goes first. Where malloc maps every large block afresh anyway (glibc's default), every step pays
     that, and the step after a switch is timed directly. Only one step's temporary memory is live at
     a time: each config must fit alone. One dict per config, in order; each one's `pairing` says
-    how its steps were ordered."""
+    how its steps were ordered. `announce`: as `time_train_step`'s."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     runs = []
     for config in configs:
         check_devices(config, mesh.size)
+        if announce:
+            print(compiling_line(config, mesh.devices.flat[0].platform, warmup + steps), file=sys.stderr, flush=True)
         graphdef, tx, state = trainer.create_train_state(config, task, mesh)
         batch = jax.device_put(random_batch(task, config.batch_size, config.max_len, config.seed),
                                NamedSharding(mesh, PartitionSpec("data")))
@@ -84,18 +96,19 @@ def time_train_steps(configs: list[Settings], task: TaskSpec, mesh: Mesh, *,
             compiled = make_train_step(graphdef, tx, trainer.run_key(config, "dropout")).lower(state, batch).compile()
         compile_seconds = time.perf_counter() - start
         step_memory = memory.peak_memory(compiled)
-        memory.check_fits(step_memory, config)
+        memory.check_fits(compiled, config)
         runs.append({"state": state, "batch": batch, "compiled": compiled, "compile_seconds": compile_seconds,
                      "step_memory": step_memory, "attention": trainer.attention_settings(graphdef, state),
                      "step_seconds": []})
     switching = len(runs) > 1
     settle = switching and host_memory.keeps_freed()
+    progress = progress_bar.bar(len(runs) * (warmup + steps), "timing the train step", disable=not announce)
     for run in runs:
         if switching:
             host_memory.release_freed()
         for _ in range(warmup):
-            _step(run)
-        jax.block_until_ready(run["state"])
+            jax.block_until_ready(_step(run))
+            progress.update(1)
     previous = runs[-1]
     for step in range(steps):  # each step waited for: a step takes milliseconds to minutes, the wait microseconds
         for run in runs if step % 2 == 0 else runs[::-1]:
@@ -106,7 +119,9 @@ def time_train_steps(configs: list[Settings], task: TaskSpec, mesh: Mesh, *,
             start = time.perf_counter()
             jax.block_until_ready(_step(run))
             run["step_seconds"].append(time.perf_counter() - start)
+            progress.update(1)
             previous = run
+    progress.close()
     host_max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     pairing = {"round_order": "alternating", "untimed_step_after_switch": settle} if switching else None
     return [{
@@ -129,13 +144,15 @@ def _step(run: dict[str, Any]) -> Any:
     return run["state"], metrics
 
 
-def projected_training(config: Settings, *, warmup: int = 1, steps: int = 3) -> dict[str, Any]:
+def projected_training(config: Settings, *, warmup: int = 1, steps: int = 3, announce: bool = False
+                       ) -> dict[str, Any]:
     """A run's projected training time: compilation + num_train_steps x the timed step.
 
-    Evaluation, data preparation and checkpointing are not included.
+    Evaluation, data preparation and checkpointing are not included. `announce`: as `time_train_step`'s.
     """
     mesh = trainer.make_mesh()
-    timing = time_train_step(config, tasks.get_task(config.task), mesh, warmup=warmup, steps=steps)
+    timing = time_train_step(config, tasks.get_task(config.task), mesh, warmup=warmup, steps=steps,
+                             announce=announce)
     return {
         "task": config.task, "scale": config.scale, "variant": config.variant,
         "batch_size": config.batch_size, "max_len": config.max_len, "num_train_steps": config.num_train_steps,

@@ -369,7 +369,7 @@ def _train_stage(config: Settings, stage: Stage, graphdef, tx, state, checkpoint
                                        objective=stage.objective)
     train_step = train_step.lower(state, first).compile()
     step_memory = memory.peak_memory(train_step)
-    memory.check_fits(step_memory, config)
+    memory.check_fits(train_step, config)
     writer = metrics.MetricsWriter(stage.folder, start_step=start, enabled=jax.process_index() == 0)
     loop = _Loop(config, stage, checkpoints, writer, optimizer.make_schedule(stage.optimizer), versions, validate,
                  best_val=best_val, on_step_time=on_step_time)
