@@ -7,25 +7,45 @@ sentence and a table, or with `--json` one JSON line (what `sweep --estimate` re
 Overrides: `--config.model.num_layers=2 --config.attention.k=64`.
 
 Exit status: 0 finished; 2 bad input; 3 diverged; 75 (`errors.INTERRUPTED`) stopped by SIGTERM or Ctrl-C,
-the step in flight saved: the same command resumes. An interrupted run never exits 0.
+the step in flight saved: the same command resumes. An interrupted run never exits 0: a signal while the
+modules import, the data loads or the step compiles is one line and 75 as well (nothing was trained).
 """
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import sys
 
-import jax
-from absl import app, flags, logging
-from ml_collections import config_flags
+from lra_jax.errors import INTERRUPTED
 
-from lra_jax.config import checks as config_errors
-from lra_jax.config import settings as config_settings
-from lra_jax.data.tasks import default_cache_dir
-from lra_jax.errors import INTERRUPTED, LraError
-from lra_jax.measure import cpu_advice, step_timing
-from lra_jax.training import distributed, trainer
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _stopped_while_starting(signum: int, frame) -> None:
+    """A stop signal before `main` runs: nothing was started, so one line and exit at once."""
+    os.write(2, f"interrupted by {signal.Signals(signum).name} while starting; nothing was done: run the same "
+                "command to start\n".encode())
+    os._exit(INTERRUPTED)
+
+
+# Installed before the imports below, which take seconds; unblocked too, in case the parent blocked them.
+for _signal in STOP_SIGNALS:
+    signal.signal(_signal, _stopped_while_starting)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+import json  # noqa: E402 (after the handlers)
+
+import jax  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from lra_jax.config import checks as config_errors  # noqa: E402
+from lra_jax.config import settings as config_settings  # noqa: E402
+from lra_jax.data.tasks import default_cache_dir  # noqa: E402
+from lra_jax.errors import LraError  # noqa: E402
+from lra_jax.measure import cpu_advice, step_timing  # noqa: E402
+from lra_jax.training import distributed, trainer  # noqa: E402
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/linformer.py:listops,mini",
                                 lock_config=True)
@@ -55,11 +75,18 @@ def config_file() -> str:
     return spec if spec.endswith(".py") else spec.rsplit(":", 1)[0]
 
 
+def _stop_as_ctrl_c(signum: int, frame) -> None:
+    """SIGTERM before training takes the signals over (`trainer`): stopped as by Ctrl-C."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv  # `config_errors.parse_flags` refused any argument that is not a flag
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _stop_as_ctrl_c)
     if FLAGS.config is None:
-        raise app.UsageError("--config is required, e.g. --config=configs/linformer.py:listops,mini")
+        print("error: --config is required, e.g. --config=configs/linformer.py:listops,mini", file=sys.stderr)
+        sys.exit(2)
     if FLAGS.json and not FLAGS.estimate:
         print("error: --json goes with --estimate (the projection as one JSON line); a run writes its results to "
               "<workdir>/results.json", file=sys.stderr)
@@ -78,7 +105,7 @@ def main(argv: list[str]) -> None:
     try:
         settings = config_settings.from_config(FLAGS.config)  # read once: a bad value is one line, here
         if FLAGS.estimate:
-            projection = step_timing.projected_training(settings)
+            projection = step_timing.projected_training(settings, announce=jax.process_index() == 0)
             print(json.dumps(projection) if FLAGS.json else step_timing.projection_report(projection))
             return
         advice = cpu_advice.FullScaleOnCpu(FLAGS.config.task, FLAGS.config.scale, config_file())
@@ -93,8 +120,9 @@ def main(argv: list[str]) -> None:
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
-    except KeyboardInterrupt:  # before training started (data, compilation): nothing new to save
-        print(f"interrupted before training began; nothing was lost: run the same command to start (workdir "
+    except KeyboardInterrupt:  # outside the train loop (data, compilation, evaluation): nothing new to save
+        print("interrupted; the estimate was not finished" if FLAGS.estimate else
+              f"interrupted outside a training step; nothing was lost: run the same command to go on (workdir "
               f"{workdir})", file=sys.stderr)
         sys.exit(INTERRUPTED)
 

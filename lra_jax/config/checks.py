@@ -90,12 +90,18 @@ def apply_overrides(config, overrides: list[str], variant: str = ""):
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing for a CLI with a --config flag; a bad config or flag exits 2 with one line."""
+    """absl flag parsing for a CLI with a --config flag that takes flags only; a bad config or flag, or an
+    argument that is not a flag, exits 2 with one line."""
     problem = check(argv)
     if problem is None:
         try:
-            return flags.FLAGS(argv)
+            rest = flags.FLAGS(argv)
         except flags.Error as error:
             problem = f"{str(error).strip().splitlines()[-1]} (pass --helpshort to see the flags)"
+        else:
+            if len(rest) == 1:
+                return rest
+            problem = (f"unexpected arguments: {' '.join(rest[1:])} (this command takes flags only, e.g. "
+                       "--config=configs/linformer.py:listops,mini --config.model.num_layers=2; --helpshort lists them)")
     print(f"error: {problem}", file=sys.stderr)
     sys.exit(2)
