@@ -6,7 +6,8 @@ Moving average (Sec. 3.1, eq. 3), each channel j of d expanded to h dimensions:
 with α, δ = sigmoid(·) ∈ (0, 1)^h per channel. Unrolled it is a convolution with the kernel
 K_{k,j} = Σ_h η_{j,h} α_{j,h} β_{j,h} (1 - α_{j,h} δ_{j,h})^k, computed by FFT over 2n points
 (`ssm.fft_convolution`). Bidirectional (LRA): a second set of parameters gives the anti-causal kernel over
-the positions strictly after t, as S4D's backward kernel.
+the positions strictly after t, as S4D's backward kernel. The causal form runs eq. 3 itself, by an exact
+parallel scan (`ssm.diagonal_scan`): an FFT's rounding would let every output read later inputs, slightly.
 
 Gated attention (Sec. 3.2, eqs. 6-13), X' = EMA(X):
     Z = SiLU(X' W_z + b_z)  [n z],   Q = κ_q ⊙ Z + μ_q,   K = κ_k ⊙ Z + μ_k,   V = SiLU(X W_v + b_v)  [n v],
@@ -42,7 +43,7 @@ from lra_jax.attention.core import (
 )
 from lra_jax.attention.dropout import Dropout
 from lra_jax.attention.registry import register
-from lra_jax.attention.ssm import fft_convolution
+from lra_jax.attention.ssm import diagonal_scan, fft_convolution, scan_flops
 from lra_jax.errors import ConfigError
 
 
@@ -85,15 +86,18 @@ class Mega(BidirectionalMixer):
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
-        """The projections (W_z, W_v, W_γ, W_φ, W_h, U_h), the moving average's kernel (a multiply-add per
-        dimension and lag) and FFT convolution, and the attention's two products over each query's keys."""
+        """The projections (W_z, W_v, W_γ, W_φ, W_h, U_h), the moving average (bidirectional: its kernel and
+        FFT convolution; causal: its scan), and the attention's two products over each query's keys."""
         tokens = batch * n
         z, v, h = settings["shared_dim"], settings["expansion"] * dim, settings["ema_dim"]
         keys = min(settings["chunk"] or n, n)
         directions = cls.directions_of(settings)
         projections = (matmul_flops(tokens, dim, z) + 2 * matmul_flops(tokens, dim, v)
                        + 2 * matmul_flops(tokens, dim, dim) + matmul_flops(tokens, v, dim))
-        ema = 2 * directions * dim * h * n + fft_flops(2 * n, 2 * batch * dim + dim, real=True)
+        if directions == 2:  # the kernel (a multiply-add per dimension and lag) and the FFT convolution
+            ema = 2 * directions * dim * h * n + fft_flops(2 * n, 2 * batch * dim + dim, real=True)
+        else:  # the scan over h real states per channel (`scan_flops`) and its readout
+            ema = scan_flops(batch, n, dim * h, complex_values=False) + matmul_flops(tokens * dim, h, 1)
         attention = matmul_flops(tokens, z, keys) + matmul_flops(tokens, keys, v)
         return projections + ema + attention
 
@@ -127,8 +131,13 @@ class Mega(BidirectionalMixer):
                           self.beta[...], self.eta[...], length)
 
     def moving_average(self, x: Float[Array, "b n d"]) -> Float[Array, "b n d"]:
-        """EMA(x) in float32 (both directions when bidirectional); x's padded rows must be zero."""
-        return fft_convolution(x.astype(jnp.float32), self.kernel(x.shape[1]))
+        """EMA(x) in float32: both directions by FFT when bidirectional, else eq. 3 by its scan; x's padded rows
+        must be zero."""
+        x = x.astype(jnp.float32)
+        if self.bidirectional:
+            return fft_convolution(x, self.kernel(x.shape[1]))
+        alpha, delta = jax.nn.sigmoid(self.alpha_logit[0]), jax.nn.sigmoid(self.delta_logit[0])
+        return diagonal_scan(x, 1.0 - alpha * delta, self.eta[0] * alpha * self.beta[0])
 
     def attention_weights(self, q: Float[Array, "b m c z"], k: Float[Array, "b m c z"],
                           mask: Bool[Array, "b m c"]) -> Float[Array, "b m c c"]:

@@ -34,7 +34,7 @@ from jaxtyping import Array, Complex, Float
 
 from lra_jax.attention.core import SSMParam, matmul_flops
 from lra_jax.attention.registry import register
-from lra_jax.attention.ssm import SSMBlock
+from lra_jax.attention.ssm import SSMBlock, scan_flops
 from lra_jax.errors import ConfigError
 from lra_jax.kernels.linear_recurrence import linear_scan
 
@@ -59,13 +59,6 @@ def bidirectional_readout(a, b, c: Float[Array, "k d p 2"], scan=linear_scan) ->
 
 def _complex(pair: Float[Array, "... 2"]) -> Complex[Array, "..."]:
     return jax.lax.complex(pair[..., 0], pair[..., 1])
-
-
-def scan_flops(batch: int, n: int, width: int, *, complex_values: bool) -> float:
-    """FLOPs of one scan (`linear_scan`) over [batch, n, width] states: a multiply-add per state and step
-    (8 FLOPs complex, 2 real), as the recurrence does it step by step; the parallel scan does a small
-    multiple of that work, at log depth (XLA's count of it: tests/measure/test_flops.py)."""
-    return (8.0 if complex_values else 2.0) * batch * n * width
 
 
 def _block_flops(batch, n, dim, settings, states: int) -> float:

@@ -22,6 +22,12 @@ The convolution kernel is a Vandermonde product, O(n N) per channel for length n
     K_l = 2 Re( sum_n C_n B_bar_n A_bar_n^l ),   l = 0 .. n-1,
 and y = K * u + D u, computed by FFT over 2n points, so the linear convolution never wraps around.
 
+Causal form (`bidirectional=False`): the same sum y_t = sum_{s <= t} K_{t-s} u_s + D u_t by its recurrence,
+x_t = A_bar x_{t-1} + u_t and y_t = 2 Re(C B_bar x_t) + D u_t, an exact parallel scan (`diagonal_scan`).
+An FFT's rounding reaches every output from every input (about 1e-7 of the largest derivative in float32),
+so its output at t would depend, slightly, on later inputs; the scan reads only the inputs s <= t. It
+holds [b n H N/2] complex states, N/2 times the FFT's memory.
+
 Bidirectional (LRA): a second kernel K' (its own C', the same A and Delta, as in the authors' code)
 runs backwards in time over the positions strictly after t:
     y_t = sum_{s <= t} K_{t-s} u_s + sum_{s > t} K'_{s-t-1} u_s + D u_t.
@@ -67,6 +73,17 @@ from lra_jax.attention.core import (
 from lra_jax.attention.dropout import Dropout
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
+from lra_jax.kernels.linear_recurrence import linear_scan
+
+
+def zoh(log_dt: Float[Array, "h"], log_a_real: Float[Array, "h m"], a_imag: Float[Array, "h m"],
+        c: Complex[Array, "k h m"]) -> tuple[Complex[Array, "h m"], Complex[Array, "k h m"]]:
+    """(dt A, C B_bar) of the zero-order hold: A_m = -exp(log_a_real) + i a_imag, dt = exp(log_dt),
+    B_bar = (exp(dt A) - 1) / A; complex64."""
+    dt = jnp.exp(log_dt.astype(jnp.float32))[:, None]
+    a = -jnp.exp(log_a_real.astype(jnp.float32)) + 1j * a_imag.astype(jnp.float32)
+    dta = a * dt
+    return dta, c * ((jnp.exp(dta) - 1.0) / a)
 
 
 def zoh_kernel(log_dt: Float[Array, "h"], log_a_real: Float[Array, "h m"], a_imag: Float[Array, "h m"],
@@ -79,10 +96,7 @@ def zoh_kernel(log_dt: Float[Array, "h"], log_a_real: Float[Array, "h m"], a_ima
     directly as exp(dt A l), not by repeated products). Time O(k h m n), as the plain product; memory
     O(k h n + h m sqrt(n)) instead of the [h m n] Vandermonde matrix, in the backward pass too.
     """
-    dt = jnp.exp(log_dt.astype(jnp.float32))[:, None]
-    a = -jnp.exp(log_a_real.astype(jnp.float32)) + 1j * a_imag.astype(jnp.float32)
-    dta = a * dt  # [h m]
-    weights = c * ((jnp.exp(dta) - 1.0) / a)  # C B_bar, [k h m]
+    dta, weights = zoh(log_dt, log_a_real, a_imag, c)  # [h m], C B_bar [k h m]
     inner_size = math.isqrt(max(length - 1, 0)) + 1  # R = ceil(sqrt(length))
     outer_size = -(-length // inner_size)  # Q = ceil(length / R)
     inner = jnp.exp(dta[..., None] * jnp.arange(inner_size, dtype=jnp.float32))  # A_bar^r, [h m R]
@@ -104,6 +118,24 @@ def fft_convolution(u: Float[Array, "b n h"], kernel: Float[Array, "k h n"]) -> 
     u_f = jnp.fft.rfft(u.astype(jnp.float32), n=2 * n, axis=1)  # [b n+1 h]
     k_f = jnp.fft.rfft(full, n=2 * n, axis=-1).T  # [n+1 h]
     return jnp.fft.irfft(u_f * k_f, n=2 * n, axis=1)[:, :n]
+
+
+def diagonal_scan(u: Float[Array, "b n h"], transition: Array, weights: Array) -> Float[Array, "b n h"]:
+    """y_t = Re(sum_m w_m x_{t,m}) with x_t = a ⊙ x_{t-1} + u_t (u_t fed to each of the m modes), from x = 0:
+    the causal convolution of kernel K_l = Re(sum_m w_m a_m^l), by an exact parallel scan (`linear_scan`).
+
+    `transition` a and `weights` w are [h m], real or complex; u is float32. y_t reads u_s for s <= t only,
+    so its derivative with respect to a later input is exactly zero. Memory: [b n h m] states.
+    """
+    states = jnp.broadcast_to(u[..., None], (*u.shape, transition.shape[-1])).astype(transition.dtype)
+    return jnp.real(jnp.einsum("bnhm,hm->bnh", linear_scan(transition, states), weights))
+
+
+def scan_flops(batch: int, n: int, width: int, *, complex_values: bool) -> float:
+    """FLOPs of one scan (`linear_scan`) over [batch, n, width] states: a multiply-add per state and step
+    (8 FLOPs complex, 2 real), as the recurrence does it step by step; the parallel scan does a small
+    multiple of that work, at log depth (XLA's count of it: tests/measure/test_flops.py)."""
+    return (8.0 if complex_values else 2.0) * batch * n * width
 
 
 class SSMBlock(BidirectionalMixer):
@@ -158,20 +190,25 @@ class S4D(SSMBlock):
       ConfigError: on an odd or too small state size or an empty or non-positive step range.
     """
 
-    cost_exponent = 1.0  # O(n N) Vandermonde kernel + O(n log n) FFT convolution
+    cost_exponent = 1.0  # O(n N) Vandermonde kernel + O(n log n) FFT convolution; causal: O(n N) scan
 
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
-        """The output projection (d -> 2d with the GLU, else d -> d); the Vandermonde kernel, one complex
-        [Q, N/2] x [N/2, R] product per kernel and channel (Q R >= n, R = ceil(sqrt(n)); 8 FLOPs per complex
-        multiply-add, `core.complex_matmul_flops`), once for the batch; and the FFT convolution, real transforms of 2n points by the
-        2.5 N log2 N convention (`core.fft_flops`): rfft of u and irfft per example and channel, rfft of the kernel."""
-        kernels = cls.directions_of(settings)
+        """The output projection (d -> 2d with the GLU, else d -> d). Bidirectional: the Vandermonde kernel, one
+        complex [Q, N/2] x [N/2, R] product per kernel and channel (Q R >= n, R = ceil(sqrt(n)); 8 FLOPs per
+        complex multiply-add, `core.complex_matmul_flops`), once for the batch; and the FFT convolution, real
+        transforms of 2n points by the 2.5 N log2 N convention (`core.fft_flops`): rfft of u and irfft per example
+        and channel, rfft of the kernel. Causal: the scan over N/2 complex modes per channel (`scan_flops`) and
+        its readout, a complex multiply-add per mode, position and channel."""
+        projection = matmul_flops(batch * n, dim, 2 * dim if settings["glu"] else dim)
+        modes = settings["state_size"] // 2
+        if not settings["bidirectional"]:
+            return (projection + scan_flops(batch, n, dim * modes, complex_values=True)
+                    + complex_matmul_flops(batch * n * dim, modes, 1))
         inner = math.isqrt(max(n - 1, 0)) + 1
         outer = -(-n // inner)
-        vandermonde = complex_matmul_flops(kernels * dim * outer, settings["state_size"] // 2, inner)
+        vandermonde = complex_matmul_flops(2 * dim * outer, modes, inner)
         convolution = fft_flops(2 * n, 2 * batch * dim + dim, real=True)
-        projection = matmul_flops(batch * n, dim, 2 * dim if settings["glu"] else dim)
         return projection + vandermonde + convolution
 
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 64, dt_min: float = 1e-3,
@@ -200,6 +237,14 @@ class S4D(SSMBlock):
                           jax.lax.complex(c[..., 0], c[..., 1]), length)
 
     def ssm(self, u: Float[Array, "b n d"]) -> Float[Array, "b n d"]:
-        """y = K * u + D u in float32, before the activation; u's padded rows must already be zero."""
+        """y = K * u + D u in float32, before the activation (by FFT; causal: by its scan); u's padded rows
+        must already be zero."""
         u = u.astype(jnp.float32)
-        return fft_convolution(u, self.kernel(u.shape[1])) + self.d[...] * u
+        if self.bidirectional:
+            y = fft_convolution(u, self.kernel(u.shape[1]))
+        else:
+            c = self.c[...]
+            dta, weights = zoh(self.log_dt[...], self.log_a_real[...], self.a_imag[...],
+                               jax.lax.complex(c[..., 0], c[..., 1]))
+            y = diagonal_scan(u, jnp.exp(dta), 2.0 * weights[0])
+        return y + self.d[...] * u

@@ -64,7 +64,8 @@ def long_kernel_layer(bidirectional=True):
 
 
 @pytest.mark.parametrize("bidirectional", slow_except([True, False], keep={False}))
-def test_fft_convolution_equals_the_recurrence(bidirectional):
+def test_the_layer_convolution_equals_the_recurrence(bidirectional):
+    """By FFT (bidirectional) or by the parallel scan (causal), against the SSM run step by step."""
     layer = long_kernel_layer(bidirectional)
     u = jnp.asarray(np.random.default_rng(0).standard_normal((2, N, DIM)), jnp.float32)
     expected = np.asarray(recurrence(layer, u))

@@ -143,6 +143,14 @@ def xla_scan_flops(batch: int, n: int, width: int, *, complex_values: bool) -> f
     return compiled_flops(lambda a, b: linear_scan(a, b), states, states)
 
 
+def xla_invariant_scan_flops(batch: int, n: int, width: int, *, complex_values: bool) -> float:
+    """As `xla_scan_flops` with one transition for every step, as S4D's and Mega's causal forms run it: XLA counts
+    fewer operations for that scan (61% of the other at [2, 200, 512] complex, measured)."""
+    dtype = jnp.complex64 if complex_values else jnp.float32
+    return compiled_flops(lambda a, b: linear_scan(a, b), jax.ShapeDtypeStruct((width,), dtype),
+                          jax.ShapeDtypeStruct((batch, n, width), dtype))
+
+
 def xla_and_analytic_layer(case: str) -> tuple[float, float]:
     name = case.split("-")[0]
     settings = {k: v for k, v in LAYER_CASES[case].items() if k not in SHAPE_KEYS}
@@ -173,6 +181,8 @@ def test_every_variant_counts_its_forward_within_xla_count(case, monkeypatch):
         monkeypatch.setattr(module, "fft_flops", xla_fft_flops)
     monkeypatch.setattr(ssm, "complex_matmul_flops", matmul_flops)  # XLA: 2 per complex multiply-add
     monkeypatch.setattr(recurrent, "scan_flops", xla_scan_flops)
+    for module in (ssm, mega):  # S4D's and Mega's causal forms
+        monkeypatch.setattr(module, "scan_flops", xla_invariant_scan_flops)
     counted, analytic = xla_and_analytic_layer(case)
     upper = UPPER.get(case.split("-")[0], DEFAULT_UPPER)
     assert analytic <= counted <= upper * analytic, (case, counted / analytic)
