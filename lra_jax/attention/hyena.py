@@ -19,7 +19,12 @@ never circular, O(n log n).
 Bidirectional (LRA): each filter has a causal part (lags 0 .. n-1) and an anti-causal part (lags -1 ..
 -(n-1), a second set of FFN outputs), so every position mixes the whole sequence. Padded positions of every
 projection are zeroed before each convolution, and the filter at a lag does not depend on the sequence's
-length, so appended padding changes nothing at real positions. `bidirectional=False` is the causal form.
+length, so appended padding changes nothing at real positions.
+
+`bidirectional=False` is the causal form. One FFT over the sequence would let every output read every input
+through its rounding (derivatives of ~1e-7 of the largest in float32 towards later inputs), so the causal
+convolution is computed in blocks that never mix a later input into an earlier output (`causal_convolution`):
+exactly causal, O(n log² n).
 """
 
 from __future__ import annotations
@@ -46,6 +51,46 @@ def direct_convolution(u: Float[Array, "b n h"], kernel: Float[Array, "k h n"]) 
     if kernel.shape[0] == 2:
         weights = weights + jnp.where(lag < 0, kernel[1][:, jnp.clip(-lag - 1, 0, n - 1)], 0.0)
     return jnp.einsum("hts,bsh->bth", weights, u)
+
+
+CAUSAL_BLOCK = 16  # the diagonal blocks of `causal_convolution`, summed directly
+
+
+def causal_blocks(n: int, block: int = CAUSAL_BLOCK) -> tuple[int, int]:
+    """(diagonal block B, padded length B · 2^levels >= n) of `causal_convolution` at length n."""
+    base = max(1, min(block, n))
+    return base, base * 2 ** math.ceil(math.log2(-(-n // base)))
+
+
+def causal_convolution(u: Float[Array, "b n h"], kernel: Float[Array, "1 h n"], block: int = CAUSAL_BLOCK
+                       ) -> Float[Array, "b n h"]:
+    """y_t = sum_{s <= t} kernel_{t-s} u_s in float32, with no path from a later input to an earlier output.
+
+    The lower triangle of the Toeplitz matrix is cut into squares, as in an online ("relaxed") convolution:
+    lower-triangular diagonal blocks of `block` positions, summed directly, and at each size S = block, 2 block, ..
+    the squares that map input block 2k of S positions to output block 2k + 1. Every square is the same Toeplitz
+    block of lags 1 .. 2S - 1, applied by an FFT of 2S points to the earlier block alone, so the rounding of a
+    transform stays among inputs that all precede its outputs: dy_t / du_s is exactly zero for s > t.
+    Time O(n log² n) (log2(n / block) sizes of O(n log n) transforms); memory O(n) per size.
+    """
+    b, n, h = u.shape
+    base, padded = causal_blocks(n, block)
+    u = jnp.pad(u.astype(jnp.float32), ((0, 0), (0, padded - n), (0, 0)))
+    kernel = jnp.pad(kernel[0].astype(jnp.float32), ((0, 0), (0, padded - n)))  # lags >= n reach outputs >= n only
+    lag = jnp.arange(base)[:, None] - jnp.arange(base)[None, :]
+    diagonal = jnp.where(lag >= 0, kernel[:, jnp.clip(lag, 0, base - 1)], 0.0)  # [h t s], zero above the diagonal
+    y = jnp.einsum("hts,bcsh->bcth", diagonal, u.reshape(b, padded // base, base, h)).reshape(b, padded, h)
+    size = base
+    while size < padded:
+        earlier = u.reshape(b, padded // (2 * size), 2, size, h)[:, :, 0]  # input blocks 2k, [b K S h]
+        # output t' of block 2k + 1 reads input s' of block 2k at lag S + t' - s' = 1 + (S - 1 + t' - s'):
+        # entry S - 1 + t' of the linear convolution with lags 1 .. 2S - 1, which 2S points hold unwrapped
+        lags = jnp.fft.rfft(kernel[:, 1 : 2 * size], n=2 * size, axis=-1).T  # [S+1 h]
+        square = jnp.fft.irfft(jnp.fft.rfft(earlier, n=2 * size, axis=2) * lags, n=2 * size, axis=2)
+        later = square[:, :, size - 1 : 2 * size - 1]
+        y = y + jnp.stack([jnp.zeros_like(later), later], axis=2).reshape(b, padded, h)
+        size *= 2
+    return y[:, :n]
 
 
 class ImplicitFilter(nnx.Module):
@@ -93,15 +138,27 @@ class Hyena(BidirectionalMixer):
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
         """The projections in ((N + 1) d) and out, the short convolution (a multiply-add per tap), the filter
-        MLP (per lag), the gates, and per order the FFT convolution: rfft of the input and the filter and irfft
-        over 2n points (`core.fft_flops`), and the product of the transforms (a complex multiply, 6 FLOPs)."""
+        MLP (per lag), the gates, and per order the long convolution. Bidirectional: rfft of the input and the
+        filter and irfft over 2n points (`core.fft_flops`) and the product of the transforms (a complex multiply,
+        6 FLOPs). Causal (`causal_convolution`, over the padded length P): the diagonal blocks' products, and at
+        each size S the same three transforms over 2S points for the P / 2S squares, and their products."""
         order, tokens = settings["order"], batch * n
         width = (order + 1) * dim
         hidden, features = settings["filter_hidden"], settings["filter_features"]
         directions = cls.directions_of(settings)
         mlp = matmul_flops(n, 1 + 2 * features, hidden) + matmul_flops(n, hidden, hidden) + matmul_flops(
             n, hidden, directions * order * dim)
-        convolution = order * (fft_flops(2 * n, 2 * batch * dim + dim, real=True) + 6 * batch * (n + 1) * dim)
+        if directions == 2:
+            convolution = order * (fft_flops(2 * n, 2 * batch * dim + dim, real=True) + 6 * batch * (n + 1) * dim)
+        else:
+            base, padded = causal_blocks(n)
+            convolution, size = matmul_flops(batch * padded, base, dim), base
+            while size < padded:
+                squares = padded // (2 * size)
+                convolution += (fft_flops(2 * size, 2 * batch * dim * squares + dim, real=True)
+                                + 6 * batch * squares * (size + 1) * dim)
+                size *= 2
+            convolution *= order
         return (matmul_flops(tokens, dim, width) + matmul_flops(tokens, dim, dim) + 2 * tokens * width *
                 settings["short_kernel"] + mlp + convolution + order * tokens * dim)
 
@@ -126,8 +183,10 @@ class Hyena(BidirectionalMixer):
                                       hidden=filter_hidden, frequency=filter_frequency, rngs=rngs)
         self.out_proj = nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs)
 
-    def mix(self, x: Tokens, mask: TokenMask, convolve=fft_convolution) -> Float[Array, "b n d"]:
-        """z^{N+1} [b n d] in float32; `convolve` is the long convolution (`direct_convolution` in tests)."""
+    def mix(self, x: Tokens, mask: TokenMask, convolve=None) -> Float[Array, "b n d"]:
+        """z^{N+1} [b n d] in float32; `convolve` is the long convolution: by default `ssm.fft_convolution`, and
+        `causal_convolution` in the causal form (`direct_convolution` in tests)."""
+        convolve = convolve or (fft_convolution if self.bidirectional else causal_convolution)
         real = mask[..., None].astype(jnp.float32)
         projections = causal_depthwise_conv(self.in_proj(x).astype(jnp.float32) * real, self.short_filter[...])
         v, *gates = jnp.split(projections * real, self.order + 1, axis=-1)

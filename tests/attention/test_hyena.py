@@ -1,6 +1,7 @@
-"""Hyena (lra_jax/attention/hyena.py): the FFT convolution against the direct sum, the implicit filters,
-the causal form. The contract is tests/attention/test_attention_contract.py."""
+"""Hyena (lra_jax/attention/hyena.py): the FFT and the causal convolutions against the direct sum, the implicit
+filters, the causal form. The contract is tests/attention/test_attention_contract.py."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -31,6 +32,18 @@ def test_the_fft_convolution_is_the_direct_sum(directions):
     one = jnp.zeros((1, N, 5)).at[0, s].set(1.0)
     expected = kernel[1, :, s - t - 1] if directions == 2 else jnp.zeros(5)
     assert_close(hyena.direct_convolution(one, kernel)[0, t], expected, 1e-6)
+
+
+@pytest.mark.parametrize("n, block", slow_except([(37, 4), (16, 16), (64, 8)], keep={37}))
+def test_the_causal_convolution_is_the_direct_sum_and_never_reads_ahead(n, block):
+    """Several sizes of squares (37 = 4 · 8 + 5: three, the last blocks padded), none (one diagonal block)."""
+    u, kernel = noise(3, (2, n, 5)), noise(4, (1, 5, n))
+    assert_close(hyena.causal_convolution(u, kernel, block), hyena.direct_convolution(u, kernel),
+                 reassociation_tol(2 * n, depth=3))
+    jacobian = jax.jacrev(lambda u: hyena.causal_convolution(u, kernel, block)[0])(u)[:, :, 0]  # [t h s h]
+    later = np.triu(np.ones((n, n), bool), 1)
+    assert np.all(np.asarray(jacobian).transpose(0, 2, 1, 3)[later] == 0)  # exactly, not approximately
+    assert np.all(np.abs(np.asarray(jacobian).transpose(0, 2, 1, 3)[~later]).sum(-1).sum(-1) > 0)
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
