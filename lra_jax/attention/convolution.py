@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from lra_jax.attention.core import TokenMask, TokenMixer, Tokens, matmul_flops, merge_heads, split_heads, zero_padding
 from lra_jax.attention.dropout import Dropout
@@ -125,6 +126,12 @@ class _Convolution(TokenMixer):
         self.proj_in = nnx.Linear(dim, 2 * dim if glu else dim, dtype=self.dtype, rngs=rngs)
         self.proj_out = nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs)
         self.weight_dropout = Dropout(self.dropout_rate)
+
+    def mixing_pairs(self, n: int) -> Bool[np.ndarray, "n n"]:
+        """The kernel's span: offsets j - i from -(k // 2) to k - 1 - k // 2."""
+        offset = np.arange(n)[None, :] - np.arange(n)[:, None]
+        left = self.kernel_size // 2
+        return (offset >= -left) & (offset <= self.kernel_size - 1 - left)
 
     def kernel_logits(self, x: Float[Array, "b n d"]) -> Float[Array, "#b #n h k"]:
         raise NotImplementedError

@@ -39,6 +39,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
@@ -206,6 +207,9 @@ class TokenMixer(nnx.Module):
         a weight for every (query, key) pair with the pairs j > i masked, or kernelized sums taken
         over the keys j <= i only.
 
+    Each layer declares which outputs may depend on which inputs (`mixing_pairs`, `dependency_pattern`):
+    `tests/attention/test_patterns.py` holds every registered variant's declaration to its Jacobian.
+
     The layer is built for the kernel target current at build time
     (`lra_jax.kernels.current_target()`: the platform jax runs on, or the one set by
     `kernels.target_platform`, e.g. by the lowering tool); `kernel_plan` says which
@@ -277,6 +281,21 @@ class TokenMixer(nnx.Module):
     def kernel_limits(self, platform: str) -> str | None:
         """Why this layer's settings keep its kernel from running on `platform`, or None."""
         return None
+
+    def mixing_pairs(self, n: int) -> Bool[np.ndarray, "n n"]:
+        """[n, n] True where output i may read input j at length n, padding and causality aside: every pair
+        here; a variant with a window, a stride, global tokens or random blocks says which. Where
+        `data_dependent_pattern`, the input picks a subset of these pairs (its hash buckets, clusters)."""
+        return np.ones((n, n), bool)
+
+    def dependency_pattern(self, mask: Bool[np.ndarray, "n"]) -> Bool[np.ndarray, "n n"]:
+        """[n, n] True where output i may depend on input j of one sequence whose real tokens are `mask`:
+        `mixing_pairs`, cut to j <= i in the causal form, between real positions only (padded outputs are
+        zero, and no real output reads a padded input). Outside it dy_i/dx_j is exactly zero; inside it is
+        nonzero for almost every pair, unless `data_dependent_pattern` makes it an upper bound."""
+        mask = np.asarray(mask, bool)
+        pattern = self.mixing_pairs(len(mask)) & mask[:, None] & mask[None, :]
+        return pattern & np.tri(len(mask), dtype=bool) if self.causal else pattern
 
     @classmethod
     def kernel_backends(cls) -> frozenset[str]:

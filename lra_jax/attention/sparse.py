@@ -174,6 +174,11 @@ class LocalAttention(Attention):
         super().__init__(dim, num_heads, rngs=rngs, **common)
         self.window = window
 
+    def mixing_pairs(self, n: int) -> Bool[np.ndarray, "n n"]:
+        """|i - j| <= w."""
+        position = np.arange(n)
+        return np.abs(position[:, None] - position[None, :]) <= self.window
+
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         plan = self.kernel_plan(deterministic)
         if plan.uses_pallas:
@@ -298,6 +303,14 @@ class StridedAttention(Attention):
             strided_out = jnp.einsum("brhqk,bkrhd->bqrhd", strided_probs, v[..., strided_heads, :])
             out = jnp.concatenate([local_out, strided_out], axis=3)
         return out.reshape(b, padded, h, d)[:, :n]
+
+    def mixing_pairs(self, n: int) -> Bool[np.ndarray, "n n"]:
+        """j in i's block of l or j = i (mod l), l clamped to n: the union of the local and the strided heads
+        (or of the merged head's sets), which the output projection mixes."""
+        stride = max(1, min(self.stride, n))
+        position = np.arange(n)
+        same_block = position[:, None] // stride == position[None, :] // stride
+        return same_block | (position[:, None] % stride == position[None, :] % stride)
 
     def kernel_limits(self, platform: str) -> str | None:
         if self.num_heads == 1:

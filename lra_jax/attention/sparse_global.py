@@ -86,6 +86,12 @@ class LongformerAttention(Attention):
         linear = lambda: nnx.Linear(dim, dim, dtype=self.dtype, rngs=rngs)  # noqa: E731
         self.query_global, self.key_global, self.value_global = linear(), linear(), linear()
 
+    def mixing_pairs(self, n: int) -> Bool[np.ndarray, "n n"]:
+        """|i - j| <= w, or i or j among the first k positions (global)."""
+        position = np.arange(n)
+        window = np.abs(position[:, None] - position[None, :]) <= self.window
+        return window | (position[:, None] < self.num_global) | (position[None, :] < self.num_global)
+
     def __call__(self, x, mask, *, deterministic: bool, rngs: nnx.Rngs | None = None):
         heads = lambda y: split_heads(y, self.num_heads)  # noqa: E731
         num_global = min(self.num_global, x.shape[1])
@@ -281,6 +287,12 @@ class BigBirdAttention(Attention):
         random = ((chosen[:, :, None] == block_ids) & (chosen[:, :, None] >= 0)).any(1)
         near = jnp.abs(block_ids[:, None] - block_ids[None, :]) <= 1
         return near | random | (block_ids[None, :] < num_global) | (block_ids[:, None] < num_global)
+
+    def mixing_pairs(self, n: int) -> Bool[np.ndarray, "n n"]:
+        """`block_mask` (window, global and random blocks) at the positions of its blocks."""
+        position = np.arange(n) // self.block
+        blocks = np.asarray(self.block_mask(-(-n // self.block)))
+        return blocks[position[:, None], position[None, :]]
 
     def attend(self, q, k, v, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
         b, n, h, d = v.shape
