@@ -31,7 +31,7 @@ DIGEST_KEY = "LraPatternsDrawn"  # the PNG text chunk holding "sha256:<digest>"
 COLUMNS, PANEL_INCHES, DPI = 4, 2.25, 100
 VMIN = 1e-8
 ZERO_COLOUR = "white"
-TITLE_CHARACTERS = 24  # a title line that fits its panel at 9.5 pt
+TITLE_CHARACTERS = 28  # a title line that fits its panel at 9.5 pt
 
 
 def slots(drawn: list[Panel]) -> list[Panel | None]:

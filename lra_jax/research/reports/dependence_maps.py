@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -119,7 +120,7 @@ def dependence(layer: nnx.Module, x: Float[jax.Array, "n d"]) -> Float[np.ndarra
     return norms / largest if largest > 0 else norms
 
 
-def draw_panel(name: str, causal: bool, *, n: int = LENGTH, seed: int = SEED) -> Panel:
+def compute_panel(name: str, causal: bool, *, n: int = LENGTH, seed: int = SEED) -> Panel:
     """The map of variant `name` (its causal form where `causal`) at length n, its weights and input from `seed`."""
     settings = {**SETTINGS.get(name, {}), **(causal_setting(name) if causal else {})}
     layer = registry.build(name, dim=DIM, num_heads=HEADS, rngs=nnx.Rngs(seed), max_len=n, **settings)
@@ -127,7 +128,8 @@ def draw_panel(name: str, causal: bool, *, n: int = LENGTH, seed: int = SEED) ->
     return Panel(name, causal_forms()[name] if causal else None, dependence(layer, x))
 
 
-def panels(names: list[str], *, n: int = LENGTH, seed: int = SEED, progress=None) -> list[Panel]:
+def panels(names: list[str], *, n: int = LENGTH, seed: int = SEED,
+           progress: Callable[[Panel], None] | None = None) -> list[Panel]:
     """The maps of `names`, in the order of the families and of their members, each variant then its causal form.
     `progress(panel)` is called after each."""
     check_variants(names)
@@ -136,7 +138,7 @@ def panels(names: list[str], *, n: int = LENGTH, seed: int = SEED, progress=None
     out = []
     for name in ordered:
         for causal in (False, True) if name in forms else (False,):
-            out.append(draw_panel(name, causal, n=n, seed=seed))
+            out.append(compute_panel(name, causal, n=n, seed=seed))
             if progress:
                 progress(out[-1])
     return out
