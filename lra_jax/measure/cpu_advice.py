@@ -1,8 +1,8 @@
 """Advice for a full-scale config trained on a CPU. Full scale is sized for a GPU or TPU (Linformer's
-ListOps takes ~37 s a step on 2 cores: days for its 5,000 steps). `train` does not refuse the run; it
-says so at most twice: before anything is built or generated (`before_training`), and with the
-projected time once the first steps are timed (`projection`, the trainer's `on_step_time` hook).
-Nothing is said at mini scale or on a GPU or TPU.
+ListOps takes ~37 s a step on 2 cores: days for its 5,000 steps). `train` does not refuse the run for its
+time (only a step the host cannot hold, `training.memory.check_fits`); it says so at most twice: before
+anything is built or generated (`before_training`), and with the projected time once the first steps are
+timed (`projection`, the trainer's `on_step_time` hook). Nothing is said at mini scale or on a GPU or TPU.
 """
 
 from __future__ import annotations
