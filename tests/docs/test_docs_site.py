@@ -1,6 +1,8 @@
 """The docs site as a reader sees it: built with `mkdocs build --strict`, served on localhost and opened in
 headless Chromium at 1280 px. On the home page and every results page, no table or code block may need a
-horizontal scroll bar or run past the content column, and every image must load.
+horizontal scroll bar or run past the content column, and every image must load. The home page shows the
+headline chart at a width where its smallest text is at least 9 px; the interactive chart draws every point
+of every panel and arm of its data; neither page logs a console error.
 
 Needs Chromium (`apt-get install chromium`: /usr/bin/chromium, or the path in LRA_JAX_CHROMIUM) and
 Playwright for Python (the `[site]` extra, in `[test]`), which drives that Chromium: no browser download.
@@ -11,6 +13,7 @@ temporary directory, or under LRA_JAX_SCREENSHOTS=<dir> to look at them.
 import functools
 import glob
 import http.server
+import json
 import os
 import pathlib
 import shutil
@@ -141,6 +144,81 @@ def render(browser, base: str, page: str, shots) -> dict:
         return tab.evaluate(MEASURE)
     finally:
         tab.close()
+
+
+MANIFEST = os.path.join(REPO, "experiments", "charts", "lra_chart.inputs.json")
+INTERACTIVE = os.path.join(REPO, "experiments", "charts", "lra_interactive.json")
+READABLE_PX = 9.0
+
+
+def console_errors(tab, base: str) -> list[str]:
+    """Collects the page's console errors and uncaught exceptions, from now on (a request the test itself
+    refused, outside the site, is not the page's error)."""
+    errors = []
+
+    def on_console(message):
+        if message.type == "error" and (message.location or {}).get("url", base).startswith(base):
+            errors.append(message.text)
+
+    tab.on("console", on_console)
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    return errors
+
+
+def open_page(browser, base: str, page: str):
+    tab = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    tab.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
+    errors = console_errors(tab, base)
+    response = tab.goto(base + url_path(page), wait_until="load")
+    assert response is not None and response.ok, f"{page}: HTTP {response and response.status}"
+    return tab, errors
+
+
+def test_the_headline_chart_is_shown_where_its_smallest_text_reads(site, browser):
+    with open(MANIFEST, encoding="utf-8") as f:
+        headline = json.load(f)["panels"][0]
+    assert headline["figure"] == "lra_chart"
+    tab, errors = open_page(browser, site, "index.md")
+    try:
+        shown = tab.evaluate("""() => [...document.querySelectorAll('.md-content img')]
+            .filter(img => img.getAttribute('src').endsWith('lra_chart.png'))
+            .map(img => ({natural: img.naturalWidth, rendered: img.getBoundingClientRect().width}))""")
+    finally:
+        tab.close()
+    assert shown, "the home page does not show assets/lra_chart.png"
+    image = shown[0]
+    assert image["natural"] == headline["width_px"], image
+    smallest = headline["smallest_text_px"] * image["rendered"] / image["natural"]
+    assert smallest >= READABLE_PX, (f"the headline chart is shown {image['rendered']:.0f} px wide of its "
+                                     f"{image['natural']} px: its smallest text is {smallest:.1f} px")
+    assert errors == [], errors
+
+
+def test_the_interactive_chart_draws_every_point_of_every_panel_and_arm(site, browser):
+    with open(INTERACTIVE, encoding="utf-8") as f:
+        document = json.load(f)
+    tab, errors = open_page(browser, site, "results/interactive.md")
+    try:
+        tab.wait_for_selector("#lra-interactive .scatterlayer .point", timeout=30_000)
+        drawn = {}
+        for i, panel in enumerate(document["panels"]):
+            for arm in document["arms"]:
+                tab.select_option("#lra-panel", str(i))
+                tab.select_option("#lra-arm", arm)
+                tab.wait_for_function("([n]) => document.getElementById('lra-interactive').dataset.points === n",
+                                      arg=[str(sum(p["arm"] == arm or (p["arm"] == "LRA paper" and
+                                                                        arm == document["arms"][0])
+                                                   for p in panel["points"]))])
+                drawn[(panel["name"], arm)] = tab.evaluate(
+                    "() => document.querySelectorAll('#lra-interactive .scatterlayer .point').length")
+    finally:
+        tab.close()
+    expected = {(panel["name"], arm): sum(p["arm"] == arm or (p["arm"] == "LRA paper" and arm == document["arms"][0])
+                                          for p in panel["points"])
+                for panel in document["panels"] for arm in document["arms"]}
+    assert drawn == expected
+    assert sum(expected.values()) == sum(len(panel["points"]) for panel in document["panels"])  # every point once
+    assert errors == [], errors
 
 
 def test_the_pages_checked_are_found():

@@ -137,9 +137,13 @@ def _finish(name: str, fig, panel: Panel, handles: list, memory_title: str, note
     """Legends and note under the axes, the figure's height from their drawn extents, then the labels."""
     sizes = [h for h in handles if h.get_label().endswith("memory")]
     marks = [h for h in handles if h not in sizes]
-    legends = [fig.legend(handles=sizes, title=wrap(memory_title, NOTE_CHARS), loc="upper left", ncol=max(len(sizes), 1),
+    largest = max((h.get_sizes()[0] for h in sizes), default=0.0)  # pt^2: each row as high as that bubble
+    # The title's blank second line keeps the largest bubble, drawn above its row's middle, off the title.
+    legends = [fig.legend(handles=sizes, title=wrap(memory_title, NOTE_CHARS) + "\n", loc="upper left",
+                          ncol=max(len(sizes), 1),
                           fontsize=SMALLEST_PT, title_fontsize=SMALLEST_PT, frameon=False, borderpad=0.2,
-                          columnspacing=2.5, handletextpad=1.2, alignment="left")]
+                          columnspacing=2.5, handletextpad=1.2, alignment="left",
+                          handleheight=max(0.7, 1.3 * largest ** 0.5 / SMALLEST_PT))]
     if marks:
         legends.append(fig.legend(handles=marks, loc="upper left", ncol=3, fontsize=SMALLEST_PT, frameon=False,
                                   borderpad=0.2, columnspacing=2.0))
@@ -188,8 +192,8 @@ def headline(scores: Scores, main: DeviceSpeeds | None, reference: dict[str, Any
     fig, panel, handles, _ = _panel(
         scratch, speeds, styles, title, f"training speed at length {length}, × softmax's ({where})",
         "", reference)
-    memory = (f"bubble area: {main.memory_words} on {main.device}, relative to softmax's; paper: peak memory per "
-              "TPU v3 core" if main else "bubble area: no memory")
+    memory = (f"bubble area: {main.memory_words}, relative to softmax's; paper: peak memory per TPU v3 core"
+              if main else "bubble area: no memory")
     missing = {v: f"no measured speed on {main.device}" if main else "no bench given"
                for s in scratch.values() for v in s if v not in speeds}
     paper = ("LRA paper (grey squares): full scale, Table 1 accuracy over the same tasks as our point, Table 2 "
