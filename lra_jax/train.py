@@ -29,10 +29,12 @@ def _stopped_while_starting(signum: int, frame) -> None:
     os._exit(INTERRUPTED)
 
 
-# Installed before the imports below, which take seconds; unblocked too, in case the parent blocked them.
+# Installed before the imports below, which take seconds; unblocked too, where a parent blocked them (a
+# blocked signal stays pending, and a run could not be stopped cleanly).
 for _signal in STOP_SIGNALS:
     signal.signal(_signal, _stopped_while_starting)
-signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+if hasattr(signal, "pthread_sigmask"):  # POSIX
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 import json  # noqa: E402 (after the handlers)
 
