@@ -249,7 +249,7 @@ def plotly_script(docs_dir: str = "docs") -> bytes:
     that version, else the committed copy; an LraError where neither is that file."""
     candidates = [os.path.join(docs_dir, chart_interactive.PLOTLY)]
     try:
-        import plotly  # the [docs] extra; needed only to vendor the file anew
+        import plotly  # not a dependency: only to vendor the file anew (pip install plotly==7.1.0)
         candidates.insert(0, os.path.join(os.path.dirname(plotly.__file__), "package_data", "plotly.min.js"))
     except ImportError:
         pass

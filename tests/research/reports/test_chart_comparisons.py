@@ -59,7 +59,8 @@ def test_each_speed_is_divided_by_the_softmax_of_its_own_file_and_the_chart_says
     paths = chart(runs, tmp_path / "out", bench=tmp_path / "*.json", scale="full")
     with open(paths["inputs"], encoding="utf-8") as f:
         main = json.load(f)["panels"][0]
-    note = " ".join(" ".join(main["texts"]).split())
+    assert "the LRA scores table names the file of every figure" in main["note"]
+    note = chart_speeds.ratio_note(speeds)
     assert "each variant ÷ softmax measured in the same bench file (new.json, old.json)" in note
     assert ("others.json has no softmax step as impl=auto runs it: local ÷ softmax of old.json (the file nearest in "
             "date)") in note
@@ -156,16 +157,14 @@ def test_full_scale_solid_mini_hollow_and_the_paper_on_the_same_axes(tmp_path):
     assert "ListOps is scored at full scale on one seed" in table and "### Pathfinder" not in table
     with open(paths["svg"], encoding="utf-8") as f:
         svg = f.read()
-    assert "full scale (solid)" in svg and "mini scale (hollow)" in svg and "LRA paper, full scale" in svg
+    assert "full scale (solid)" in svg and "mini scale (hollow)" in svg and "LRA paper (full scale" in svg
     assert 'id="paper-line-performer"' in svg and "paper-line-linear" not in svg  # no line across scales
 
 
 @pytest.mark.slow
 def test_no_two_labels_of_the_drawn_chart_overlap(tmp_path):
     """The whole chart from fixture inputs: ten variants crowded at nearly the same speed and score, both
-    scales, the paper's points and a CPU panel; no two label boxes overlap on any panel."""
-    from matplotlib.text import Annotation
-
+    scales, the paper's points and a CPU figure; no label covers another, a point, an error bar or a legend."""
     from lra_jax.research.reports.chart_labels import overlapping_pairs
 
     root = tmp_path / "runs"
@@ -181,15 +180,15 @@ def test_no_two_labels_of_the_drawn_chart_overlap(tmp_path):
     write_bench(bench, rows)
     cpu = tmp_path / "cpu.json"
     write_bench(cpu, [(v, 2048, "ok", 1.0 + 0.01 * i, 2**28) for i, v in enumerate(variants)], kind="cpu")
-    fig, _, _ = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), cpu_bench=str(cpu),
-                                              out=str(tmp_path / "out")))
-    for ax in fig.axes:
-        labels = [t for t in ax.texts if isinstance(t, Annotation)]
-        assert overlapping_pairs(ax, labels) == []
-    assert sum(isinstance(t, Annotation) for ax in fig.axes for t in ax.texts) >= 2 * len(variants) + len(variants)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    views, _, _ = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), cpu_bench=str(cpu),
+                                                out=str(tmp_path / "out")))
+    try:
+        for view in views:
+            assert overlapping_pairs(view.panel.ax, view.panel.annotations) == []
+            assert view.panel.problems() == [], view.name
+        assert sum(len(view.panel.annotations) for view in views) >= 2 * len(variants) + len(variants)
+    finally:
+        lra_chart.close(views)
 
 
 @pytest.mark.slow
@@ -209,7 +208,9 @@ def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scra
     write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30), ("linear", 4096, "ok", 500.0, 2**29)])
     paths = chart(root, tmp_path / "out", bench=bench)
     with open(paths["inputs"], encoding="utf-8") as f:
-        main = json.load(f)["panels"][0]
+        panels = json.load(f)["panels"]
+    assert {p["series"] for p in panels[0]["points"]} == {"mini", "paper"}  # the headline: from scratch only
+    main = next(p for p in panels if p["figure"] == "lra_spt")
     points = {(p["series"], p["variant"]): p for p in main["points"]}
     assert points[("mini", "linear")]["y"] == pytest.approx(31.0)
     assert points[("mini, SPT (masked)", "linear")]["y"] == pytest.approx(41.0)  # its val accuracy 0 chose nothing
@@ -222,14 +223,14 @@ def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scra
     assert "2310.02980" in published and "| Transformer + rotary embeddings | masked SPT |" in published
     with open(paths["inputs"], encoding="utf-8") as f:
         assert any(r["path"].endswith("spt_paper.json") for r in json.load(f)["inputs"])
-    with open(paths["svg"], encoding="utf-8") as f:
+    with open(paths["lra_spt.svg"], encoding="utf-8") as f:
         assert "self-pretrained" in f.read()  # the arrow's legend entry
 
 
 @pytest.mark.slow
 def test_every_panel_title_stays_inside_the_figure(tmp_path):
-    """The lower panels (CPU and modeled, half the width each) name every series drawn in their titles, here
-    both scales and the self-pretrained arm: the lines are broken so that none runs off the figure's edge."""
+    """Every figure names the series it draws in its title, here both scales, and the self-pretraining figure
+    the self-pretrained arm too: the lines are broken so that none runs off the figure's edge."""
     root = tmp_path / "runs"
     for i, variant in enumerate(["softmax", "linear"]):
         for seed in (0, 1):
@@ -247,18 +248,18 @@ def test_every_panel_title_stays_inside_the_figure(tmp_path):
         {"variant": v, "task": "table2:4096", "target": "tpu-v3:4x4", "mode": "train", "result": "ok",
          "global_batch": 1024, "modeled_seconds": seconds, "roofline_seconds": seconds, "memory": {"total": 2**30}}
         for v, seconds in (("softmax", 0.5), ("linear", 0.1))]}))
-    fig, _, _ = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), cpu_bench=str(cpu),
-                                              modeled=str(modeled), out=str(tmp_path / "out")))
-    renderer = fig.canvas.get_renderer()
-    figure = fig.bbox
-    titles = [ax.title for ax in fig.axes if ax.get_title()]
-    assert len(titles) == 3 and all("SPT (masked)" in t.get_text() for t in titles)
-    for title in titles:
-        box = title.get_window_extent(renderer)
-        assert figure.x0 <= box.x0 and box.x1 <= figure.x1, title.get_text()
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    views, _, _ = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), cpu_bench=str(cpu),
+                                                modeled=str(modeled), out=str(tmp_path / "out")))
+    try:
+        assert [v.name for v in views] == ["lra_chart", "lra_spt", "lra_cpu", "lra_tpu_modeled"]
+        for view in views:
+            title = view.panel.ax.title
+            assert ("SPT (masked)" in " ".join(title.get_text().split())) == (view.name == "lra_spt"), view.name
+            assert "full scale" in title.get_text() and "mini scale" in title.get_text(), view.name
+            box, figure = title.get_window_extent(view.fig.canvas.get_renderer()), view.fig.bbox
+            assert figure.x0 <= box.x0 and box.x1 <= figure.x1, title.get_text()
+    finally:
+        lra_chart.close(views)
 
 
 def test_the_full_scale_section_gives_each_task_its_table_with_device_precision_and_seeds(tmp_path):
@@ -322,18 +323,19 @@ def test_no_line_joins_the_papers_full_scale_points_to_our_mini_points(tmp_path)
     bench = tmp_path / "bench.json"
     write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30), ("linear", 4096, "ok", 500.0, 2**29),
                         ("performer", 4096, "ok", 400.0, 2**29)])
-    fig, _, record = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), out=str(tmp_path / "out")))
-    main = fig.axes[0]
-    assert not [line for line in main.get_lines() if line.get_linestyle() == ":"]
-    legend = " ".join(t.get_text() for t in main.get_legend().get_texts())
-    assert "LRA paper, full scale" in legend and "not joined to our points" in legend and "mini scale" in legend
-    paper = [p["label"] for p in record["panels"][0]["points"] if p["series"] == "paper"]
-    written = {t.get_text() for t in main.texts}
-    assert "LRA paper: Transformer (softmax)" in paper and set(paper) <= written  # each labelled on the figure
-    assert "LRA paper (squares): full scale" in record["panels"][0]["title"]
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    views, _, record = lra_chart.render(ChartOptions(runs=str(root), bench=str(bench), out=str(tmp_path / "out")))
+    try:
+        main = views[0].panel.ax
+        assert not [line for line in main.get_lines() if line.get_linestyle() == ":"]
+        legend = " ".join(t.get_text() for legend in views[0].legends for t in legend.get_texts())
+        assert "LRA paper (full scale" in legend and "dotted" not in legend and "mini scale" in legend
+        paper = [p for p in views[0].panel.points if p.series == "paper"]
+        written = {t.get_text() for t in main.texts}
+        assert "LRA paper: Transformer (softmax)" in {p.key for p in paper}
+        assert {p.label for p in paper} <= written and "Transformer (paper)" in written  # each labelled
+        assert "LRA paper (grey squares): full scale" in record["panels"][0]["note"]
+    finally:
+        lra_chart.close(views)
 
 
 def test_a_results_json_that_is_not_an_object_is_one_warning_and_skipped(runs, tmp_path, capsys):

@@ -1,0 +1,1 @@
+"""Low-rank approximations of the attention matrix (Linformer's projections, Nystromformer's landmarks)."""

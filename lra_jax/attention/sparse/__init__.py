@@ -1,0 +1,1 @@
+"""Fixed sparse patterns: sliding windows, strides, global tokens and random blocks (local, strided, Longformer, BigBird)."""
