@@ -5,7 +5,7 @@ initialisation and normalisation, computed by a parallel scan, not attention, on
     python -m lra_jax.train --config=configs/lru.py:pathfinder   # full scale
 
 The layer is a bidirectional LRU with N = 64 complex states, GELU and a GLU output projection
-(lra_jax/attention/recurrent.py). ν, θ and log γ train with no weight decay at
+(lra_jax/attention/recurrent/diagonal.py). ν, θ and log γ train with no weight decay at
 min(`optimizer.ssm_max_learning_rate` = 0.001, the main peak), the rest at `optimizer.learning_rate`.
 
 Full scale uses the task's encoder and optimiser of the LRA paper, as for the attention variants, with the

@@ -5,7 +5,7 @@ task.
     python -m lra_jax.train --config=configs/mega.py:pathfinder    # full scale
     python -m lra_jax.train --config=configs/mega.py:pathfinder --config.attention.chunk=128   # Mega-chunk
 
-The layer (lra_jax/attention/mega.py) has a 16-dimensional moving average per channel, a shared
+The layer (lra_jax/attention/recurrent/mega.py) has a 16-dimensional moving average per channel, a shared
 representation of 64 and values of 2d, attending to the whole sequence (`chunk` = 0; Mega-chunk with
 `chunk` > 0). Full scale uses the task's encoder and optimiser of the LRA paper, as for the attention
 variants; the Mega paper's own per-task recipe is not reproduced.

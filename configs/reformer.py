@@ -4,7 +4,7 @@
     python -m lra_jax.train --config=configs/reformer.py              # full-scale ListOps
 
 Chunks of 128 tokens (32 at mini scale), num_buckets derived from max_len so that a bucket holds
-about one chunk, 2 hash rounds (see lra_jax/attention/hashing.py for the sources).
+about one chunk, 2 hash rounds (see lra_jax/attention/learned_patterns/hashing.py for the sources).
 
 One run, one machine: mini ListOps test accuracy 0.348 (majority class 0.167; 2-core CPU, seed 0; from
 `python -m lra_jax.tools.sweep --variants=reformer --tasks=listops --root=experiments/mini-lra`).

@@ -4,7 +4,7 @@
     python -m lra_jax.train --config=configs/s4d.py:pathx         # full-scale Path-X, the paper's settings
 
 The layer is bidirectional S4D-Lin with state size N = 64, GELU and a GLU output projection
-(lra_jax/attention/ssm.py). Its A and log step sizes train with no weight decay under the main
+(lra_jax/attention/recurrent/ssm.py). Its A and log step sizes train with no weight decay under the main
 schedule, scaled so that their peak rate is min(`optimizer.ssm_max_learning_rate` = 0.001, the main
 peak), the authors' rule; every other parameter at `optimizer.learning_rate` with the task's weight
 decay. The SSM rate is derived when the optimizer is built (`optimizer.ssm_learning_rate`), so it

@@ -5,7 +5,7 @@ not attention, on an LRA task.
     python -m lra_jax.train --config=configs/s5.py:pathfinder    # full scale, the authors' settings
 
 The layer is bidirectional S5 with HiPPO-N initialised in `blocks` blocks, conjugate symmetry, GELU and a
-GLU output projection (lra_jax/attention/recurrent.py). Λ and log Δ train with no weight decay at
+GLU output projection (lra_jax/attention/recurrent/diagonal.py). Λ and log Δ train with no weight decay at
 min(`optimizer.ssm_max_learning_rate`, the main peak), the rest at `optimizer.learning_rate`.
 
 Full scale follows the authors' LRA scripts (github.com/lindermanlab/S5, bin/run_experiments/run_lra_*.sh):

@@ -5,7 +5,7 @@ on an LRA task.
     python -m lra_jax.train --config=configs/s6.py:pathfinder    # full scale
 
 The layer is the Mamba block with state size N = 16, E = 2d, a 4-step convolution and Δ of rank
-ceil(d / 16), scanned in chunks of 16 steps, run in both directions (lra_jax/attention/selective.py). A_log and D train at the main rate
+ceil(d / 16), scanned in chunks of 16 steps, run in both directions (lra_jax/attention/recurrent/selective.py). A_log and D train at the main rate
 without weight decay, as in the paper (`optimizer.ssm_max_learning_rate` = 1 caps nothing). The Mamba paper
 reports no LRA run: full scale uses the task's encoder and optimiser of the LRA paper, as for the attention
 variants.

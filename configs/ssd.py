@@ -4,7 +4,7 @@ matrix state, computed in chunks, bidirectional, on an LRA task.
     python -m lra_jax.train --config=configs/ssd.py:listops,mini --workdir=runs/ssd-mini
     python -m lra_jax.train --config=configs/ssd.py:pathfinder    # full scale
 
-The layer (lra_jax/attention/gated.py) has E = 2d in heads of 16, a state of N = 16 shared by the heads, a
+The layer (lra_jax/attention/recurrent/gated.py) has E = 2d in heads of 16, a state of N = 16 shared by the heads, a
 4-step convolution and chunks of 64 steps. A_log and D train at the main rate without weight decay
 (`optimizer.ssm_max_learning_rate` = 1 caps nothing). The Mamba-2 paper reports no LRA run: full scale uses
 the task's encoder and optimiser of the LRA paper, as for the attention variants.

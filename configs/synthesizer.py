@@ -11,7 +11,7 @@ One run, one machine: mini ListOps test accuracy 0.379 (majority class 0.167; de
 seed 0); full-scale ListOps, LRA paper Table 1: 36.99 test accuracy.
 
 On a GPU or TPU the dense and factorized modes run softmax's flash kernels (their logits are products
-of per-token rows: `lra_jax/attention/synthesizer.py`), so every task fits as configured: full-scale
+of per-token rows: `lra_jax/attention/synthesized/synthesizer.py`), so every task fits as configured: full-scale
 Path-X (64 examples of 16,384 tokens) compiles to 2.59 GiB per H100 for its train step, 2.42 per
 `tpu-v5e:2x2` chip and 1.22 per `tpu-v4:2x2x1` core. The random mode (a learned n x n matrix) has no
 kernel and forms n x n scores on XLA, where the dense mode's Path-X train step asked for 417 GiB per

@@ -25,19 +25,21 @@ from lra_jax.errors import ConfigError
 
 _VARIANTS: dict[str, type[nnx.Module]] = {}
 
-# The families, named as the literature names them, in the order the docs show them: the one place a
-# variant's family is said (the patterns figure and its docs page read it; attention/'s sub-packages follow it).
-# tests/attention/test_families.py: every registered variant is in exactly one.
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "full attention": ("softmax", "additive", "luong"),
-    "fixed sparse patterns": ("local", "strided", "longformer", "bigbird"),
-    "learned patterns": ("reformer", "routing", "sinkhorn"),  # hashing, clustering, sorting
-    "low rank": ("linformer", "nystromformer"),
-    "kernelized": ("performer", "linear", "taylor"),
-    "synthesized": ("synthesizer",),
-    "convolution and MLP mixing": ("lightweight_conv", "dynamic_conv", "mixer", "fnet", "gmlp"),
-    "state space and gated recurrence": ("s4d", "s5", "lru", "mega", "hyena", "s6", "ssd", "gla"),
+# The families, named as the literature names them, in the order the docs show them, each with the
+# sub-package of lra_jax.attention that holds its variants ("": the top level, beside the shared core). A
+# variant's family is where its module lives (`family_of`); tests/attention/test_families.py checks that
+# every registered variant lives in one of these.
+FAMILY_PACKAGES: dict[str, str] = {
+    "full attention": "",
+    "fixed sparse patterns": "sparse",
+    "learned patterns": "learned_patterns",
+    "low rank": "low_rank",
+    "kernelized": "kernelized",
+    "synthesized": "synthesized",
+    "convolution and MLP mixing": "mixing",
+    "state space and gated recurrence": "recurrent",
 }
+_PACKAGE = __name__.rpartition(".")[0]  # lra_jax.attention
 
 # The term beside n in the cost of a sub-quadratic variant whose work per position is set by a setting:
 # "w", the inputs a position sees (a window, blocks, a bucket or cluster, a convolution's width; about sqrt(n)
@@ -70,11 +72,21 @@ def names() -> list[str]:
 
 
 def family_of(name: str) -> str:
-    """The family of variant `name` (`FAMILIES`); ValueError for a variant in none."""
-    for family, members in FAMILIES.items():
-        if name in members:
+    """The family of variant `name`: the one whose sub-package of lra_jax.attention holds its class
+    (`FAMILY_PACKAGES`); ValueError for a variant defined anywhere else."""
+    module = get(name).__module__
+    parts = module.removeprefix(_PACKAGE + ".").split(".") if module.startswith(_PACKAGE + ".") else None
+    package = "" if parts is not None and len(parts) == 1 else parts[0] if parts else None
+    for family, where in FAMILY_PACKAGES.items():
+        if package == where:
             return family
-    raise ValueError(f"attention variant {name!r} is in no family: add it to FAMILIES in {__name__}")
+    raise ValueError(f"attention variant {name!r} is defined in {module}, outside every family: move it into "
+                     f"the sub-package of lra_jax.attention of its family ({', '.join(p for p in FAMILY_PACKAGES.values() if p)})")
+
+
+def families() -> dict[str, tuple[str, ...]]:
+    """{family: its variants, in the order they registered}, every family of `FAMILY_PACKAGES` in order."""
+    return {family: tuple(name for name in _VARIANTS if family_of(name) == family) for family in FAMILY_PACKAGES}
 
 
 def cost(name: str) -> str:

@@ -1,6 +1,6 @@
 """The linear recurrence h_t = a_t ⊙ h_{t-1} + b_t from h = 0, by a parallel associative scan (Blelloch 1990;
 the operator (a1, b1) • (a2, b2) = (a1 a2, a2 b1 + b2), Smith et al. 2023, Sec. 2.2): O(n) work at O(log n)
-depth. The S4D-family layers (`lra_jax.attention.recurrent`) and the selective scan's XLA form
+depth. The S4D-family layers (`lra_jax.attention.recurrent.diagonal`) and the selective scan's XLA form
 (`selective_scan.reference`) run it; `sequential_scan` is the step-by-step form the tests hold it to.
 """
 

@@ -12,7 +12,8 @@ from flax import nnx
 
 from helpers import assert_close, build_small, reassociation_tol, tiny_config
 from lra_jax import kernels
-from lra_jax.attention import kernelized, registry
+from lra_jax.attention import registry
+from lra_jax.attention.kernelized import feature_maps
 from lra_jax.attention.core import causal_variants
 from lra_jax.config import settings as config_settings
 from lra_jax.errors import ConfigError
@@ -117,13 +118,13 @@ def test_causal_kernel_attention_is_the_prefix_average_in_any_chunking(chunk):
     phi_q, phi_k = (jnp.asarray(rng.uniform(0.0, 2.0, (2, N, HEADS, 5)), jnp.float32) for _ in range(2))
     phi_k = phi_k.at[1, 7:].set(0.0).at[1, :3].set(0.0)  # no real key before position 3 in row 1
     v = jnp.asarray(rng.standard_normal((2, N, HEADS, 4)), jnp.float32)
-    out = kernelized.causal_kernel_attention(phi_q, phi_k, v, chunk=chunk)
+    out = feature_maps.causal_kernel_attention(phi_q, phi_k, v, chunk=chunk)
     assert_close(out, kernel_average_reference(phi_q, phi_k, v), TOL)
     np.testing.assert_array_equal(np.asarray(out[1, :3]), 0.0)
 
 
-@pytest.mark.parametrize("name, features", [("linear", lambda x: kernelized.elu_features(x)),
-                                            ("taylor", lambda x: kernelized.taylor_features(x, 1.0))])
+@pytest.mark.parametrize("name, features", [("linear", lambda x: feature_maps.elu_features(x)),
+                                            ("taylor", lambda x: feature_maps.taylor_features(x, 1.0))])
 def test_causal_kernelized_layers_average_over_the_earlier_real_keys(name, features):
     model = build(name)
     x, lengths = tokens(6), np.array([N, 11])

@@ -9,7 +9,7 @@ from flax import nnx
 from helpers import assert_close, qkv_and_mask, real, reassociation_tol
 
 from lra_jax.attention import registry
-from lra_jax.attention.clustering import Centroids
+from lra_jax.attention.learned_patterns.clustering import Centroids
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.config import task_defaults as base
 from lra_jax.config.settings import from_config

@@ -8,7 +8,7 @@ from flax import nnx
 
 from helpers import assert_close, reassociation_tol, x_and_mask
 from lra_jax.attention import registry
-from lra_jax.attention.convolution import shifted_sum
+from lra_jax.attention.mixing.convolution import shifted_sum
 
 # float32 against a float64 reference or another float32 order of the same sums (jit, chunks,
 # blocks, padding appended): sums of at most 40 terms (positions, widths) chained through up to 8

@@ -1,4 +1,4 @@
-"""The families of the registry (`registry.FAMILIES`) and the cost each variant is labelled with (`registry.cost`):
+"""The families of the registry (`registry.FAMILY_PACKAGES`: a variant's family is the sub-package its module lives in) and the cost each variant is labelled with (`registry.cost`):
 every registered variant is in exactly one family, and the label agrees with the `cost_exponent` that
 tests/attention/test_cost.py holds the variant to."""
 
@@ -7,16 +7,24 @@ import pytest
 from lra_jax.attention import registry
 
 
-def test_every_registered_variant_is_in_exactly_one_family():
-    listed = [name for members in registry.FAMILIES.values() for name in members]
-    assert sorted(listed) == registry.names(), "FAMILIES lists each registered variant once, and nothing else"
+def test_every_registered_variant_is_in_exactly_one_family_the_sub_package_it_lives_in():
+    listed = [name for members in registry.families().values() for name in members]
+    assert sorted(listed) == registry.names(), "each registered variant is in one family, and nothing else is"
     assert registry.family_of("reformer") == "learned patterns"
     assert registry.family_of("s4d") == "state space and gated recurrence"
+    assert registry.family_of("softmax") == registry.family_of("luong") == "full attention"
+    for family, package in registry.FAMILY_PACKAGES.items():
+        for name in registry.families()[family]:
+            assert registry.get(name).__module__.startswith(f"lra_jax.attention.{package}".rstrip(".")), name
 
 
-def test_a_variant_in_no_family_is_named():
-    with pytest.raises(ValueError, match="'nonesuch' is in no family"):
-        registry.family_of("nonesuch")
+def test_a_variant_outside_every_family_package_is_named_with_the_fix(monkeypatch):
+    class Elsewhere:
+        __module__ = "my_project.attention"
+
+    monkeypatch.setitem(registry._VARIANTS, "elsewhere", Elsewhere)
+    with pytest.raises(ValueError, match="'elsewhere' is defined in my_project.attention, outside every family"):
+        registry.family_of("elsewhere")
 
 
 def test_the_cost_label_agrees_with_the_cost_exponent():

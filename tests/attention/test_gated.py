@@ -1,4 +1,4 @@
-"""GLA and SSD (lra_jax/attention/gated.py): the chunked form (lra_jax/kernels/gated_scan/reference.py)
+"""GLA and SSD (lra_jax/attention/recurrent/gated.py): the chunked form (lra_jax/kernels/gated_scan/reference.py)
 against the recurrence at every chunk size, the bidirectional form as the sum it names, SSD as Mamba-2's
 scalar-decay recurrence written out, the causal forms. The Pallas kernel is
 tests/kernels/test_gated_scan_kernel.py. The contract is tests/attention/test_attention_contract.py."""
@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol, slow_except
-from lra_jax.attention import gated, registry, selective
+from lra_jax.attention import registry
+from lra_jax.attention.recurrent import gated, selective
 from lra_jax.errors import ConfigError
 from lra_jax.kernels.gated_scan import reference
 

@@ -9,7 +9,7 @@ from flax import nnx
 from helpers import assert_close, real, reassociation_tol
 from lra_jax.attention import registry
 from lra_jax.attention.core import unit_vectors
-from lra_jax.attention.hashing import HashRotations
+from lra_jax.attention.learned_patterns.hashing import HashRotations
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
 

@@ -1,4 +1,4 @@
-"""Hyena (lra_jax/attention/hyena.py): the FFT and the causal convolutions against the direct sum, the implicit
+"""Hyena (lra_jax/attention/recurrent/hyena.py): the FFT and the causal convolutions against the direct sum, the implicit
 filters, the causal form. The contract is tests/attention/test_attention_contract.py."""
 
 import jax
@@ -8,8 +8,9 @@ import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol, slow_except
-from lra_jax.attention import hyena, registry
-from lra_jax.attention.ssm import fft_convolution
+from lra_jax.attention import registry
+from lra_jax.attention.recurrent import hyena
+from lra_jax.attention.recurrent.ssm import fft_convolution
 from lra_jax.errors import ConfigError
 
 DIM, N = 16, 24

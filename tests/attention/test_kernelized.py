@@ -8,7 +8,7 @@ from flax import nnx
 
 from helpers import assert_close, qkv_and_mask, reassociation_tol
 from lra_jax.attention import registry
-from lra_jax.attention.kernelized import (
+from lra_jax.attention.kernelized.feature_maps import (
     RandomFeatures,
     favor_attention,
     favor_log_features,

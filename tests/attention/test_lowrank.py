@@ -9,7 +9,7 @@ from flax import nnx
 
 from helpers import assert_close, qkv_and_mask, real, reassociation_tol, slow_except, x_and_mask
 from lra_jax.attention import registry
-from lra_jax.attention.lowrank import iterative_pinv, segment_means
+from lra_jax.attention.low_rank.projections import iterative_pinv, segment_means
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
 

@@ -1,4 +1,4 @@
-"""Mega (lra_jax/attention/mega.py): the moving average's convolution against its recurrence, Mega-chunk at
+"""Mega (lra_jax/attention/recurrent/mega.py): the moving average's convolution against its recurrence, Mega-chunk at
 one chunk against full attention, chunks kept apart, the causal form. The contract is
 tests/attention/test_attention_contract.py."""
 
@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol
-from lra_jax.attention import mega, registry
+from lra_jax.attention import registry
+from lra_jax.attention.recurrent import mega
 from lra_jax.errors import ConfigError
 
 DIM, N = 16, 24

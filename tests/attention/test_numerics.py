@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lra_jax.attention.core import divide_or_zero, unit_vectors
-from lra_jax.attention.kernelized import linear_attention, taylor_attention
+from lra_jax.attention.kernelized.feature_maps import linear_attention, taylor_attention
 
 
 @pytest.mark.parametrize("scale", [1e-30, 1e-8, 1.0, 1e8, 1e30])

@@ -1,4 +1,4 @@
-"""LRU and S5 (lra_jax/attention/recurrent.py): the layers with the parallel scan against the step-by-step one
+"""LRU and S5 (lra_jax/attention/recurrent/diagonal.py): the layers with the parallel scan against the step-by-step one
 (the scans themselves: tests/kernels/test_linear_recurrence.py), the papers' initialisations, the causal form. The contract (padding, finiteness, jit/grad/vmap/bfloat16) is
 tests/attention/test_attention_contract.py, which every registered variant goes through."""
 
@@ -11,7 +11,8 @@ import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol, slow_except
-from lra_jax.attention import recurrent, registry
+from lra_jax.attention import registry
+from lra_jax.attention.recurrent import diagonal
 from lra_jax.attention.core import SSMParam
 from lra_jax.errors import ConfigError
 from lra_jax.kernels.linear_recurrence import sequential_scan
@@ -57,7 +58,7 @@ def test_lru_ring_initialisation():
 
 def test_hippo_n_is_the_normal_part_of_hippo_legs():
     size = 8
-    eigenvalues, vectors = recurrent.hippo_n(size)
+    eigenvalues, vectors = diagonal.hippo_n(size)
     n = np.arange(size)
     legs = np.array([[-math.sqrt((2 * i + 1) * (2 * k + 1)) if i > k else -(i + 1.0) if i == k else 0.0
                       for k in n] for i in n])
@@ -72,7 +73,7 @@ def test_hippo_n_is_the_normal_part_of_hippo_legs():
 def test_s5_keeps_one_of_each_pair_per_block_and_discretizes_by_zero_order_hold():
     layer = build("s5", state_size=8, blocks=2, dt_min=0.01, dt_max=0.1)
     lam = np.asarray(layer.lambda_re_im[...] @ np.array([1, 1j]))
-    block, _ = recurrent.hippo_n(4)
+    block, _ = diagonal.hippo_n(4)
     assert np.allclose(lam, np.tile(block[block.imag > 0], 2))
     lam_bar, b_bar = layer.discretized()
     dt = np.exp(np.asarray(layer.log_dt[...]))

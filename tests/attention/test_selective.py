@@ -1,4 +1,4 @@
-"""S6, Mamba's selective SSM (lra_jax/attention/selective.py): the parallel scan against the step-by-step
+"""S6, Mamba's selective SSM (lra_jax/attention/recurrent/selective.py): the parallel scan against the step-by-step
 recurrence written from the paper's equations, the convolution, the causal form, the initialisation.
 The contract is tests/attention/test_attention_contract.py."""
 
@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from helpers import assert_close, reassociation_tol
-from lra_jax.attention import registry, selective
+from lra_jax.attention import registry
+from lra_jax.attention.recurrent import selective
 from lra_jax.kernels.selective_scan import reference
 from lra_jax.errors import ConfigError
 

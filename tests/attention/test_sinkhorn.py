@@ -8,7 +8,7 @@ from flax import nnx
 
 from helpers import assert_close, qkv_and_mask, real, reassociation_tol, slow_except
 from lra_jax.attention import registry
-from lra_jax.attention.sinkhorn import UNROLLED_ROUNDS, log_sinkhorn, sinkhorn_attention, sort_matrix
+from lra_jax.attention.learned_patterns.sinkhorn import UNROLLED_ROUNDS, log_sinkhorn, sinkhorn_attention, sort_matrix
 from lra_jax.attention.softmax import softmax_attention
 from lra_jax.errors import ConfigError
 

@@ -1,4 +1,4 @@
-"""S4D (lra_jax/attention/ssm.py): the FFT convolution equals the SSM's own recurrence, the
+"""S4D (lra_jax/attention/recurrent/ssm.py): the FFT convolution equals the SSM's own recurrence, the
 S4D-Lin initialisation, and the optimizer's separate group for the state-space parameters.
 
 The shared contract (padding, all-padding rows, jit/grad/vmap/bfloat16) runs in

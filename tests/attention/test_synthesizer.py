@@ -9,7 +9,7 @@ from flax import nnx
 from helpers import assert_close, reassociation_tol, slow_except, x_and_mask
 from lra_jax import kernels
 from lra_jax.attention import registry
-from lra_jax.attention.synthesizer import FixedRandom
+from lra_jax.attention.synthesized.synthesizer import FixedRandom
 from lra_jax.errors import ConfigError
 
 # float32 against a float64 reference or another float32 order of the same sums (jit, chunks,

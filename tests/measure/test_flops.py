@@ -23,7 +23,9 @@ import pytest
 from flax import nnx
 from helpers import slow_except
 
-from lra_jax.attention import hyena, mega, mixers, recurrent, registry, ssm
+from lra_jax.attention import registry
+from lra_jax.attention.mixing import token_mixers
+from lra_jax.attention.recurrent import diagonal, hyena, mega, ssm
 from lra_jax.attention.core import Attention, fft_flops, matmul_flops
 from lra_jax.kernels.linear_recurrence import linear_scan
 from lra_jax.measure import flops
@@ -177,10 +179,10 @@ def test_every_variant_counts_its_forward_within_xla_count(case, monkeypatch):
     """analytic <= XLA <= band x analytic. FNet and S4D count FFTs by the 5 N log2 N convention and S4D a complex
     multiply-add as 8 FLOPs, XLA by its own conventions: the test puts XLA's in their place, so that the
     transforms' and the complex product's number and sizes are checked too."""
-    for module in (mixers, ssm, hyena, mega):
+    for module in (token_mixers, ssm, hyena, mega):
         monkeypatch.setattr(module, "fft_flops", xla_fft_flops)
     monkeypatch.setattr(ssm, "complex_matmul_flops", matmul_flops)  # XLA: 2 per complex multiply-add
-    monkeypatch.setattr(recurrent, "scan_flops", xla_scan_flops)
+    monkeypatch.setattr(diagonal, "scan_flops", xla_scan_flops)
     for module in (ssm, mega):  # S4D's and Mega's causal forms
         monkeypatch.setattr(module, "scan_flops", xla_invariant_scan_flops)
     counted, analytic = xla_and_analytic_layer(case)

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float
 
-from lra_jax.attention.convolution import shifted_sum
+from lra_jax.attention.mixing.convolution import shifted_sum
 from lra_jax.attention.core import Attention, masked_softmax, matmul_flops, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError

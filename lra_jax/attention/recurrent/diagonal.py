@@ -34,7 +34,7 @@ from jaxtyping import Array, Complex, Float
 
 from lra_jax.attention.core import SSMParam, matmul_flops
 from lra_jax.attention.registry import register
-from lra_jax.attention.ssm import SSMBlock, scan_flops
+from lra_jax.attention.recurrent.ssm import SSMBlock, scan_flops
 from lra_jax.errors import ConfigError
 from lra_jax.kernels.linear_recurrence import linear_scan
 

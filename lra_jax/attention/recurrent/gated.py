@@ -33,7 +33,7 @@ from jaxtyping import Array, Float
 
 from lra_jax.attention.core import BidirectionalMixer, SSMParam, TokenMask, Tokens, matmul_flops, zero_padding
 from lra_jax.attention.registry import register
-from lra_jax.attention.selective import causal_depthwise_conv, inverse_softplus
+from lra_jax.attention.recurrent.selective import causal_depthwise_conv, inverse_softplus
 from lra_jax.errors import ConfigError
 from lra_jax.kernels.gated_scan import reference
 from lra_jax.kernels.gated_scan.api import GATED_SCAN, gated_scan

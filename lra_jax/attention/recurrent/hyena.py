@@ -38,8 +38,8 @@ from jaxtyping import Array, Float
 
 from lra_jax.attention.core import BidirectionalMixer, TokenMask, Tokens, fft_flops, matmul_flops, zero_padding
 from lra_jax.attention.registry import register
-from lra_jax.attention.selective import causal_depthwise_conv
-from lra_jax.attention.ssm import fft_convolution
+from lra_jax.attention.recurrent.selective import causal_depthwise_conv
+from lra_jax.attention.recurrent.ssm import fft_convolution
 from lra_jax.errors import ConfigError
 
 

@@ -43,7 +43,7 @@ from lra_jax.attention.core import (
 )
 from lra_jax.attention.dropout import Dropout
 from lra_jax.attention.registry import register
-from lra_jax.attention.ssm import diagonal_scan, fft_convolution, scan_flops
+from lra_jax.attention.recurrent.ssm import diagonal_scan, fft_convolution, scan_flops
 from lra_jax.errors import ConfigError
 
 

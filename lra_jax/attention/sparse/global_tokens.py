@@ -17,7 +17,7 @@ from jaxtyping import Array, Bool
 
 from lra_jax.attention.core import Attention, masked_softmax, matmul_flops, merge_heads, split_heads, zero_padding
 from lra_jax.attention.registry import register
-from lra_jax.attention.sparse import LocalAttention, local_logits, pad_to, split_blocks, three_blocks
+from lra_jax.attention.sparse.windows import LocalAttention, local_logits, pad_to, split_blocks, three_blocks
 from lra_jax.errors import ConfigError
 from lra_jax.kernels.block_sparse.api import BLOCK_SPARSE, block_sparse_attention
 from lra_jax.kernels.flash.api import FLASH, flash_attention

@@ -12,7 +12,7 @@ The pattern is the call's `masking.Mask` (every part optional, composable with `
     block_mask, block      bool [nq / block, nk / block]: only these block pairs (BigBird's
                            window, global and random blocks)
 
-How the sparse variants map onto it (`lra_jax.attention.sparse`):
+How the sparse variants map onto it (`lra_jax.attention.sparse.windows`):
   local       Mask(window=w).
   strided     local heads: segments i // l; strided heads: the sequence permuted
               to (i mod l, i // l) order, segments i mod l, output un-permuted.

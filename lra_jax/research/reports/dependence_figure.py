@@ -111,8 +111,8 @@ def file_name(family: str) -> str:
 
 
 def by_family(drawn: list[Panel]) -> dict[str, list[Panel]]:
-    """{family: its panels of `drawn`}, in the order of `registry.FAMILIES`, families without a panel left out."""
-    groups = {family: [panel for panel in drawn if panel.family == family] for family in registry.FAMILIES}
+    """{family: its panels of `drawn`}, in the order of `registry.FAMILY_PACKAGES`, families without a panel left out."""
+    groups = {family: [panel for panel in drawn if panel.family == family] for family in registry.FAMILY_PACKAGES}
     return {family: members for family, members in groups.items() if members}
 
 

@@ -134,7 +134,7 @@ def panels(names: list[str], *, n: int = LENGTH, seed: int = SEED,
     `progress(panel)` is called after each."""
     check_variants(names)
     forms = causal_forms()
-    ordered = [name for members in registry.FAMILIES.values() for name in members if name in names]
+    ordered = [name for members in registry.families().values() for name in members if name in names]
     out = []
     for name in ordered:
         for causal in (False, True) if name in forms else (False,):
