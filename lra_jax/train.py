@@ -78,7 +78,7 @@ def config_file() -> str:
 
 
 def _stop_as_ctrl_c(signum: int, frame) -> None:
-    """SIGTERM before training takes the signals over (`trainer`): stopped as by Ctrl-C."""
+    """SIGTERM before the train loop takes the signals over (`training.stop_signal`): stopped as by Ctrl-C."""
     raise KeyboardInterrupt
 
 

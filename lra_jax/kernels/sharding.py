@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec
 
-BATCH_AXIS = "data"  # the trainer's mesh axis (`trainer.make_mesh`)
+BATCH_AXIS = "data"  # the trainer's mesh axis (`training.distributed.make_mesh`)
 
 
 def batch_devices() -> int:

@@ -25,7 +25,7 @@ from lra_jax.data.tasks import TaskSpec
 from lra_jax.measure import host_memory
 from lra_jax.measure.text_table import table
 from lra_jax.measure.units import GIB, duration, gib
-from lra_jax.training import memory, trainer
+from lra_jax.training import distributed, initial_state, memory
 from lra_jax.training.steps import make_train_step
 
 
@@ -51,7 +51,7 @@ def time_train_step(config: Settings, task: TaskSpec, mesh: Mesh, *,
     and about how long it takes (`compiling_line`), then show a progress bar of the steps. Returns seconds_per_step (the mean),
     step_seconds (each timed step), compile_seconds, the compiled step's memory figures, the
     process's largest resident host memory after the steps (`host_max_rss_bytes`),
-    num_parameters, the attention settings as built (`trainer.attention_settings`), `compiled`
+    num_parameters, the attention settings as built (`initial_state.attention_settings`), `compiled`
     (for callers that want its cost analysis) and `run_step`, which runs one more step.
     """
     return time_train_steps([config], task, mesh, warmup=warmup, steps=steps, announce=announce)[0]
@@ -88,17 +88,18 @@ def time_train_steps(configs: list[Settings], task: TaskSpec, mesh: Mesh, *,
         check_devices(config, mesh.size)
         if announce:
             print(compiling_line(config, mesh.devices.flat[0].platform, warmup + steps), file=sys.stderr, flush=True)
-        graphdef, tx, state = trainer.create_train_state(config, task, mesh)
+        graphdef, tx, state = initial_state.create_train_state(config, task, mesh)
         batch = jax.device_put(random_batch(task, config.batch_size, config.max_len, config.seed),
                                NamedSharding(mesh, PartitionSpec("data")))
         start = time.perf_counter()
         with compat.abstract_mesh(mesh):  # kernels per device (`kernels.sharding`)
-            compiled = make_train_step(graphdef, tx, trainer.run_key(config, "dropout")).lower(state, batch).compile()
+            train_step = make_train_step(graphdef, tx, initial_state.run_key(config, "dropout"))
+            compiled = train_step.lower(state, batch).compile()
         compile_seconds = time.perf_counter() - start
         step_memory = memory.peak_memory(compiled)
         memory.check_fits(compiled, config)
         runs.append({"state": state, "batch": batch, "compiled": compiled, "compile_seconds": compile_seconds,
-                     "step_memory": step_memory, "attention": trainer.attention_settings(graphdef, state),
+                     "step_memory": step_memory, "attention": initial_state.attention_settings(graphdef, state),
                      "step_seconds": []})
     switching = len(runs) > 1
     settle = switching and host_memory.keeps_freed()
@@ -150,7 +151,7 @@ def projected_training(config: Settings, *, warmup: int = 1, steps: int = 3, ann
 
     Evaluation, data preparation and checkpointing are not included. `announce`: as `time_train_step`'s.
     """
-    mesh = trainer.make_mesh()
+    mesh = distributed.make_mesh()
     timing = time_train_step(config, tasks.get_task(config.task), mesh, warmup=warmup, steps=steps,
                              announce=announce)
     return {

@@ -24,7 +24,7 @@ from lra_jax.config import settings as config_settings
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import LraError
 from lra_jax.tools import bad_input, command_arguments, parse_command_line
-from lra_jax.training import steps, trainer
+from lra_jax.training import distributed, initial_state, steps
 
 
 def define_flags(values: flags.FlagValues, argv: list[str]) -> None:
@@ -53,13 +53,14 @@ def pipeline_examples_per_second(train_split: tasks.Split, batch_size: int, seed
 def train_examples_per_second(config, task: tasks.TaskSpec, train_split: tasks.Split, mesh, num_steps: int) -> float:
     """Examples/s of the compiled train step, fed by the same pipeline."""
     config_settings.check_devices(config, mesh.size)
-    graphdef, tx, state = trainer.create_train_state(config, task, mesh)
+    graphdef, tx, state = initial_state.create_train_state(config, task, mesh)
     batches = pipeline.prefetch_to_mesh(
         pipeline.train_batches(*train_split, batch_size=config.batch_size, seed=config.seed), mesh)
     try:
         first = next(batches)
         with compat.abstract_mesh(mesh):  # kernels per device (`kernels.sharding`)
-            step = steps.make_train_step(graphdef, tx, trainer.run_key(config, "dropout")).lower(state, first).compile()
+            step = steps.make_train_step(graphdef, tx, initial_state.run_key(config, "dropout"))
+            step = step.lower(state, first).compile()
         state, metrics = step(state, first)
         jax.block_until_ready(metrics)
         start = time.perf_counter()
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     except LraError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    mesh = trainer.make_mesh()
+    mesh = distributed.make_mesh()
     fed = pipeline_examples_per_second(train_split, config.batch_size, config.seed, mesh, args.batches)
     trained = train_examples_per_second(config, task, train_split, mesh, args.steps)
     print(f"{config.variant} {config.task},{config.scale}, batch {config.batch_size}, "

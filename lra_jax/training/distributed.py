@@ -1,4 +1,5 @@
-"""Joining a multi-process run (`train --distributed`): one process per host, or several on one machine.
+"""The data-parallel mesh (`make_mesh`), and joining a multi-process run (`train --distributed`): one
+process per host, or several on one machine.
 
 Either the cluster is detected (TPU VM; Slurm under `srun`: `jax.distributed.initialize()` finds it;
 the batch script of a one-node Slurm job is a one-process run, `slurm_batch_settings`), or all three
@@ -12,12 +13,19 @@ from __future__ import annotations
 import os
 
 import jax
+import numpy as np
+from jax.sharding import Mesh
 
 from lra_jax.errors import LraError
 
 ENV = {"coordinator_address": "JAX_COORDINATOR_ADDRESS", "num_processes": "JAX_NUM_PROCESSES",
        "process_id": "JAX_PROCESS_ID"}
 FLAG = {name: f"--{name}" for name in ENV}
+
+
+def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
+    """A 1-D data-parallel mesh, axis "data", over `devices` (default: every device of every process)."""
+    return Mesh(np.array(devices or jax.devices()), ("data",))
 
 
 def explicit_settings(coordinator_address: str | None, num_processes: int | None,

@@ -1,7 +1,9 @@
 """The training loop: `train_and_evaluate(settings, workdir)`.
 
 The config is read once, at the entry, into checked typed settings (`lra_jax.config.settings`);
-the workdir and its records are `run_dir`'s.
+the workdir and its records are `run_dir`'s. What the loop uses lives beside it: the initial state and
+random streams (`initial_state`), the mesh (`distributed.make_mesh`), evaluation (`evaluation`), the
+step's metrics (`step_metrics`), the stop signals (`stop_signal`), the step-time hook (`first_steps`).
 
 One jitted, buffer-donating train step over pure NNX state, its batch split over
 a mesh of every device (data parallel); validation every `eval_every` steps;
@@ -26,20 +28,13 @@ import contextlib
 import dataclasses
 import itertools
 import os
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
-from jax.experimental import multihost_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from tqdm import tqdm
+from jax.sharding import Mesh
 
 from lra_jax import compat, provenance
 from lra_jax import progress as progress_bar
@@ -47,151 +42,32 @@ from lra_jax.attention import registry
 from lra_jax.config import settings as config_settings
 from lra_jax.config.settings import OptimizerSettings, Settings
 from lra_jax.data import pipeline, tasks
-from lra_jax.errors import DataError, DiskFull, TrainingDiverged
-from lra_jax.models.classifier import build_model
+from lra_jax.errors import DiskFull, TrainingDiverged
 from lra_jax.training import (
     checkpointing,
+    distributed,
+    evaluation,
     memory,
     metrics,
     optimizer,
     pretrain,
     run_dir,
     run_result,
+    step_metrics,
     steps,
 )
-from lra_jax.training.train_state import TrainState
-
-StepTimeHook = Callable[[float, int], str | None]  # (seconds per step, steps left) -> a line to print, or None
-
-def evaluate(eval_step, state, split: tasks.Split, batch_size: int, mesh: Mesh) -> dict[str, float]:
-    """Accuracy and mean loss over a whole split, once (each process feeds its rows of each batch).
-
-    At most two eval steps are in flight, as in the train loop. Queuing a whole split deadlocks
-    a mesh of several CPU devices: XLA's CPU client admits at most 32 computations per device,
-    and past that a step's all-reduce can wait forever for a device whose share of the same step
-    was never admitted ("Expected 2 threads to join the rendezvous").
-    """
-    totals = {"loss": 0.0, "correct": 0.0, "count": 0.0}
-
-    def add(sums):  # waits for that step
-        for key in totals:
-            totals[key] += float(sums[key])
-
-    previous = None
-    rows = pipeline.process_rows(mesh, batch_size)
-    for batch in pipeline.prefetch_to_mesh(pipeline.eval_batches(*split, batch_size=batch_size, rows=rows), mesh):
-        sums = eval_step(state, batch)
-        if previous is not None:
-            add(previous)
-        previous = sums
-    if previous is not None:
-        add(previous)
-    return {"accuracy": totals["correct"] / totals["count"], "loss": totals["loss"] / totals["count"]}
-
-
-class _StopSignal:
-    """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop polls, so the step in flight completes and is saved.
-
-    `received` is written only by the handler; `requested`, the decision, only by `agreed`. Kept
-    apart, a SIGTERM handled while the all-gather runs cannot be overwritten by its result."""
-
-    def __init__(self):
-        self.received = False
-        self.requested = False
-        self.previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-        return self
-
-    def _handle(self, signum, frame):
-        self.received = True
-
-    def agreed(self) -> bool:
-        """Whether any process was asked to stop, decided alike on all of them, so that all stop
-        after the same step and save it together. A pod's SIGTERM reaches hosts at different times;
-        with several processes this costs one small all-gather per step."""
-        if jax.process_count() > 1:
-            self.requested = self.requested or bool(
-                multihost_utils.process_allgather(np.int32(self.received)).max())
-        else:
-            self.requested = self.received
-        return self.requested
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
-def make_mesh(devices: list[jax.Device] | None = None) -> Mesh:
-    """A 1-D data-parallel mesh over `devices` (default: every device)."""
-    return Mesh(np.array(devices or jax.devices()), ("data",))
-
-
-# The run's random streams, each the seed's key folded with its number (fixed: a resumed run draws the same).
-STREAMS = {"init": 0, "dropout": 1, "pretrain_init": 2, "pretrain": 3}
-
-
-def run_key(config: Settings, stream: str) -> jax.Array:
-    """The key of the run's random stream `stream` (`STREAMS`): "dropout" is fine-tuning's (folded with
-    the step), "pretrain" the pretraining stage's masks and dropout, "*init" the models' parameters."""
-    return jax.random.fold_in(jax.random.key(config.seed), STREAMS[stream])
-
-
-def create_train_state(config: Settings, task: tasks.TaskSpec, mesh: Mesh, *, pretraining: bool = False):
-    """Builds the model and optimizer; returns (graphdef, optimizer, state replicated on `mesh`).
-
-    state: a `TrainState` (step, params, rest, opt_state).
-    `pretraining`: the pretraining stage's model (`models.pretraining.TokenPredictor`) and optimizer
-    (`Settings.pretrain_optimizer`) instead of the classifier's. A run that pretrains gives its
-    classifier the [MASK] id too, so that the pretrained encoder fits it.
-    Initialisation is jitted: one compilation instead of many small eager ones. The caller has checked
-    that the batch splits over the mesh (`config.settings.check_devices`, once per command).
-    """
-    stream = "pretrain_init" if pretraining else "init"
-    if pretraining:
-        build = pretrain.build_model(config, task)
-    else:
-        vocab_size = task.vocab_size + int(config.pretrain.objective != "none")
-        build = lambda key: build_model(config, vocab_size=vocab_size,  # noqa: E731
-                                        num_classes=task.num_classes, rngs=nnx.Rngs(key), dual=task.dual)
-    # configuration errors surface here, before any compilation
-    graphdef = nnx.split(nnx.eval_shape(build, run_key(config, stream)), nnx.Param, ...)[0]
-    tx = optimizer.make_optimizer(config.pretrain_optimizer if pretraining else config.optimizer)
-
-    def init():  # the key is made inside: a process-local array cannot enter a multi-process program
-        _, params, rest = nnx.split(build(run_key(config, stream)), nnx.Param, ...)
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params, rest=rest, opt_state=tx.init(params))
-
-    return graphdef, tx, jax.jit(init, out_shardings=NamedSharding(mesh, PartitionSpec()))()
-
-
-def attention_settings(graphdef: nnx.GraphDef, state: TrainState) -> dict[str, Any]:
-    """The settings the model's attention layers were built with, defaults and derived values
-    included (`registry.layer_settings`): what ran, where the config may say None; under
-    "kernels", the kernel each attention layer runs (`registry.layer_kernels`)."""
-    model = nnx.merge(graphdef, state.params, state.rest)
-    return {**registry.layer_settings(model), "kernels": registry.layer_kernels(model)}
-
-
-def validation_subset(split: tasks.Split, num_examples: int, seed: int) -> tasks.Split:
-    """`num_examples` examples of `split` drawn without replacement (fixed by `seed`), in their order;
-    all of it when num_examples is 0 or not smaller than the split."""
-    tokens, labels = split
-    if not 0 < num_examples < len(labels):
-        return split
-    chosen = np.sort(np.random.default_rng(seed).choice(len(labels), num_examples, replace=False))
-    return tokens[chosen], labels[chosen]
+from lra_jax.training.first_steps import FirstSteps, StepTimeHook, adding_steps
+from lra_jax.training.initial_state import attention_settings, create_train_state, run_key
+from lra_jax.training.stop_signal import StopSignal
 
 
 def train_and_evaluate(settings: Settings, workdir: str, *, on_step_time: StepTimeHook | None = None
                        ) -> dict[str, Any] | None:
-    """Trains the run `settings` describe in `workdir` (resuming what is there); returns results, or None if stopped by SIGTERM or
-    SIGINT (a checkpoint saved). One process trains in a workdir at a time (`run_dir.locked`), and a workdir
-    holding another config's run is refused (`run_dir.check_config`).
+    """Trains the run `settings` describe in `workdir` (resuming what is there); returns results, or None if
+    stopped by SIGTERM or SIGINT (a checkpoint saved). One process trains in a workdir at a time
+    (`run_dir.locked`), and a workdir holding another config's run is refused (`run_dir.check_config`).
 
-    `on_step_time(seconds_per_step, steps_left)`: called once the first steps are timed (`_FirstSteps`),
+    `on_step_time(seconds_per_step, steps_left)`: called once the first steps are timed (`FirstSteps`),
     with the steps left in the whole run (pretraining and fine-tuning); a line it returns is printed.
 
     With several processes (`jax.distributed`), all run this together on a shared `workdir`;
@@ -201,7 +77,7 @@ def train_and_evaluate(settings: Settings, workdir: str, *, on_step_time: StepTi
     workdir is reported (ConfigError, WorkdirError) before anything is built or written; a write
     refused mid-run is one line (WorkdirError), the checkpoints before it kept.
     """
-    mesh = make_mesh()
+    mesh = distributed.make_mesh()
     config_settings.check_devices(settings, mesh.size)
     run_dir.prepare(workdir)
     try:
@@ -247,21 +123,21 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
         return finished
 
     splits = task.load(config.data, config.max_len)
-    check_not_empty(config, splits, ["train"])
+    evaluation.check_not_empty(config, splits, ["train"])
     pretrained = None
     if config.pretrain.objective != "none":  # on the training split alone, before validation is drawn
         pretrained = _pretrain(config, task, splits["train"], stage_dir, mesh, versions,
-                               _adding_steps(on_step_time, config.num_train_steps - start))
+                               adding_steps(on_step_time, config.num_train_steps - start))
         if pretrained is None:
             checkpoints.close()
             return None
         if restored is None:  # fine-tuning starts from the pretrained encoder and a new head
             state = pretrain.transfer_encoder(pretrained["state"], state)
-    check_not_empty(config, splits, ["val", "test"])  # after pretraining, which never reads them
+    evaluation.check_not_empty(config, splits, ["val", "test"])  # after pretraining, which never reads them
     if start and primary:
         print(f"{workdir}: resuming from step {start}")
     val_size = len(splits["val"][1])
-    splits["val"] = validation_subset(splits["val"], config.val_examples, config.seed)
+    splits["val"] = evaluation.validation_subset(splits["val"], config.val_examples, config.seed)
     validated_on = ("" if len(splits["val"][1]) == val_size else
                     f", on {len(splits['val'][1]):,} of the {val_size:,} validation examples")
     eval_step = steps.make_eval_step(graphdef)
@@ -269,7 +145,7 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
 
     def validate(step, state, writer):
         nonlocal best
-        val = evaluate(eval_step, state, splits["val"], config.eval_batch_size, mesh)
+        val = evaluation.evaluate(eval_step, state, splits["val"], config.eval_batch_size, mesh)
         writer.write(step, {"val/accuracy": val["accuracy"], "val/loss": val["loss"]})
         if val["accuracy"] > best["accuracy"]:
             best = {"accuracy": val["accuracy"], "loss": val["loss"], "step": step}
@@ -283,15 +159,15 @@ def _train_and_evaluate(config: Settings, workdir: str, mesh: Mesh, on_step_time
         return None
 
     best_state = checkpoints.restore_best(state)
-    test = evaluate(eval_step, best_state, splits["test"], config.eval_batch_size, mesh)
+    test = evaluation.evaluate(eval_step, best_state, splits["test"], config.eval_batch_size, mesh)
     writer.write(step, {"test/accuracy": test["accuracy"], "test/loss": test["loss"]})
     writer.close()
     checkpoints.close()
     steps_per_second = timing["steps_per_second"]  # None: no step ran here
     if steps_per_second is None and finished is not None:  # ending again: the speed measured when it trained
         steps_per_second = finished.get("steps_per_second")
-    results = run_dir.results_record(config, test, best, splits["test"][1], steps_per_second, step_memory, num_parameters,
-                        attention, versions)
+    results = run_dir.results_record(config, test, best, splits["test"][1], steps_per_second, step_memory,
+                                     num_parameters, attention, versions)
     results.update(pretrain_objective=config.pretrain.objective,
                    pretrain=pretrained and pretrained["record"])
     if primary:
@@ -341,8 +217,8 @@ class Stage:
     """One stage of a run, trained by `_train_stage`: fine-tuning ("train") or self-pretraining ("pretrain").
 
     folder: where its checkpoints/, metrics.jsonl and record live; num_steps, optimizer: its steps and
-    optimizer settings; stream: its random stream (`STREAMS`, folded with the step); objective: its loss
-    (`steps.classification`, or the pretraining objective); record: its record's file name in `folder`."""
+    optimizer settings; stream: its random stream (`initial_state.STREAMS`, folded with the step); objective:
+    its loss (`steps.classification`, or the pretraining objective); record: its record's file name in `folder`."""
 
     name: str
     folder: str
@@ -377,20 +253,6 @@ def _train_stage(config: Settings, stage: Stage, graphdef, tx, state, checkpoint
     return state, step, timing, step_memory, writer
 
 
-def _adding_steps(hook: StepTimeHook | None, later: int) -> StepTimeHook | None:
-    """`hook` told of `later` more steps left: a stage's projection covers the stages after it."""
-    return None if hook is None else lambda seconds, left: hook(seconds, left + later)
-
-
-def check_not_empty(config: Settings, splits: dict[str, tasks.Split], names: list[str]) -> None:
-    """DataError naming the splits of `names` that hold no example: found before training, not at its end."""
-    empty = [name for name in names if len(splits[name][1]) == 0]
-    if empty:
-        raise DataError(f"the {config.task} data has no examples in its {', '.join(empty)} split"
-                        f"{'s' if len(empty) > 1 else ''} ({config.data.data_dir or 'generated data'}); fill "
-                        f"{'them' if len(empty) > 1 else 'it'}, or pass another --config.data.data_dir")
-
-
 class _Every(NamedTuple):
     """A loop hook: `run(step, state)` after every `every` steps and after the last one."""
 
@@ -411,7 +273,7 @@ class _Loop:
         best validation accuracy so far, which the progress bar shows as best_val (the figure the run's
         last line gives; `best_val` is the best before this loop, None if none);
       - save, every `checkpoint_every` steps: the last checkpoint, with the window's unlogged metrics.
-    `on_step_time` is `train_and_evaluate`'s (`_FirstSteps`)."""
+    `on_step_time` is `train_and_evaluate`'s (`FirstSteps`)."""
 
     def __init__(self, config: Settings, stage: Stage, checkpoints: checkpointing.Checkpoints,
                  writer: metrics.MetricsWriter, schedule, versions, validate=None, best_val: float | None = None,
@@ -429,7 +291,7 @@ class _Loop:
                       _Every(config.checkpoint_every, self._save)]
 
     def _log(self, step: int, state) -> None:
-        summary, name = window_summary(self.window), self.stage.name
+        summary, name = step_metrics.window_summary(self.window), self.stage.name
         self.window, self.last_loss = [], summary["loss"]
         self.writer.write(step, {f"{name}/loss": summary["loss"], f"{name}/accuracy": summary["accuracy"],
                                  f"{name}/grad_norm": summary["grad_norm"],
@@ -441,7 +303,7 @@ class _Loop:
         self.shown["best_val"] = f"{self.validate(step, state, self.writer):.3f}"
 
     def _save(self, step: int, state) -> None:
-        self.checkpoints.save_last(step, state, unlogged(self.window))
+        self.checkpoints.save_last(step, state, step_metrics.unlogged(self.window))
 
     def run(self, state, train_step, first, batches, start: int):
         """-> (state, the step it ended at, {"steps_per_second", "last_loss"}); the stage's files are
@@ -452,20 +314,20 @@ class _Loop:
         desc = f"{config.variant} {config.task}" + (f" {stage.name}" if stage.name != "train" else "")
         progress = progress_bar.bar(stage.num_steps, desc, initial=start, disable=not primary)
         step = start
-        first_steps = _FirstSteps(self.on_step_time, start, stage.num_steps) if self.on_step_time and primary else None
+        first_steps = FirstSteps(self.on_step_time, start, stage.num_steps) if self.on_step_time and primary else None
         try:
-            with _StopSignal() as stop:
+            with StopSignal() as stop:
                 tick = time.perf_counter()
                 for batch in itertools.chain([first], batches):
                     if step >= stage.num_steps or stop.agreed():
                         break
                     with jax.profiler.StepTraceAnnotation(stage.name, step_num=step):
-                        state, step_metrics = train_step(state, batch)
+                        state, latest = train_step(state, batch)
                     if self.window:  # at most two steps in flight: a stop or a save never waits for a long queue
-                        check_finite(self.window[-1], step, stage.folder, checkpoints)
+                        step_metrics.check_finite(self.window[-1], step, stage.folder, checkpoints)
                     step += 1
                     steps_since_tick += 1
-                    self.window.append(step_metrics)
+                    self.window.append(latest)
                     progress.update(1)
                     if first_steps is not None:
                         first_steps.after(step, state, progress)
@@ -475,14 +337,14 @@ class _Loop:
                     jax.block_until_ready(state)  # time training only, not validation or saving
                     train_seconds += time.perf_counter() - tick
                     timed_steps, steps_since_tick = timed_steps + steps_since_tick, 0
-                    check_finite(step_metrics, step, stage.folder, checkpoints)  # before anything is written
+                    step_metrics.check_finite(latest, step, stage.folder, checkpoints)  # before anything is written
                     for hook in due:
                         hook.run(step, state)
                     progress.set_postfix(self.shown)  # after this step's validation: the bar never shows a stale best
                     tick = time.perf_counter()
                 if stop.requested and step < stage.num_steps:
                     if self.window:
-                        check_finite(self.window[-1], step, stage.folder, checkpoints)
+                        step_metrics.check_finite(self.window[-1], step, stage.folder, checkpoints)
                     self._save(step, state)
         except TrainingDiverged as diverged:
             if primary:
@@ -506,59 +368,3 @@ class _Loop:
             checkpoints.close()
         steps_per_second = timed_steps / train_seconds if timed_steps else None
         return state, step, {"steps_per_second": steps_per_second, "last_loss": self.last_loss}
-
-
-class _FirstSteps:
-    """Times a stage's steps 2 to 1 + `count` once (the first may pay one-time costs) and gives `report` the
-    seconds per step and the steps left; a line it returns is printed above the progress bar."""
-
-    def __init__(self, report: StepTimeHook, start: int, num_steps: int, count: int = 2):
-        self.report, self.num_steps = report, num_steps
-        self.first, self.last = start + 1, start + 1 + count
-        self.began = 0.0
-
-    def after(self, step: int, state, progress: tqdm) -> None:
-        """Called after each step: waits for step `first` and step `last` (once each), reports at `last`."""
-        if step not in (self.first, self.last):
-            return
-        jax.block_until_ready(state)
-        if step == self.first:
-            self.began = time.perf_counter()
-            return
-        line = self.report((time.perf_counter() - self.began) / (self.last - self.first), self.num_steps - step)
-        if line:
-            progress.write(line, file=sys.stderr)
-
-
-def check_finite(step_metrics: dict[str, jax.Array], step: int, workdir: str,
-                 checkpoints: checkpointing.Checkpoints) -> None:
-    """Raises TrainingDiverged if step `step` left a non-finite state (waits for its metrics).
-
-    Called on every step before anything of it is logged or saved, so no checkpoint ever holds
-    a non-finite state. Reading one flag per step costs a few microseconds (one step stays in
-    flight meanwhile).
-    """
-    if bool(step_metrics["finite"]):
-        return
-    last = checkpoints.last_step()
-    saved = (f"the last good checkpoint is step {last} in {os.path.join(workdir, 'checkpoints', 'last')}"
-             if last is not None else "no checkpoint was saved before it")
-    loss, grad_norm = float(step_metrics["loss"]), float(step_metrics["grad_norm"])
-    raise TrainingDiverged(
-        f"training diverged at step {step} (loss {loss}, gradient norm {grad_norm}); {saved}. Lower "
-        "--config.optimizer.learning_rate, clip with --config.optimizer.grad_clip_norm, or skip rare "
-        "bad steps with --config.optimizer.skip_nonfinite_updates=<k>",
-        step=step, loss=loss, grad_norm=grad_norm, last_checkpoint=last)
-
-
-def unlogged(window: list[dict[str, jax.Array]]) -> list[dict[str, float]]:
-    """The window's per-step metrics as plain numbers, to be saved with a checkpoint."""
-    return [{key: float(value) for key, value in step_metrics.items()} for step_metrics in window]
-
-
-def window_summary(window: list[dict[str, jax.Array]]) -> dict[str, float]:
-    """Mean loss, accuracy and gradient norm over the window's updated steps; skipped steps counted."""
-    skipped = [bool(m["skipped"]) for m in window]
-    kept = [m for m, s in zip(window, skipped) if not s] or window
-    means = {k: float(np.mean([m[k] for m in kept])) for k in ("loss", "accuracy", "grad_norm")}
-    return {**means, "skipped": float(sum(skipped))}

@@ -13,7 +13,7 @@ from lra_jax.kernels import dropout as counter_mask
 from lra_jax.kernels.masking import MASK_VALUE
 from lra_jax.measure.step_timing import random_batch
 from lra_jax.research.benchmarks import bench_cells
-from lra_jax.training import trainer
+from lra_jax.training import distributed, initial_state
 from lra_jax.training.steps import make_train_step
 
 
@@ -104,11 +104,11 @@ def test_dropout_keeps_no_second_weight_array_from_forward_to_backward(variant):
                     dtype="float32", scan_layers=False, remat=False)
     length = 512
     task = TaskSpec("text-bench", bench_cells.VOCAB_SIZE, bench_cells.NUM_CLASSES, False, load=None)
-    mesh = trainer.make_mesh()
+    mesh = distributed.make_mesh()
 
     def temporaries(rate):
         config = bench_cells.bench_config(variant, length, settings, rate)
-        graphdef, tx, state = trainer.create_train_state(from_config(config), task, mesh)
+        graphdef, tx, state = initial_state.create_train_state(from_config(config), task, mesh)
         batch = random_batch(task, config.batch_size, config.max_len, config.seed)
         with compat.abstract_mesh(mesh):
             compiled = make_train_step(graphdef, tx, jax.random.key(0)).lower(state, batch).compile()

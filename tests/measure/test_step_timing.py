@@ -91,7 +91,7 @@ def test_configs_timed_together_take_turns_in_alternating_rounds(monkeypatch, ke
     step after a switch is an untimed one of the new config (the switch is never in a timed step);
     where it maps every step's memory afresh anyway, the step after a switch is timed."""
     from lra_jax.research.benchmarks import bench_cells
-    from lra_jax.training import trainer
+    from lra_jax.training import distributed
 
     calls = []
 
@@ -121,7 +121,7 @@ def test_configs_timed_together_take_turns_in_alternating_rounds(monkeypatch, ke
             "dtype": "float32", "scan_layers": False, "remat": False}
     configs = [from_config(bench_cells.bench_config("softmax", 16, tiny, rate)) for rate in (0.0, 0.1)]
     task = tasks.TaskSpec("text-bench", bench_cells.VOCAB_SIZE, bench_cells.NUM_CLASSES, False, load=None)
-    timings = step_timing.time_train_steps(configs, task, trainer.make_mesh(), warmup=1, steps=3)
+    timings = step_timing.time_train_steps(configs, task, distributed.make_mesh(), warmup=1, steps=3)
     warm_up = ["A", "B"]
     if keeps_freed:  # untimed, timed after each switch; none between B's rounds 1 and 2, A's 2 and 3
         assert calls == warm_up + ["A", "A", "B", "B"] + ["B", "A", "A"] + ["A", "B", "B"]

@@ -19,7 +19,7 @@ from lra_jax.config.settings import from_config
 from lra_jax.data import tasks
 from lra_jax.errors import ConfigError
 from lra_jax.models.pretraining import mask_id
-from lra_jax.training import checkpointing, pretrain, trainer
+from lra_jax.training import checkpointing, distributed, initial_state, pretrain, step_metrics, trainer
 
 VOCAB = 20
 
@@ -75,9 +75,9 @@ def test_bad_pretraining_values_are_one_clear_line(change, message):
 @pytest.mark.slow
 def test_fine_tuning_starts_from_the_pretrained_encoder_with_a_new_head(data_cache):
     config = pretraining_config(data_cache)
-    task, mesh = tasks.get_task(config.task), trainer.make_mesh()
-    _, _, pretrained = trainer.create_train_state(from_config(config), task, mesh, pretraining=True)
-    _, _, fresh = trainer.create_train_state(from_config(config), task, mesh)
+    task, mesh = tasks.get_task(config.task), distributed.make_mesh()
+    _, _, pretrained = initial_state.create_train_state(from_config(config), task, mesh, pretraining=True)
+    _, _, fresh = initial_state.create_train_state(from_config(config), task, mesh)
     fresh_head = [np.asarray(x) for x in jax.tree.leaves(fresh.params["head"])]
     state = pretrain.transfer_encoder(pretrained, fresh)
     for a, b in zip(jax.tree.leaves(state.params["encoder"]), jax.tree.leaves(pretrained.params["encoder"]),
@@ -87,7 +87,7 @@ def test_fine_tuning_starts_from_the_pretrained_encoder_with_a_new_head(data_cac
         np.testing.assert_array_equal(np.asarray(a), b)
     assert int(state.step) == 0
     assert not np.array_equal(np.asarray(pretrained.params["encoder"]["embed"]["embedding"][...]),
-                              np.asarray(trainer.create_train_state(from_config(config), task, mesh)[2].params["encoder"]
+                              np.asarray(initial_state.create_train_state(from_config(config), task, mesh)[2].params["encoder"]
                                          ["embed"]["embedding"][...]))  # the transfer is not a no-op
 
 
@@ -141,7 +141,7 @@ def test_a_causal_softmax_run_pretrains_on_next_tokens_then_fine_tunes(data_cach
 
 
 def stage_params(config, workdir, pretraining):
-    like = trainer.create_train_state(from_config(config), tasks.get_task(config.task), trainer.make_mesh(),
+    like = initial_state.create_train_state(from_config(config), tasks.get_task(config.task), distributed.make_mesh(),
                                       pretraining=pretraining)[2]
     where = os.path.join(workdir, "pretrain" if pretraining else "", "checkpoints")
     state = checkpointing.Checkpoints(where).restore_last(like)
@@ -164,7 +164,7 @@ def test_a_run_stopped_mid_pretraining_resumes_to_the_uninterrupted_result(data_
     assert [m["step"] for m in pre_lines if "pretrain/loss" in m] == [3, 6]
     assert not any("val/accuracy" in m or "test/accuracy" in m for m in pre_lines)
 
-    check_finite, signalled = trainer.check_finite, []
+    check_finite, signalled = step_metrics.check_finite, []
 
     def terminated_while_pretraining_step_5_runs(step_metrics, step, workdir, *args):
         if step == 4 and workdir.endswith("pretrain") and not signalled:
@@ -172,11 +172,11 @@ def test_a_run_stopped_mid_pretraining_resumes_to_the_uninterrupted_result(data_
         check_finite(step_metrics, step, workdir, *args)
 
     interrupted = str(tmp_path / "interrupted")
-    monkeypatch.setattr(trainer, "check_finite", terminated_while_pretraining_step_5_runs)
+    monkeypatch.setattr(step_metrics, "check_finite", terminated_while_pretraining_step_5_runs)
     assert trainer.train_and_evaluate(from_config(config), interrupted) is None
     assert stage_params(config, interrupted, pretraining=True)[0] == 5
     assert checkpointing.Checkpoints(os.path.join(interrupted, "checkpoints")).last_step() is None  # not fine-tuned
-    monkeypatch.setattr(trainer, "check_finite", check_finite)
+    monkeypatch.setattr(step_metrics, "check_finite", check_finite)
     resumed = trainer.train_and_evaluate(from_config(config), interrupted)
 
     for pretraining in (True, False):

@@ -9,15 +9,15 @@ from helpers import assert_close, reassociation_tol, tiny_config
 from lra_jax.config.settings import from_config
 from lra_jax.data import tasks
 from lra_jax.errors import ConfigError
-from lra_jax.training import steps, trainer
+from lra_jax.training import distributed, evaluation, initial_state, steps, trainer
 
 
 def _step_once(config, tx, batch, accum_steps):
     task = tasks.get_task("listops")
-    graphdef, _, state = trainer.create_train_state(from_config(config), task, trainer.make_mesh())
+    graphdef, _, state = initial_state.create_train_state(from_config(config), task, distributed.make_mesh())
     state = state.replace(opt_state=tx.init(state.params))
     before = [np.asarray(x) for x in jax.tree.leaves(state.params)]
-    step = steps.make_train_step(graphdef, tx, trainer.run_key(from_config(config), "dropout"), accum_steps=accum_steps)
+    step = steps.make_train_step(graphdef, tx, initial_state.run_key(from_config(config), "dropout"), accum_steps=accum_steps)
     state, metrics = step(state, batch)
     after = [np.asarray(x) for x in jax.tree.leaves(state.params)]
     return [b - a for a, b in zip(after, before)], metrics
@@ -72,8 +72,8 @@ def test_a_run_trains_with_accumulation_and_evaluates_in_its_micro_batches(tmp_p
     config.grad_accum_steps = 2
     config.num_train_steps = 6
     evaluated = []
-    evaluate = trainer.evaluate
-    monkeypatch.setattr(trainer, "evaluate", lambda *a: evaluated.append(a[3]) or evaluate(*a))
+    evaluate = evaluation.evaluate
+    monkeypatch.setattr(evaluation, "evaluate", lambda *a: evaluated.append(a[3]) or evaluate(*a))
     results = trainer.train_and_evaluate(from_config(config), str(tmp_path / "run"))
     assert results["status"] == "complete" and np.isfinite(results["test_loss"])
     assert results["config"]["grad_accum_steps"] == 2

@@ -19,12 +19,12 @@ from lra_jax.config import task_defaults as base
 from lra_jax.config.settings import from_config
 from lra_jax.data import pipeline, tasks
 from lra_jax.errors import ConfigError, TrainingDiverged
-from lra_jax.training import checkpointing, optimizer, steps, trainer
+from lra_jax.training import checkpointing, distributed, initial_state, optimizer, step_metrics, steps, trainer
 
 
 def last_params(config, workdir):
     """The parameters of the newest checkpoint in `workdir`, as numpy arrays."""
-    _, _, like = trainer.create_train_state(from_config(config), tasks.get_task(config.task), trainer.make_mesh())
+    _, _, like = initial_state.create_train_state(from_config(config), tasks.get_task(config.task), distributed.make_mesh())
     state = checkpointing.Checkpoints(os.path.join(workdir, "checkpoints")).restore_last(like)
     return int(state.step), [np.asarray(x) for x in jax.tree.leaves(state.params)]
 
@@ -140,7 +140,7 @@ def test_finished_run_returns_its_results_without_training(straight, tmp_path, m
 @pytest.mark.slow
 def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(straight, tmp_path, monkeypatch):
     config, straight, _ = straight
-    check_finite, signalled = trainer.check_finite, []
+    check_finite, signalled = step_metrics.check_finite, []
 
     def terminated_while_step_5_runs(step_metrics, step, *args):
         if step == 4 and not signalled:  # step 4's check runs once step 5 is dispatched
@@ -148,11 +148,11 @@ def test_sigterm_saves_and_a_resumed_run_ends_where_an_uninterrupted_one_does(st
         check_finite(step_metrics, step, *args)
 
     interrupted = str(tmp_path / "interrupted")
-    monkeypatch.setattr(trainer, "check_finite", terminated_while_step_5_runs)
+    monkeypatch.setattr(step_metrics, "check_finite", terminated_while_step_5_runs)
     assert trainer.train_and_evaluate(from_config(config), interrupted) is None
     stopped_at, _ = last_params(config, interrupted)
     assert stopped_at == 5 and config.log_every == 3  # in the middle of a log window
-    monkeypatch.setattr(trainer, "check_finite", check_finite)
+    monkeypatch.setattr(step_metrics, "check_finite", check_finite)
     resumed = trainer.train_and_evaluate(from_config(config), interrupted)
 
     step_a, params_a = last_params(config, straight)
@@ -204,12 +204,12 @@ def test_non_finite_updates_are_skipped_up_to_the_limit(data_cache):
     config = tiny_config(data_cache)
     config.optimizer.skip_nonfinite_updates = 2
     task = tasks.get_task(config.task)
-    graphdef, tx, state = trainer.create_train_state(from_config(config), task, trainer.make_mesh(jax.devices()[:1]))
+    graphdef, tx, state = initial_state.create_train_state(from_config(config), task, distributed.make_mesh(jax.devices()[:1]))
     leaves, treedef = jax.tree.flatten(state.params)
     leaves[0] = leaves[0].at[(0,) * leaves[0].ndim].set(np.nan)  # every gradient is NaN from now on
     state = state.replace(params=jax.tree.unflatten(treedef, leaves))
     poisoned = [np.asarray(x) for x in jax.tree.leaves(state.params)]
-    step = steps.make_train_step(graphdef, tx, trainer.run_key(from_config(config), "dropout"), skipped_updates=2)
+    step = steps.make_train_step(graphdef, tx, initial_state.run_key(from_config(config), "dropout"), skipped_updates=2)
     batch = {"inputs": np.ones((config.batch_size, config.max_len), np.int32),
              "label": np.zeros(config.batch_size, np.int32)}
     flags = []
@@ -239,7 +239,7 @@ import jax, numpy as np
 from helpers import assert_close, reassociation_tol, tiny_config
 from lra_jax.config.settings import from_config
 from lra_jax.data import pipeline, tasks
-from lra_jax.training import steps, trainer
+from lra_jax.training import distributed, initial_state, steps
 assert jax.device_count() == 4, jax.devices()
 config = from_config(tiny_config("/unused"))
 task = tasks.get_task("listops")
@@ -247,9 +247,9 @@ rng = np.random.default_rng(0)
 batches = [{"inputs": rng.integers(0, task.vocab_size, (16, 32)).astype(np.int32),
             "label": rng.integers(0, 10, 16).astype(np.int32)} for _ in range(3)]
 runs = []
-for mesh in (trainer.make_mesh(jax.devices()[:1]), trainer.make_mesh()):
-    graphdef, tx, state = trainer.create_train_state(config, task, mesh)
-    step = steps.make_train_step(graphdef, tx, trainer.run_key(config, "dropout"))
+for mesh in (distributed.make_mesh(jax.devices()[:1]), distributed.make_mesh()):
+    graphdef, tx, state = initial_state.create_train_state(config, task, mesh)
+    step = steps.make_train_step(graphdef, tx, initial_state.run_key(config, "dropout"))
     losses = []
     for batch in batches:
         state, metrics = step(state, jax.device_put(batch, pipeline.data_sharding(mesh)))
@@ -287,17 +287,6 @@ def small_task_config(task: str, tmp_path):
     return config
 
 
-def test_validation_subset_is_fixed_by_seed_keeps_order_and_pairs():
-    tokens, labels = np.arange(100)[:, None] * np.ones((1, 3), int), np.arange(100)
-    sub_tokens, sub_labels = trainer.validation_subset((tokens, labels), 10, seed=0)
-    assert len(sub_labels) == 10 and np.all(np.diff(sub_labels) > 0)  # distinct, in split order
-    assert np.array_equal(sub_tokens[:, 0], sub_labels)  # rows stay with their labels
-    assert np.array_equal(trainer.validation_subset((tokens, labels), 10, seed=0)[1], sub_labels)
-    assert not np.array_equal(trainer.validation_subset((tokens, labels), 10, seed=1)[1], sub_labels)
-    for everything in (0, 100, 500):
-        assert trainer.validation_subset((tokens, labels), everything, seed=0)[1] is labels
-
-
 @pytest.mark.slow
 def test_retrieval_trains_end_to_end_through_the_dual_encoder(tmp_path):
     data_dir = tmp_path / "tsv_data"
@@ -321,27 +310,6 @@ def test_pathfinder_trains_end_to_end_on_generated_images(tmp_path):
     results = trainer.train_and_evaluate(from_config(config), str(tmp_path / "run"))
     assert results["task"] == "pathfinder" and results["max_len"] == 16 * 16
     assert 0.0 <= results["test_accuracy"] <= 1.0
-
-
-def test_a_sigterm_handled_during_the_stop_all_gather_is_not_lost(monkeypatch):
-    """Several processes agree on stopping by an all-gather each step; a SIGTERM whose handler runs
-    while that all-gather is in flight must stop the run one step later, not be overwritten."""
-    from jax.experimental import multihost_utils
-
-    stop = trainer._StopSignal()
-    gathered = []
-
-    def all_gather_hit_by_sigterm(flag):
-        gathered.append(int(flag))
-        if len(gathered) == 1:
-            stop._handle(signal.SIGTERM, None)  # arrives while the other processes' flags come in
-        return np.array([int(flag), 0])
-
-    monkeypatch.setattr(jax, "process_count", lambda: 2)
-    monkeypatch.setattr(multihost_utils, "process_allgather", all_gather_hit_by_sigterm)
-    assert stop.agreed() is False  # this step's gather went out before the signal
-    assert stop.agreed() is True and gathered == [0, 1]  # the next one carries it
-    assert stop.agreed() is True  # and the decision stays
 
 
 @pytest.mark.slow

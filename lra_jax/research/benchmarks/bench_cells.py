@@ -40,7 +40,7 @@ from lra_jax.research.progress import print_now
 from lra_jax.measure import device_peak, flops, host_memory, step_profile, step_timing
 from lra_jax.measure.out_of_memory import OutOfMemory, is_oom
 from lra_jax.measure.units import gib
-from lra_jax.training import run_dir, trainer
+from lra_jax.training import distributed, run_dir
 
 PROTOCOL = {"num_layers": 4, "num_heads": 4, "emb_dim": 256, "mlp_dim": 1024}
 VOCAB_SIZE, NUM_CLASSES = 257, 2  # Text: bytes + padding, binary sentiment
@@ -110,7 +110,7 @@ def measure(variant: str, length: int, settings: dict[str, Any]) -> dict[str, An
     task = TaskSpec("text-bench", VOCAB_SIZE, NUM_CLASSES, False, load=None)
     peak_before = device_peak.measured_matmul_peak(settings["dtype"])
     try:
-        timings = step_timing.time_train_steps(configs, task, trainer.make_mesh(),
+        timings = step_timing.time_train_steps(configs, task, distributed.make_mesh(),
                                                warmup=settings["warmup"], steps=settings["steps"])
     except ConfigError as error:  # the step's memory estimate exceeds the device's memory
         raise OutOfMemory(str(error)) from error

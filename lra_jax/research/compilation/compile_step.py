@@ -72,7 +72,7 @@ class Row:
 # ----------------------------------------------------------------------------- compiling one step
 
 def target_mesh(target):
-    """The trainer's mesh (`trainer.make_mesh`) on the target's devices: 1-D, axis "data"."""
+    """The trainer's mesh (`distributed.make_mesh`) on the target's devices: 1-D, axis "data"."""
     return Mesh(np.array(target.devices), ("data",))
 
 

@@ -32,7 +32,7 @@ from lra_jax.data import tasks
 from lra_jax.errors import LraError
 from lra_jax.research.sweeps import device_slots, sweep_plan
 from lra_jax.measure import step_timing
-from lra_jax.training import trainer
+from lra_jax.training import distributed
 
 RECORD = "runs-per-device.json"
 WITHIN = 0.03
@@ -123,7 +123,7 @@ def read_best(root: str) -> int | None:
 def worker(folder: str, out: str, steps: int, warmup: int, config_args: list[str]) -> None:
     """One process of `share`: compile and warm up, say ready, wait for the others, time `steps` steps."""
     config = config_settings.from_config(sweep_plan.train_config(config_args))
-    timing = step_timing.time_train_step(config, tasks.get_task(config.task), trainer.make_mesh(), warmup=warmup,
+    timing = step_timing.time_train_step(config, tasks.get_task(config.task), distributed.make_mesh(), warmup=warmup,
                                          steps=1)
     open(f"{out}.ready", "w").close()
     while not os.path.exists(os.path.join(folder, "go")):

@@ -21,7 +21,7 @@ from lra_jax.config.settings import from_config
 from lra_jax.errors import LraError
 from lra_jax.research.sweeps import run_carry
 from lra_jax.tools import full_scale
-from lra_jax.training import trainer
+from lra_jax.training import step_metrics, trainer
 
 RUN = os.path.join("pathfinder-mini", "softmax", "seed0")
 
@@ -52,17 +52,17 @@ def test_a_run_carried_to_a_fresh_machine_ends_as_one_that_never_moved(tmp_path,
     expected = trainer.train_and_evaluate(from_config(tiny_pathfinder(tmp_path / "cache")), straight)
 
     # the first machine: SIGTERM after step 6 (past a checkpoint, the best one and a log line)
-    check_finite, signalled = trainer.check_finite, []
+    check_finite, signalled = step_metrics.check_finite, []
 
     def terminated_after_step_6(step_metrics, step, *args):
         if step == 6 and not signalled:
             signalled.append(os.kill(os.getpid(), signal.SIGTERM))
         check_finite(step_metrics, step, *args)
 
-    monkeypatch.setattr(trainer, "check_finite", terminated_after_step_6)
+    monkeypatch.setattr(step_metrics, "check_finite", terminated_after_step_6)
     first = tmp_path / "first"
     assert trainer.train_and_evaluate(from_config(tiny_pathfinder(tmp_path / "cache")), str(first / RUN)) is None
-    monkeypatch.setattr(trainer, "check_finite", check_finite)
+    monkeypatch.setattr(step_metrics, "check_finite", check_finite)
     packed, left = run_carry.pack(str(first), [str(first / RUN)], str(tmp_path / "carried.tar.gz"))
     assert packed == [RUN] and left == []
     with tarfile.open(tmp_path / "carried.tar.gz") as tar:
