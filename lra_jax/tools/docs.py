@@ -7,7 +7,9 @@ r"""The docs pages generated from the registry and the committed JSON (`lra_jax.
     python -m lra_jax.tools.docs --check    # write nothing; exit 1 naming every page or asset that differs
 
 README.md's results table is the chart's short table (`lra_jax.research.reports.readme_results`); docs/kernels.md's
-table of what each kernel op runs where is generated from the ops' declarations (`lra_jax.research.reports.kernel_table`).
+table of what each kernel op runs where is generated from the ops' declarations (`lra_jax.research.reports.kernel_table`);
+docs/tasks-and-data.md's table of the mini Pathfinder recipes tried is read from their runs
+(`lra_jax.research.reports.recipe_search`).
 "The variants at a glance" draws every variant's dependence map (`lra_jax.research.reports.dependence_page`): about
 two minutes of one core in either mode (the maps' Jacobians are computed again by `--check`), less where JAX's
 compilation cache holds them.
@@ -18,7 +20,7 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.research.reports import docs_pages, kernel_table, dependence_page, readme_results
+from lra_jax.research.reports import dependence_page, docs_pages, kernel_table, readme_results, recipe_search
 from lra_jax.tools import parse_command_line
 from lra_jax.tools.patterns import use_compilation_cache
 
@@ -34,7 +36,8 @@ def define_flags(values: flags.FlagValues) -> None:
 def main(argv: list[str] | None = None) -> None:
     args, _ = parse_command_line("lra_jax.tools.docs", __doc__, define_flags, argv)
     try:
-        blocks = [readme_results.current(args.root), kernel_table.current(args.docs_dir)]  # (path, text)
+        blocks = [readme_results.current(args.root), kernel_table.current(args.docs_dir),  # (path, text)
+                  recipe_search.current(args.root, args.docs_dir)]
         if args.check:
             stale = docs_pages.stale(args.docs_dir, args.root) + dependence_page.stale(args.docs_dir)
             for path, text in blocks:
