@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from lra_jax.attention import recurrent
+from lra_jax.attention.recurrent import diagonal
 from lra_jax.attention.core import BidirectionalMixer, SSMParam, TokenMask, Tokens, matmul_flops, zero_padding
 from lra_jax.attention.registry import register
 from lra_jax.errors import ConfigError
@@ -119,7 +119,7 @@ class S6(BidirectionalMixer):
     @classmethod
     def forward_flops(cls, batch, n, dim, num_heads, settings):
         """The projections in and out; per direction x_proj and Δ's up-projection, the convolution (a
-        multiply-add per tap), per state Δ A and (Δ x) B (a multiply each), the scan (`recurrent.scan_flops`)
+        multiply-add per tap), per state Δ A and (Δ x) B (a multiply each), the scan (`diagonal.scan_flops`)
         and the readout C h (a multiply-add)."""
         inner, state = settings["expand"] * dim, settings["state_size"]
         rank = settings["dt_rank"] or math.ceil(dim / 16)
@@ -127,7 +127,7 @@ class S6(BidirectionalMixer):
         tokens = batch * n
         per_direction = (matmul_flops(tokens, inner, rank + 2 * state) + matmul_flops(tokens, rank, inner)
                          + 2 * tokens * inner * settings["conv_kernel"] + 4 * tokens * inner * state
-                         + recurrent.scan_flops(batch, n, inner * state, complex_values=False))
+                         + diagonal.scan_flops(batch, n, inner * state, complex_values=False))
         return matmul_flops(tokens, dim, 2 * inner) + matmul_flops(tokens, inner, dim) + directions * per_direction
 
     def __init__(self, dim: int, num_heads: int, *, state_size: int = 16, expand: int = 2, conv_kernel: int = 4,
