@@ -16,12 +16,10 @@ and Holm-adjusted p-value (`welch_table`).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
-from scipy import stats
-
+from lra_jax.research.reports import seed_statistics
 from lra_jax.research.reports.lra_results import (
     LRA_TASKS,
     REFERENCE_VARIANTS,
@@ -33,10 +31,10 @@ from lra_jax.research.reports.lra_results import (
     is_pretrained,
     uncommitted_note,
 )
+from lra_jax.research.reports.seed_statistics import ALPHA, Welch, holm, kendall_tau, p_text
 
 Scores = dict[str, dict[str, dict[str, Any]]]  # series -> variant -> `lra_results.aggregate` entry
 BASELINE, SSM = "softmax", "s4d"
-ALPHA = 0.05  # family-wise error rate per task: a gain or loss is claimed where the Holm-adjusted p is below it
 
 
 def lra_tasks(m: dict[str, Any]) -> list[str]:
@@ -129,43 +127,11 @@ def pretraining_compute(spt: dict[str, dict[str, Any]], tasks: list[str]) -> lis
             *(_row([v, *(cell(spt[v]["chosen"].get(t)) for t in tasks)]) for v in sorted(spt))]
 
 
-@dataclasses.dataclass(frozen=True)
-class Welch:
-    """Welch's t-test of SPT against scratch on one task: t, its degrees of freedom and the two-sided p."""
-    difference: float  # SPT mean - scratch mean (percentage points)
-    t: float
-    df: float
-    p: float
-
-
 def welch(spt: dict[str, Any], scratch: dict[str, Any], task: str) -> Welch | None:
-    """Welch's two-sided t-test on the seeds of the two arms, from each arm's mean, sample std (ddof 1) and
-    number of seeds: t = (m_spt - m_scratch) / sqrt(v_spt + v_scratch) with v = s²/n, df (Welch-Satterthwaite)
-    = (v_spt + v_scratch)² / (v_spt²/(n_spt - 1) + v_scratch²/(n_scratch - 1)), p = 2 P(T_df > |t|). None
-    (no test) where an arm has fewer than two seeds, or where neither arm varies over its seeds and the means
-    differ (no spread to test against); equal means without spread test as p = 1."""
-    arms = [(m["accuracy"][task], m["std"].get(task), m["seeds"].get(task, 0)) for m in (spt, scratch)]
-    if any(std is None or n < 2 for _, std, n in arms):
-        return None
-    difference = arms[0][0] - arms[1][0]
-    v = [std ** 2 / n for _, std, n in arms]
-    if v[0] + v[1] == 0:
-        return Welch(difference, 0.0, float("nan"), 1.0) if difference == 0 else None
-    t = difference / math.sqrt(v[0] + v[1])
-    df = (v[0] + v[1]) ** 2 / math.fsum(vi ** 2 / (n - 1) for vi, (_, _, n) in zip(v, arms))
-    return Welch(difference, t, df, float(2.0 * stats.t.sf(abs(t), df)))
-
-
-def holm(p: dict[str, float]) -> dict[str, float]:
-    """Holm's step-down adjustment of m p-values (Holm 1979): the i-th smallest becomes
-    max over j <= i of min(1, (m - j + 1) p_(j)); rejecting where the adjusted p < alpha holds the chance
-    of any false claim among the m at alpha."""
-    order = sorted(p, key=lambda k: (p[k], k))
-    adjusted, running = {}, 0.0
-    for i, key in enumerate(order):
-        running = max(running, min(1.0, (len(order) - i) * p[key]))
-        adjusted[key] = running
-    return adjusted
+    """Welch's two-sided t-test of SPT against scratch on one task, on the seeds of the two arms
+    (`seed_statistics.welch`: difference in percentage points; None where an arm cannot be tested)."""
+    spt_arm, scratch_arm = ((m["accuracy"][task], m["std"].get(task), m["seeds"].get(task, 0)) for m in (spt, scratch))
+    return seed_statistics.welch(spt_arm, scratch_arm)
 
 
 def task_tests(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any]], task: str,
@@ -189,10 +155,6 @@ def verdict(spt: dict[str, Any], scratch: dict[str, Any], task: str) -> str:
     return task_tests({"v": spt}, {"v": scratch}, task, ["v"])["v"][2]
 
 
-def _p(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2g}" if value >= 0.001 else f"{value:.1e}"
-
-
 def welch_table(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any]], tasks: list[str]) -> list[str]:
     """Per variant and task: Welch's t (df), its two-sided p, the Holm-adjusted p over the task's variants,
     and the verdict at ALPHA."""
@@ -206,35 +168,13 @@ def welch_table(spt: dict[str, dict[str, Any]], scratch: dict[str, dict[str, Any
         w, adjusted, said = per_task[t][v]
         if w is None:
             return "untested (an arm has one seed or no spread)"
-        return f"t {w.t:+.2f} (df {w.df:.1f}), p {_p(w.p)}, Holm {_p(adjusted)}: {said}"
+        return f"t {w.t:+.2f} (df {w.df:.1f}), p {p_text(w.p)}, Holm {p_text(adjusted)}: {said}"
 
     return ["", f"Welch's two-sided t-test of SPT against scratch on the seeds of each arm (unequal variances, "
                 f"Welch-Satterthwaite df), per task; Holm-adjusted over the variants compared on that task; a "
                 f"gain or loss is claimed only where the adjusted p < {ALPHA:g}.", "",
             *_header(["Variant", *(TASK_TITLES[t] for t in tasks)]),
             *(_row([v, *(cell(v, t) for t in tasks)]) for v in both)]
-
-
-def kendall_tau(xs: list[float], ys: list[float]) -> float | None:
-    """Kendall's tau-b of two rankings of the same items (ties in either counted as in neither pair);
-    None for fewer than two items or a ranking that is all ties."""
-    concordant = discordant = ties_x = ties_y = 0
-    for i in range(len(xs)):
-        for j in range(i + 1, len(xs)):
-            dx, dy = xs[i] - xs[j], ys[i] - ys[j]
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                ties_x += 1
-            elif dy == 0:
-                ties_y += 1
-            elif (dx > 0) == (dy > 0):
-                concordant += 1
-            else:
-                discordant += 1
-    pairs = concordant + discordant
-    denominator = math.sqrt((pairs + ties_x) * (pairs + ties_y))
-    return None if denominator == 0 else (concordant - discordant) / denominator
 
 
 def pareto(speed: dict[str, float], accuracy: dict[str, float]) -> list[str]:
