@@ -9,7 +9,8 @@ r"""The docs pages generated from the registry and the committed JSON (`lra_jax.
 README.md's results table is the chart's short table (`lra_jax.research.reports.readme_results`); docs/kernels.md's
 table of what each kernel op runs where is generated from the ops' declarations (`lra_jax.research.reports.kernel_table`);
 docs/tasks-and-data.md's table of the mini Pathfinder recipes tried is read from their runs
-(`lra_jax.research.reports.recipe_search`).
+(`lra_jax.research.reports.recipe_search`), and so is its comparison of every variant under the earlier and the
+current recipe (`lra_jax.research.reports.recipe_comparison`).
 "The variants at a glance" draws every variant's dependence map (`lra_jax.research.reports.dependence_page`): about
 two minutes of one core in either mode (the maps' Jacobians are computed again by `--check`), less where JAX's
 compilation cache holds them.
@@ -20,7 +21,8 @@ import sys
 from absl import flags
 
 from lra_jax.errors import LraError
-from lra_jax.research.reports import dependence_page, docs_pages, kernel_table, readme_results, recipe_search
+from lra_jax.research.reports import (dependence_page, docs_pages, kernel_table, readme_results, recipe_comparison,
+                                      recipe_search)
 from lra_jax.tools import parse_command_line
 from lra_jax.tools.patterns import use_compilation_cache
 
@@ -36,8 +38,9 @@ def define_flags(values: flags.FlagValues) -> None:
 def main(argv: list[str] | None = None) -> None:
     args, _ = parse_command_line("lra_jax.tools.docs", __doc__, define_flags, argv)
     try:
+        _, tasks_page = recipe_search.current(args.root, args.docs_dir)  # two blocks on one page
         blocks = [readme_results.current(args.root), kernel_table.current(args.docs_dir),  # (path, text)
-                  recipe_search.current(args.root, args.docs_dir)]
+                  recipe_comparison.current(args.root, args.docs_dir, tasks_page)]
         if args.check:
             stale = docs_pages.stale(args.docs_dir, args.root) + dependence_page.stale(args.docs_dir)
             for path, text in blocks:

@@ -38,7 +38,8 @@ SETTINGS = (("layers", "model.num_layers"), ("width", "model.emb_dim"), ("steps"
             ("examples", "data.generator.num_examples"))
 
 
-def _setting(config: dict[str, Any], path: str) -> Any:
+def setting(config: dict[str, Any], path: str) -> Any:
+    """The value at dotted `path` of a run's config (as config.json holds it); None where it has none."""
     for key in path.split("."):
         config = config.get(key, {}) if isinstance(config, dict) else {}
     return config if config != {} else None
@@ -54,7 +55,7 @@ def runs(root: str = ".") -> list[tuple[tuple, selection.Result]]:
             if result.variant != "softmax" or result.pretrain != "none":
                 continue
             config = run_result.read(os.path.dirname(path))["config"]
-            found.append((tuple(_setting(config, p) for _, p in SETTINGS), result))
+            found.append((tuple(setting(config, p) for _, p in SETTINGS), result))
     return found
 
 
@@ -62,7 +63,7 @@ def table(root: str = ".") -> str:
     """Markdown: one row per recipe (its settings, seeds, learned, at or above the target, test mean ± std);
     the recipe the mini config holds now is marked."""
     committed = task_defaults.get_config("pathfinder,mini").to_dict()
-    chosen = tuple(_setting(committed, p) for _, p in SETTINGS)
+    chosen = tuple(setting(committed, p) for _, p in SETTINGS)
     groups: dict[tuple, list[selection.Result]] = defaultdict(list)
     for recipe, result in runs(root):
         groups[recipe].append(result)
