@@ -8,8 +8,10 @@ takes the cheapest:
                 lines its box would cover)
        + (other bubbles covered, pixels^2) / 50 + distance to the point.
 Obstacles are every point's marker (`point_box`: its bubble up to MARKER_PX, the centre dot always) and every
-error bar (`Obstacle`), so a label sits on none of them. A label that lands beyond the first ring, or whose
-point has another point within CROWDED_PX, gets a thin leader line back to its point.
+error bar (`boxes`), so a label sits on none of them. A label that lands beyond the first ring, or whose
+point has another point within CROWDED_PX, gets a thin leader line back to its point. Greedy alone lets a
+label placed early be crossed by the leader lines of labels placed after it, so REFINE_PASSES passes then
+place each label again at its cheapest place with every other one fixed.
 
 `covered` then measures what was drawn: every label's text box as the renderer drew it (its window extent)
 against the other labels, the points, the error bars and the legend; a chart with any overlap is a defect.
@@ -27,6 +29,7 @@ DIRECTIONS = 16
 DOT_RADIUS_PX = 4.0  # the centre dot of every point
 MARKER_PX = 9.0  # a label keeps clear of a bubble up to this radius; past it, of this much around the centre
 CROWDED_PX = 60.0
+REFINE_PASSES = 2  # after the greedy pass, each label placed again with all the others fixed
 
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
 
@@ -113,8 +116,15 @@ def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str
     def crowding(i):
         return sum(math.dist(anchors[i], a) < CROWDED_PX for a, _ in bubbles) - 1
 
-    placed, leaders, annotations = [], [], [None] * len(labels)
-    for i in sorted(range(len(labels)), key=lambda i: (-crowding(i), i)):
+    def has_leader(i, ring):
+        return ring > 0 or crowding(i) > 0
+
+    def centre(box):
+        return (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+
+    def best_place(i, placed, leaders):
+        """(cost, box, ring) of label i's cheapest place among the rings, the other labels' `placed` boxes
+        and `leaders` (segments) fixed."""
         best = None
         for ring, radius_pt in enumerate(RINGS_PT):
             for k in range(DIRECTIONS):
@@ -123,11 +133,11 @@ def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str
                 outside = (max(0, frame.x0 - box[0]) + max(0, box[2] - frame.x1)
                            + max(0, frame.y0 - box[1]) + max(0, box[3] - frame.y1))
                 cost = 1e6 * (sum(overlap(box, other) for other in placed + hard) + outside)
-                if ring:
-                    centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
-                    cost += 1e4 * sum(crosses(anchors[i], centre, other) for other in hard + placed
+                if has_leader(i, ring):
+                    end = centre(box)
+                    cost += 1e4 * sum(crosses(anchors[i], end, other) for other in hard + placed
                                       if not _inside(anchors[i], other))  # its own point and bar left out
-                    cost += 1e4 * sum(_segments_cross(anchors[i], centre, a, b) for a, b in leaders)
+                    cost += 1e4 * sum(_segments_cross(anchors[i], end, a, b) for a, b in leaders)
                 cost += 1e4 * sum(crosses(a, b, box) for a, b in leaders)
                 for j, ((x, y), r) in enumerate(bubbles):
                     if j != i:
@@ -137,17 +147,30 @@ def place_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str
                     best = (cost, box, ring)
             if best[0] < 1e3:  # a free place on this ring: farther rings only cost more distance
                 break
-        _, box, ring = best
-        placed.append(box)
-        centre = ((box[0] + box[2]) / 2 - anchors[i][0], (box[1] + box[3]) / 2 - anchors[i][1])
-        color = colors[i] if colors is not None else "0.45"
+        return best
+
+    # Greedy, the most crowded first; then each label is placed again with every other one fixed, so that a
+    # label placed early also avoids the leader lines of those placed after it.
+    places: dict[int, tuple[Box, int]] = {}
+    order = sorted(range(len(labels)), key=lambda i: (-crowding(i), i))
+    for sweep in range(1 + REFINE_PASSES):
+        for i in order:
+            places.pop(i, None)
+            placed = [box for box, _ in places.values()]
+            leaders = [(anchors[j], centre(box)) for j, (box, ring) in places.items() if has_leader(j, ring)]
+            _, box, ring = best_place(i, placed, leaders)
+            places[i] = (box, ring)
+
+    annotations = []
+    for i, label in enumerate(labels):
+        box, ring = places[i]
+        (cx, cy), color = centre(box), colors[i] if colors is not None else "0.45"
         leader = (dict(arrowstyle="-", color=color, linewidth=0.8, shrinkA=0, shrinkB=3)
-                  if ring > 0 or crowding(i) > 0 else None)
-        if leader:
-            leaders.append((anchors[i], ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)))
-        annotations[i] = ax.annotate(labels[i], points[i], xytext=(centre[0] / px_per_pt, centre[1] / px_per_pt),
-                                     textcoords="offset points", ha="center", va="center",
-                                     fontsize=fontsize, zorder=5, arrowprops=leader)
+                  if has_leader(i, ring) else None)
+        annotations.append(ax.annotate(label, points[i], xytext=((cx - anchors[i][0]) / px_per_pt,
+                                                                 (cy - anchors[i][1]) / px_per_pt),
+                                       textcoords="offset points", ha="center", va="center",
+                                       fontsize=fontsize, zorder=5, arrowprops=leader))
     return annotations
 
 
