@@ -44,12 +44,13 @@ _PACKAGE = __name__.rpartition(".")[0]  # lra_jax.attention
 # The term beside n in the cost of a sub-quadratic variant whose work per position is set by a setting:
 # "w", the inputs a position sees (a window, blocks, a bucket or cluster, a convolution's width; about sqrt(n)
 # where the variant's `cost_exponent` is 1.5), or "k", a projected length (Linformer's rank, Nystromformer's
-# landmarks, the MLP-Mixer's hidden units). Any other sub-quadratic variant is O(n) (log factors aside, as
-# `cost_exponent`); a variant of `cost_exponent` 2 is O(n^2). Read by `cost`.
+# landmarks, the MLP-Mixer's hidden units), or "log n", a Fourier transform over the sequence (FNet's mixing,
+# the long convolutions of S4D and Hyena; `cost_exponent` drops the log factor). Any other sub-quadratic
+# variant is O(n); a variant of `cost_exponent` 2 is O(n^2). Read by `cost`.
 COST_TERMS: dict[str, str] = {
     "local": "w", "strided": "w", "longformer": "w", "bigbird": "w", "reformer": "w", "routing": "w",
     "sinkhorn": "w", "lightweight_conv": "w", "dynamic_conv": "w", "linformer": "k", "nystromformer": "k",
-    "mixer": "k",
+    "mixer": "k", "fnet": "log n", "s4d": "log n", "hyena": "log n",
 }
 
 
@@ -90,8 +91,8 @@ def families() -> dict[str, tuple[str, ...]]:
 
 
 def cost(name: str) -> str:
-    """How variant `name`'s cost grows with the length n: "O(n²)", "O(n w)", "O(n k)" or "O(n)", from its
-    class's `cost_exponent` and `COST_TERMS`."""
+    """How variant `name`'s cost grows with the length n: "O(n²)", "O(n w)", "O(n k)", "O(n log n)" or "O(n)",
+    from its class's `cost_exponent` and `COST_TERMS`."""
     if get(name).cost_exponent >= 2:
         return "O(n²)"
     return f"O(n {COST_TERMS[name]})" if name in COST_TERMS else "O(n)"

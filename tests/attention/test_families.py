@@ -34,6 +34,6 @@ def test_the_cost_label_agrees_with_the_cost_exponent():
         if exponent == 1.5:  # sqrt(n) inputs per position: the term says which setting that is
             assert label in ("O(n w)", "O(n k)"), (name, label)
     assert set(registry.COST_TERMS) <= set(registry.names())
-    assert set(registry.COST_TERMS.values()) == {"w", "k"}
-    assert [registry.cost(n) for n in ("softmax", "local", "linformer", "performer", "mega")] == [
-        "O(n²)", "O(n w)", "O(n k)", "O(n)", "O(n²)"]
+    assert set(registry.COST_TERMS.values()) == {"w", "k", "log n"}
+    assert [registry.cost(n) for n in ("softmax", "local", "linformer", "performer", "mega", "fnet", "hyena")] == [
+        "O(n²)", "O(n w)", "O(n k)", "O(n)", "O(n²)", "O(n log n)", "O(n log n)"]
