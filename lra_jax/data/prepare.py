@@ -141,9 +141,11 @@ def prepare(task: str, data_dir: str) -> list[str]:
 
 
 def main(argv) -> None:
-    del argv
+    if len(argv) > 1:
+        sys.exit(f"error: unexpected argument {' '.join(argv[1:])!r}: this command takes flags only, "
+                 f"--task=<{'|'.join(TASKS)}|all> [--data_dir=DIR]")
     if FLAGS.task is None:
-        sys.exit(f"--task is required: one of {', '.join(TASKS)}, all")
+        sys.exit(f"error: --task is required: one of {', '.join(TASKS)}, all")
     try:
         for line in prepare(FLAGS.task, FLAGS.data_dir):
             print(line)

@@ -167,10 +167,12 @@ def main(argv: list[str] | None = None) -> None:
                     grid=parse_grid(args.grid, overrides), pretraining=args.pretrain,
                     pretrain_steps=args.pretrain_steps)
         check_configs(runs)
-        for name, what in (("parallel", "runs at once"), ("devices_per_run", "devices per run"),
-                           ("runs_per_device", "runs sharing each device")):
-            if args[name].value < 1:
-                raise LraError(f"--{name}={args[name].value}: give 1 or more {what}")
+        for name, least, what in (("parallel", 1, "runs at once"), ("devices_per_run", 1, "devices per run"),
+                                  ("runs_per_device", 1, "runs sharing each device"),
+                                  ("gpus_per_run", 0, "GPUs per Slurm run"), ("cpus_per_run", 1, "CPU cores per Slurm run"),
+                                  ("max_running", 0, "Slurm array tasks at once (0: no limit)")):
+            if args[name].value < least:
+                raise LraError(f"--{name}={args[name].value}: give {least} or more {what}")
         if args.status and not os.path.isdir(args.root):
             raise LraError(f"--root={args.root} does not exist: no run of this sweep was made or submitted there; "
                            "check --root")

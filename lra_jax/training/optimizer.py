@@ -15,7 +15,7 @@ import optax
 from flax import nnx
 
 from lra_jax.attention.core import SSMParam
-from lra_jax.config.settings import SCHEDULES, OptimizerSettings  # noqa: F401 - SCHEDULES re-exported
+from lra_jax.config.settings import OptimizerSettings
 
 
 def lra_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:

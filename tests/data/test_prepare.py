@@ -95,6 +95,8 @@ def test_command_line(tmp_path):
     assert f"--config.data.data_dir={tmp_path}/lra_release/tsv_data" in ok.stdout
     bad = subprocess.run([*run, "--task=nope"], capture_output=True, text=True, check=False)
     assert bad.returncode != 0 and "text|image|retrieval|pathfinder|pathx|all" in bad.stderr
+    stray = subprocess.run([*run, "--task=retrieval", "pathfinder"], capture_output=True, text=True, check=False)
+    assert stray.returncode != 0 and "unexpected argument 'pathfinder'" in stray.stderr  # never ignored
 
 
 def test_the_python_floor_has_the_tar_extraction_filter_lra_prepare_uses():

@@ -479,11 +479,14 @@ def test_parallel_zero_and_the_status_of_a_missing_root_are_refused_in_one_line(
     ("--runs_per_device=0", "--runs_per_device=0: give 1 or more runs sharing each device"),
     ("--runs_per_device=-5", "--runs_per_device=-5: give 1 or more"),
     ("--devices_per_run=0", "--devices_per_run=0: give 1 or more devices per run"),
+    ("--gpus_per_run=-1", "--gpus_per_run=-1: give 0 or more GPUs per Slurm run"),
+    ("--cpus_per_run=0", "--cpus_per_run=0: give 1 or more CPU cores per Slurm run"),
+    ("--max_running=-2", "--max_running=-2: give 0 or more Slurm array tasks at once"),
     ("--seeds=0,0", "--seeds=0,0 names seed 0 more than once"),
     ("--seeds=1,01,2,3,2", "names seeds 1, 2 more than once"),
 ])
-def test_device_counts_below_one_and_repeated_seeds_are_refused_in_one_line_whatever_parallel(tmp_path, capsys,
-                                                                                             flag, says):
+def test_device_and_slurm_counts_out_of_range_and_repeated_seeds_are_refused_in_one_line(tmp_path, capsys, flag,
+                                                                                        says):
     from lra_jax.tools import sweep
 
     with pytest.raises(SystemExit) as exit_:  # --dry_run: the old code printed the plan and exited 0
