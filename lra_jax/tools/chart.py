@@ -1,7 +1,8 @@
 r"""The LRA paper's speed-vs-score bubble chart, measured, and its results table, from runs and bench JSONs.
 
     python -m lra_jax.tools.chart --runs=experiments/mini-lra --bench='experiments/results/bench-h200-*.json' \
-        --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-dropout-2048.json --out=experiments/charts
+        --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json \
+        --out=experiments/charts
 
 Scores: every results.json under --runs (`lra_jax.research.sweeps.selection`): per variant and task, the grid
 point with the best mean validation accuracy (never test) is reported by its test accuracy, mean and sample std

@@ -162,3 +162,24 @@ def test_a_bench_table_merged_from_several_commands_says_so():
     text = docs_pages.header(report, "bench.json")
     assert "`python -m lra_jax.tools.bench --variants=s5`" in text and "measured by 2 such commands" in text
     assert "such commands" not in docs_pages.header({**report, "commands": report["commands"][1:]}, "bench.json")
+
+
+def test_the_cpu_bench_page_leads_with_the_file_the_chart_draws(tmp_path):
+    """Several CPU bench files are history; the one the chart's manifest names leads the page, marked."""
+    results, charts = tmp_path / "experiments" / "results", tmp_path / "experiments" / "charts"
+    results.mkdir(parents=True)
+    charts.mkdir(parents=True)
+    cell = {"variant": "softmax", "length": 2048, "status": "ok", "steps_per_second": 0.1, "peak_memory_bytes": 2**30}
+    for name in ("bench-cpu-a-old.json", "bench-cpu-z-new.json"):
+        (results / name).write_text(json.dumps({"command": f"x/lra_jax/tools/bench.py --out={name}",
+                                                "device": {"count": 1, "kind": "cpu"}, "results": [cell]}))
+    (charts / "lra_chart.inputs.json").write_text(json.dumps(
+        {"options": {"cpu_bench": "experiments/results/bench-cpu-z-new.json"}}))
+    page = docs_pages.cpu_results_page(str(tmp_path))
+    sections = page.split("\n## ")[1:]
+    assert [s.splitlines()[0] for s in sections] == ["bench-cpu-z-new.json", "bench-cpu-a-old.json"]
+    assert "the chart's CPU view is drawn from" in sections[0] and "chart" not in sections[1]
+    (charts / "lra_chart.inputs.json").unlink()  # no chart drawn: the files by name, none marked
+    page = docs_pages.cpu_results_page(str(tmp_path))
+    assert page.index("## bench-cpu-a-old.json") < page.index("## bench-cpu-z-new.json")
+    assert "drawn from" not in page
