@@ -3,7 +3,7 @@ window.LRA_CHART = {
   "from scratch",
   "self-pretrained"
  ],
- "generated_by": "python -m lra_jax.tools.chart --runs=experiments/mini-lra --bench='experiments/results/bench-h*-b32-4096-*.json' --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-dropout-2048.json --modeled=experiments/results/table2-tpu-v3-4x4.json --out=experiments/charts --scale=mini --min_seeds=3",
+ "generated_by": "python -m lra_jax.tools.chart --runs=experiments/mini-lra --bench='experiments/results/bench-h*-b32-4096-*.json' --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json --modeled=experiments/results/table2-tpu-v3-4x4.json --out=experiments/charts --scale=mini --min_seeds=3",
  "panels": [
   {
    "log_x": true,
@@ -1203,16 +1203,16 @@ window.LRA_CHART = {
       "Pathfinder: 51.1 ± 1.3 (3 seeds, 0/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/additive/optimizer.learning_rate=0.001",
       "score: 44.0 ± 0.7",
-      "speed: 0.106× softmax's",
+      "speed: 0.0925× softmax's",
       "memory: 1.03× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 36.744,
+     "size": 36.7234,
      "symbol": "circle",
      "variant": "additive",
-     "x": 0.105598,
+     "x": 0.0924939,
      "y": 44.0194
     },
     {
@@ -1226,16 +1226,16 @@ window.LRA_CHART = {
       "Pathfinder: 54.4 ± 2.2 (3 seeds, 1/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/bigbird/optimizer.learning_rate=0.001",
       "score: 45.8 ± 1.1",
-      "speed: 1.39× softmax's",
-      "memory: 1.06× softmax's",
+      "speed: 1.3× softmax's",
+      "memory: 0.924× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 37.3008,
+     "size": 34.8295,
      "symbol": "circle",
      "variant": "bigbird",
-     "x": 1.39455,
+     "x": 1.29564,
      "y": 45.8472
     },
     {
@@ -1249,16 +1249,16 @@ window.LRA_CHART = {
       "Pathfinder: 62.2 ± 11.3 (3 seeds, 2/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/dynamic_conv/optimizer.learning_rate=0.005",
       "score: 49.1 ± 5.7",
-      "speed: 2.86× softmax's",
-      "memory: 0.506× softmax's",
+      "speed: 2.41× softmax's",
+      "memory: 0.495× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 25.7842,
+     "size": 25.4838,
      "symbol": "circle",
      "variant": "dynamic_conv",
-     "x": 2.8577,
+     "x": 2.40976,
      "y": 49.0944
     },
     {
@@ -1272,16 +1272,16 @@ window.LRA_CHART = {
       "Pathfinder: 51.6 ± 0.8 (3 seeds, 0/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/fnet/optimizer.learning_rate=0.001",
       "score: 43.3 ± 0.7",
-      "speed: 3.5× softmax's",
-      "memory: 0.379× softmax's",
+      "speed: 2.9× softmax's",
+      "memory: 0.377× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 22.3234,
+     "size": 22.2419,
      "symbol": "circle",
      "variant": "fnet",
-     "x": 3.4984,
+     "x": 2.90433,
      "y": 43.3417
     },
     {
@@ -1295,16 +1295,16 @@ window.LRA_CHART = {
       "Pathfinder: 74.9 ± 1.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/gla/optimizer.learning_rate=0.005",
       "score: 57.8 ± 0.8",
-      "speed: 1.29× softmax's",
-      "memory: 0.743× softmax's",
+      "speed: 1.38× softmax's",
+      "memory: 0.738× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 31.248,
+     "size": 31.1276,
      "symbol": "circle",
      "variant": "gla",
-     "x": 1.2875,
+     "x": 1.37977,
      "y": 57.825
     },
     {
@@ -1318,16 +1318,16 @@ window.LRA_CHART = {
       "Pathfinder: 86.2 ± 0.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/gmlp/optimizer.learning_rate=0.005",
       "score: 60.9 ± 0.4",
-      "speed: 2.21× softmax's",
-      "memory: 0.596× softmax's",
+      "speed: 1.8× softmax's",
+      "memory: 0.595× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 27.9952,
+     "size": 27.9446,
      "symbol": "circle",
      "variant": "gmlp",
-     "x": 2.20657,
+     "x": 1.803,
      "y": 60.9083
     },
     {
@@ -1341,16 +1341,16 @@ window.LRA_CHART = {
       "Pathfinder: 76.1 ± 23.3 (3 seeds, 2/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/hyena/optimizer.learning_rate=0.005",
       "score: 58.4 ± 11.7",
-      "speed: 1.65× softmax's",
+      "speed: 1.44× softmax's",
       "memory: 0.77× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 31.8254,
+     "size": 31.7888,
      "symbol": "circle",
      "variant": "hyena",
-     "x": 1.64608,
+     "x": 1.44124,
      "y": 58.4389
     },
     {
@@ -1364,16 +1364,16 @@ window.LRA_CHART = {
       "Pathfinder: 54.9 ± 9.7 (3 seeds, 1/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/lightweight_conv/optimizer.learning_rate=0.005",
       "score: 45.7 ± 4.9",
-      "speed: 2.97× softmax's",
-      "memory: 0.475× softmax's",
+      "speed: 2.68× softmax's",
+      "memory: 0.473× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 24.9781,
+     "size": 24.9117,
      "symbol": "circle",
      "variant": "lightweight_conv",
-     "x": 2.96626,
+     "x": 2.67957,
      "y": 45.6722
     },
     {
@@ -1387,16 +1387,16 @@ window.LRA_CHART = {
       "Pathfinder: 49.4 ± 0.0 (3 seeds, 0/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/linear/optimizer.learning_rate=0.001",
       "score: 43.3 ± 0.1",
-      "speed: 2.31× softmax's",
-      "memory: 0.521× softmax's",
+      "speed: 1.85× softmax's",
+      "memory: 0.55× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 26.1702,
+     "size": 26.8747,
      "symbol": "circle",
      "variant": "linear",
-     "x": 2.30502,
+     "x": 1.84533,
      "y": 43.3472
     },
     {
@@ -1410,16 +1410,16 @@ window.LRA_CHART = {
       "Pathfinder: 83.6 ± 0.8 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/linformer/optimizer.learning_rate=0.001",
       "score: 59.6 ± 0.5",
-      "speed: 2.51× softmax's",
-      "memory: 0.674× softmax's",
+      "speed: 2.07× softmax's",
+      "memory: 0.596× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 29.7612,
+     "size": 27.9671,
      "symbol": "circle",
      "variant": "linformer",
-     "x": 2.50512,
+     "x": 2.06615,
      "y": 59.5889
     },
     {
@@ -1433,16 +1433,16 @@ window.LRA_CHART = {
       "Pathfinder: 64.5 ± 3.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/local/optimizer.learning_rate=0.005",
       "score: 50.3 ± 1.8",
-      "speed: 1.8× softmax's",
-      "memory: 0.83× softmax's",
+      "speed: 1.83× softmax's",
+      "memory: 0.706× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 33.0269,
+     "size": 30.4578,
      "symbol": "circle",
      "variant": "local",
-     "x": 1.79628,
+     "x": 1.83423,
      "y": 50.3333
     },
     {
@@ -1457,15 +1457,15 @@ window.LRA_CHART = {
       "  runs: experiments/mini-lra/pathfinder-mini/longformer/optimizer.learning_rate=0.005",
       "score: 50.0 ± 2.5",
       "speed: 1.52× softmax's",
-      "memory: 0.897× softmax's",
+      "memory: 0.774× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 34.339,
+     "size": 31.8726,
      "symbol": "circle",
      "variant": "longformer",
-     "x": 1.51529,
+     "x": 1.52431,
      "y": 50.0333
     },
     {
@@ -1479,16 +1479,16 @@ window.LRA_CHART = {
       "Pathfinder: 87.8 ± 11.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/lru/optimizer.learning_rate=0.005",
       "score: 62.5 ± 5.6",
-      "speed: 2.16× softmax's",
-      "memory: 0.566× softmax's",
+      "speed: 2.18× softmax's",
+      "memory: 0.564× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 27.27,
+     "size": 27.2147,
      "symbol": "circle",
      "variant": "lru",
-     "x": 2.16097,
+     "x": 2.18143,
      "y": 62.5167
     },
     {
@@ -1502,16 +1502,16 @@ window.LRA_CHART = {
       "Pathfinder: 55.2 ± 10.2 (3 seeds, 1/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/luong/optimizer.learning_rate=0.005",
       "score: 45.9 ± 5.1",
-      "speed: 0.696× softmax's",
+      "speed: 1.01× softmax's",
       "memory: 1.02× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 36.5406,
+     "size": 36.5193,
      "symbol": "circle",
      "variant": "luong",
-     "x": 0.696073,
+     "x": 1.00937,
      "y": 45.8972
     },
     {
@@ -1525,16 +1525,16 @@ window.LRA_CHART = {
       "Pathfinder: 74.7 ± 5.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/mega/optimizer.learning_rate=0.005",
       "score: 61.9 ± 2.8",
-      "speed: 0.945× softmax's",
-      "memory: 1.27× softmax's",
+      "speed: 0.941× softmax's",
+      "memory: 1.12× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 40.9162,
+     "size": 38.3513,
      "symbol": "circle",
      "variant": "mega",
-     "x": 0.945202,
+     "x": 0.940543,
      "y": 61.9333
     },
     {
@@ -1548,16 +1548,16 @@ window.LRA_CHART = {
       "Pathfinder: 66.9 ± 8.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/mixer/optimizer.learning_rate=0.001",
       "score: 53.2 ± 4.3",
-      "speed: 4.02× softmax's",
-      "memory: 0.396× softmax's",
+      "speed: 3.11× softmax's",
+      "memory: 0.394× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 22.8125,
+     "size": 22.734,
      "symbol": "circle",
      "variant": "mixer",
-     "x": 4.02372,
+     "x": 3.10569,
      "y": 53.2139
     },
     {
@@ -1571,16 +1571,16 @@ window.LRA_CHART = {
       "Pathfinder: 71.5 ± 0.4 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/nystromformer/optimizer.learning_rate=0.005",
       "score: 55.2 ± 0.9",
-      "speed: 1.99× softmax's",
-      "memory: 0.576× softmax's",
+      "speed: 1.2× softmax's",
+      "memory: 0.555× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 27.5111,
+     "size": 27.0064,
      "symbol": "circle",
      "variant": "nystromformer",
-     "x": 1.99181,
+     "x": 1.20449,
      "y": 55.25
     },
     {
@@ -1594,16 +1594,16 @@ window.LRA_CHART = {
       "Pathfinder: 57.7 ± 7.1 (3 seeds, 1/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/performer/optimizer.learning_rate=0.001",
       "score: 46.8 ± 3.6",
-      "speed: 2.14× softmax's",
-      "memory: 0.711× softmax's",
+      "speed: 1.7× softmax's",
+      "memory: 0.71× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 30.5696,
+     "size": 30.5283,
      "symbol": "circle",
      "variant": "performer",
-     "x": 2.14011,
+     "x": 1.69596,
      "y": 46.7639
     },
     {
@@ -1617,16 +1617,16 @@ window.LRA_CHART = {
       "Pathfinder: 54.6 ± 3.4 (3 seeds, 1/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/reformer/optimizer.learning_rate=0.001",
       "score: 45.0 ± 1.7",
-      "speed: 1.06× softmax's",
+      "speed: 1.33× softmax's",
       "memory: 1× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 36.3271,
+     "size": 36.3046,
      "symbol": "circle",
      "variant": "reformer",
-     "x": 1.06141,
+     "x": 1.3274,
      "y": 44.9694
     },
     {
@@ -1640,16 +1640,16 @@ window.LRA_CHART = {
       "Pathfinder: 61.4 ± 4.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/routing/optimizer.learning_rate=0.005",
       "score: 48.8 ± 2.3",
-      "speed: 2.44× softmax's",
-      "memory: 0.579× softmax's",
+      "speed: 2.06× softmax's",
+      "memory: 0.538× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 27.5824,
+     "size": 26.5855,
      "symbol": "circle",
      "variant": "routing",
-     "x": 2.43551,
+     "x": 2.05982,
      "y": 48.775
     },
     {
@@ -1663,16 +1663,16 @@ window.LRA_CHART = {
       "Pathfinder: 86.6 ± 0.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/s4d/optimizer.learning_rate=0.005",
       "score: 60.5 ± 0.5",
-      "speed: 2.41× softmax's",
-      "memory: 0.519× softmax's",
+      "speed: 2.3× softmax's",
+      "memory: 0.517× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 26.1119,
+     "size": 26.0512,
      "symbol": "diamond",
      "variant": "s4d",
-     "x": 2.40875,
+     "x": 2.29738,
      "y": 60.4917
     },
     {
@@ -1686,16 +1686,16 @@ window.LRA_CHART = {
       "Pathfinder: 83.1 ± 9.4 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/s5/optimizer.learning_rate=0.005",
       "score: 59.0 ± 4.8",
-      "speed: 2.21× softmax's",
-      "memory: 0.604× softmax's",
+      "speed: 1.72× softmax's",
+      "memory: 0.603× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 28.1915,
+     "size": 28.1403,
      "symbol": "circle",
      "variant": "s5",
-     "x": 2.21133,
+     "x": 1.71696,
      "y": 59.0222
     },
     {
@@ -1709,16 +1709,16 @@ window.LRA_CHART = {
       "Pathfinder: 72.9 ± 9.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/s6/optimizer.learning_rate=0.005",
       "score: 61.2 ± 4.7",
-      "speed: 0.446× softmax's",
+      "speed: 0.369× softmax's",
       "memory: 1.47× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
      "size": 44.0,
      "symbol": "circle",
      "variant": "s6",
-     "x": 0.445958,
+     "x": 0.3689,
      "y": 61.2389
     },
     {
@@ -1732,16 +1732,16 @@ window.LRA_CHART = {
       "Pathfinder: 58.4 ± 14.0 (3 seeds, 1/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/sinkhorn/optimizer.learning_rate=0.005",
       "score: 48.3 ± 7.1",
-      "speed: 2.28× softmax's",
-      "memory: 0.585× softmax's",
+      "speed: 1.88× softmax's",
+      "memory: 0.554× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 27.7442,
+     "size": 26.974,
      "symbol": "circle",
      "variant": "sinkhorn",
-     "x": 2.27749,
+     "x": 1.87736,
      "y": 48.3389
     },
     {
@@ -1759,9 +1759,9 @@ window.LRA_CHART = {
       "memory: 1× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 36.2605,
+     "size": 36.2383,
      "symbol": "circle",
      "variant": "softmax",
      "x": 1.0,
@@ -1778,16 +1778,16 @@ window.LRA_CHART = {
       "Pathfinder: 79.2 ± 10.0 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/ssd/optimizer.learning_rate=0.005",
       "score: 57.9 ± 5.2",
-      "speed: 0.776× softmax's",
+      "speed: 0.796× softmax's",
       "memory: 1.37× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 42.5019,
+     "size": 42.3782,
      "symbol": "circle",
      "variant": "ssd",
-     "x": 0.776087,
+     "x": 0.796428,
      "y": 57.8611
     },
     {
@@ -1801,16 +1801,16 @@ window.LRA_CHART = {
       "Pathfinder: 58.9 ± 1.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/strided/optimizer.learning_rate=0.001",
       "score: 47.4 ± 0.7",
-      "speed: 2.41× softmax's",
-      "memory: 0.506× softmax's",
+      "speed: 2.11× softmax's",
+      "memory: 0.481× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 25.7942,
+     "size": 25.1412,
      "symbol": "circle",
      "variant": "strided",
-     "x": 2.40826,
+     "x": 2.10558,
      "y": 47.4306
     },
     {
@@ -1824,16 +1824,16 @@ window.LRA_CHART = {
       "Pathfinder: 53.7 ± 3.8 (3 seeds, 1/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/synthesizer/optimizer.learning_rate=0.005",
       "score: 45.5 ± 2.0",
-      "speed: 0.526× softmax's",
-      "memory: 1.24× softmax's",
+      "speed: 0.674× softmax's",
+      "memory: 1.23× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 40.3797,
+     "size": 40.244,
      "symbol": "circle",
      "variant": "synthesizer",
-     "x": 0.526418,
+     "x": 0.67429,
      "y": 45.4778
     },
     {
@@ -1847,16 +1847,16 @@ window.LRA_CHART = {
       "Pathfinder: 53.3 ± 6.6 (3 seeds, 1/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/taylor/optimizer.learning_rate=0.001",
       "score: 45.1 ± 3.3",
-      "speed: 2.53× softmax's",
-      "memory: 0.523× softmax's",
+      "speed: 1.9× softmax's",
+      "memory: 0.522× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 26.2311,
+     "size": 26.171,
      "symbol": "circle",
      "variant": "taylor",
-     "x": 2.53085,
+     "x": 1.89942,
      "y": 45.0833
     },
     {
@@ -1870,16 +1870,16 @@ window.LRA_CHART = {
       "Pathfinder: 68.6 ± 2.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/additive/spt/optimizer.learning_rate=0.005",
       "score: 52.5 ± 1.2",
-      "speed: 0.106× softmax's",
+      "speed: 0.0925× softmax's",
       "memory: 1.03× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 36.744,
+     "size": 36.7234,
      "symbol": "circle",
      "variant": "additive",
-     "x": 0.105598,
+     "x": 0.0924939,
      "y": 52.4889
     },
     {
@@ -1893,16 +1893,16 @@ window.LRA_CHART = {
       "Pathfinder: 65.9 ± 2.9 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/bigbird/spt/optimizer.learning_rate=0.005",
       "score: 49.9 ± 1.6",
-      "speed: 1.39× softmax's",
-      "memory: 1.06× softmax's",
+      "speed: 1.3× softmax's",
+      "memory: 0.924× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 37.3008,
+     "size": 34.8295,
      "symbol": "circle",
      "variant": "bigbird",
-     "x": 1.39455,
+     "x": 1.29564,
      "y": 49.9278
     },
     {
@@ -1916,16 +1916,16 @@ window.LRA_CHART = {
       "Pathfinder: 57.6 ± 11.1 (3 seeds, 1/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/dynamic_conv/spt/optimizer.learning_rate=0.005",
       "score: 46.6 ± 5.6",
-      "speed: 2.86× softmax's",
-      "memory: 0.506× softmax's",
+      "speed: 2.41× softmax's",
+      "memory: 0.495× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 25.7842,
+     "size": 25.4838,
      "symbol": "circle",
      "variant": "dynamic_conv",
-     "x": 2.8577,
+     "x": 2.40976,
      "y": 46.5528
     },
     {
@@ -1939,16 +1939,16 @@ window.LRA_CHART = {
       "Pathfinder: 51.1 ± 0.2 (3 seeds, 0/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/fnet/spt/optimizer.learning_rate=0.005",
       "score: 43.4 ± 0.5",
-      "speed: 3.5× softmax's",
-      "memory: 0.379× softmax's",
+      "speed: 2.9× softmax's",
+      "memory: 0.377× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 22.3234,
+     "size": 22.2419,
      "symbol": "circle",
      "variant": "fnet",
-     "x": 3.4984,
+     "x": 2.90433,
      "y": 43.4417
     },
     {
@@ -1962,16 +1962,16 @@ window.LRA_CHART = {
       "Pathfinder: 83.5 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/gmlp/spt/optimizer.learning_rate=0.001",
       "score: 59.3 ± 0.7",
-      "speed: 2.21× softmax's",
-      "memory: 0.596× softmax's",
+      "speed: 1.8× softmax's",
+      "memory: 0.595× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 27.9952,
+     "size": 27.9446,
      "symbol": "circle",
      "variant": "gmlp",
-     "x": 2.20657,
+     "x": 1.803,
      "y": 59.3333
     },
     {
@@ -1985,16 +1985,16 @@ window.LRA_CHART = {
       "Pathfinder: 68.0 ± 2.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/lightweight_conv/spt/optimizer.learning_rate=0.005",
       "score: 51.4 ± 1.2",
-      "speed: 2.97× softmax's",
-      "memory: 0.475× softmax's",
+      "speed: 2.68× softmax's",
+      "memory: 0.473× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 24.9781,
+     "size": 24.9117,
      "symbol": "circle",
      "variant": "lightweight_conv",
-     "x": 2.96626,
+     "x": 2.67957,
      "y": 51.3667
     },
     {
@@ -2008,16 +2008,16 @@ window.LRA_CHART = {
       "Pathfinder: 63.6 ± 8.1 (3 seeds, 2/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/linear/spt/optimizer.learning_rate=0.005",
       "score: 49.4 ± 4.1",
-      "speed: 2.31× softmax's",
-      "memory: 0.521× softmax's",
+      "speed: 1.85× softmax's",
+      "memory: 0.55× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 26.1702,
+     "size": 26.8747,
      "symbol": "circle",
      "variant": "linear",
-     "x": 2.30502,
+     "x": 1.84533,
      "y": 49.4083
     },
     {
@@ -2031,16 +2031,16 @@ window.LRA_CHART = {
       "Pathfinder: 81.6 ± 1.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/linformer/spt/optimizer.learning_rate=0.001",
       "score: 59.7 ± 0.9",
-      "speed: 2.51× softmax's",
-      "memory: 0.674× softmax's",
+      "speed: 2.07× softmax's",
+      "memory: 0.596× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 29.7612,
+     "size": 27.9671,
      "symbol": "circle",
      "variant": "linformer",
-     "x": 2.50512,
+     "x": 2.06615,
      "y": 59.6889
     },
     {
@@ -2054,16 +2054,16 @@ window.LRA_CHART = {
       "Pathfinder: 66.1 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/local/spt/optimizer.learning_rate=0.005",
       "score: 50.0 ± 0.7",
-      "speed: 1.8× softmax's",
-      "memory: 0.83× softmax's",
+      "speed: 1.83× softmax's",
+      "memory: 0.706× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 33.0269,
+     "size": 30.4578,
      "symbol": "circle",
      "variant": "local",
-     "x": 1.79628,
+     "x": 1.83423,
      "y": 49.9583
     },
     {
@@ -2078,15 +2078,15 @@ window.LRA_CHART = {
       "  runs: experiments/mini-lra/pathfinder-mini/longformer/spt/optimizer.learning_rate=0.005",
       "score: 48.5 ± 1.3",
       "speed: 1.52× softmax's",
-      "memory: 0.897× softmax's",
+      "memory: 0.774× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 34.339,
+     "size": 31.8726,
      "symbol": "circle",
      "variant": "longformer",
-     "x": 1.51529,
+     "x": 1.52431,
      "y": 48.4528
     },
     {
@@ -2100,16 +2100,16 @@ window.LRA_CHART = {
       "Pathfinder: 62.1 ± 6.3 (3 seeds, 2/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/luong/spt/optimizer.learning_rate=0.005",
       "score: 47.5 ± 3.2",
-      "speed: 0.696× softmax's",
+      "speed: 1.01× softmax's",
       "memory: 1.02× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 36.5406,
+     "size": 36.5193,
      "symbol": "circle",
      "variant": "luong",
-     "x": 0.696073,
+     "x": 1.00937,
      "y": 47.5278
     },
     {
@@ -2123,16 +2123,16 @@ window.LRA_CHART = {
       "Pathfinder: 85.8 ± 1.4 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/mixer/spt/optimizer.learning_rate=0.005",
       "score: 61.8 ± 1.0",
-      "speed: 4.02× softmax's",
-      "memory: 0.396× softmax's",
+      "speed: 3.11× softmax's",
+      "memory: 0.394× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 22.8125,
+     "size": 22.734,
      "symbol": "circle",
      "variant": "mixer",
-     "x": 4.02372,
+     "x": 3.10569,
      "y": 61.825
     },
     {
@@ -2146,16 +2146,16 @@ window.LRA_CHART = {
       "Pathfinder: 70.8 ± 2.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/nystromformer/spt/optimizer.learning_rate=0.005",
       "score: 54.9 ± 1.2",
-      "speed: 1.99× softmax's",
-      "memory: 0.576× softmax's",
+      "speed: 1.2× softmax's",
+      "memory: 0.555× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 27.5111,
+     "size": 27.0064,
      "symbol": "circle",
      "variant": "nystromformer",
-     "x": 1.99181,
+     "x": 1.20449,
      "y": 54.925
     },
     {
@@ -2169,16 +2169,16 @@ window.LRA_CHART = {
       "Pathfinder: 62.9 ± 6.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/performer/spt/optimizer.learning_rate=0.005",
       "score: 49.2 ± 3.1",
-      "speed: 2.14× softmax's",
-      "memory: 0.711× softmax's",
+      "speed: 1.7× softmax's",
+      "memory: 0.71× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 30.5696,
+     "size": 30.5283,
      "symbol": "circle",
      "variant": "performer",
-     "x": 2.14011,
+     "x": 1.69596,
      "y": 49.1722
     },
     {
@@ -2192,16 +2192,16 @@ window.LRA_CHART = {
       "Pathfinder: 50.8 ± 1.6 (3 seeds, 0/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/reformer/spt/optimizer.learning_rate=0.001",
       "score: 41.9 ± 0.8",
-      "speed: 1.06× softmax's",
+      "speed: 1.33× softmax's",
       "memory: 1× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 36.3271,
+     "size": 36.3046,
      "symbol": "circle",
      "variant": "reformer",
-     "x": 1.06141,
+     "x": 1.3274,
      "y": 41.9028
     },
     {
@@ -2215,16 +2215,16 @@ window.LRA_CHART = {
       "Pathfinder: 67.2 ± 1.4 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/routing/spt/optimizer.learning_rate=0.005",
       "score: 50.7 ± 1.1",
-      "speed: 2.44× softmax's",
-      "memory: 0.579× softmax's",
+      "speed: 2.06× softmax's",
+      "memory: 0.538× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 27.5824,
+     "size": 26.5855,
      "symbol": "circle",
      "variant": "routing",
-     "x": 2.43551,
+     "x": 2.05982,
      "y": 50.6639
     },
     {
@@ -2238,16 +2238,16 @@ window.LRA_CHART = {
       "Pathfinder: 93.7 ± 2.9 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/s4d/spt/optimizer.learning_rate=0.005",
       "score: 64.3 ± 1.6",
-      "speed: 2.41× softmax's",
-      "memory: 0.519× softmax's",
+      "speed: 2.3× softmax's",
+      "memory: 0.517× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 26.1119,
+     "size": 26.0512,
      "symbol": "diamond",
      "variant": "s4d",
-     "x": 2.40875,
+     "x": 2.29738,
      "y": 64.3472
     },
     {
@@ -2261,16 +2261,16 @@ window.LRA_CHART = {
       "Pathfinder: 68.4 ± 1.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/sinkhorn/spt/optimizer.learning_rate=0.005",
       "score: 51.1 ± 0.9",
-      "speed: 2.28× softmax's",
-      "memory: 0.585× softmax's",
+      "speed: 1.88× softmax's",
+      "memory: 0.554× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 27.7442,
+     "size": 26.974,
      "symbol": "circle",
      "variant": "sinkhorn",
-     "x": 2.27749,
+     "x": 1.87736,
      "y": 51.0722
     },
     {
@@ -2288,9 +2288,9 @@ window.LRA_CHART = {
       "memory: 1× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 36.2605,
+     "size": 36.2383,
      "symbol": "circle",
      "variant": "softmax",
      "x": 1.0,
@@ -2307,16 +2307,16 @@ window.LRA_CHART = {
       "Pathfinder: 63.1 ± 2.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/strided/spt/optimizer.learning_rate=0.001",
       "score: 48.6 ± 1.5",
-      "speed: 2.41× softmax's",
-      "memory: 0.506× softmax's",
+      "speed: 2.11× softmax's",
+      "memory: 0.481× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 25.7942,
+     "size": 25.1412,
      "symbol": "circle",
      "variant": "strided",
-     "x": 2.40826,
+     "x": 2.10558,
      "y": 48.5611
     },
     {
@@ -2330,16 +2330,16 @@ window.LRA_CHART = {
       "Pathfinder: 61.1 ± 9.0 (3 seeds, 2/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/synthesizer/spt/optimizer.learning_rate=0.005",
       "score: 48.7 ± 4.5",
-      "speed: 0.526× softmax's",
-      "memory: 1.24× softmax's",
+      "speed: 0.674× softmax's",
+      "memory: 1.23× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 40.3797,
+     "size": 40.244,
      "symbol": "circle",
      "variant": "synthesizer",
-     "x": 0.526418,
+     "x": 0.67429,
      "y": 48.6944
     },
     {
@@ -2353,16 +2353,16 @@ window.LRA_CHART = {
       "Pathfinder: 63.1 ± 6.4 (3 seeds, 2/3 learned)",
       "  runs: experiments/mini-lra/pathfinder-mini/taylor/spt/optimizer.learning_rate=0.005",
       "score: 49.4 ± 3.2",
-      "speed: 2.53× softmax's",
-      "memory: 0.523× softmax's",
+      "speed: 1.9× softmax's",
+      "memory: 0.522× softmax's",
       "scale: mini",
       "device: CPU (1 core)",
-      "speed from: experiments/results/bench-cpu-1core-b8-dropout-2048.json"
+      "speed from: experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json"
      ],
-     "size": 26.2311,
+     "size": 26.171,
      "symbol": "circle",
      "variant": "taylor",
-     "x": 2.53085,
+     "x": 1.89942,
      "y": 49.3722
     }
    ],
