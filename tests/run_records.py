@@ -39,3 +39,19 @@ def _write(workdir, config, lines, record):
         f.writelines(json.dumps(line) + "\n" for line in lines)
     with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
         json.dump(record, f)
+
+
+def task_config(task_and_scale, seed, **changes):
+    """The config of `task_and_scale` (e.g. "pathfinder,mini") as config.json holds it, with `seed` and
+    `changes` (dotted path -> value) applied."""
+    from lra_jax.config import task_defaults
+
+    c = task_defaults.get_config(task_and_scale).to_dict()
+    c["seed"] = seed
+    for key, value in changes.items():
+        *path, last = key.split(".")
+        node = c
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return c

@@ -8,27 +8,16 @@ import os
 import pytest
 
 from lra_jax.attention import registry
-from lra_jax.config import task_defaults
 from lra_jax.errors import LraError
 from lra_jax.research.reports import recipe_comparison
 from lra_jax.training.run_result import DamagedResult
-from run_records import write_run
+from run_records import task_config, write_run
 
 EARLIER = {"model.num_layers": 1, "num_train_steps": 1000}
 
 
 def config(seed, rate, **changes):
-    c = task_defaults.get_config("pathfinder,mini").to_dict()
-    c["seed"] = seed
-    c["optimizer"]["learning_rate"] = rate
-    for key, value in changes.items():
-        *path, last = key.split(".")
-        node = c
-        for part in path:
-            node = node[part]
-        node[last] = value
-    return c
-
+    return task_config("pathfinder,mini", seed, **{"optimizer.learning_rate": rate, **changes})
 
 def runs(root, where, variant, tests, rate=0.001, val=None, **changes):
     """One run per seed of `tests` (test accuracies) at `rate` under `where` (a column's root)."""

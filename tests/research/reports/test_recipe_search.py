@@ -6,23 +6,13 @@ import os
 
 import pytest
 
-from lra_jax.config import task_defaults
 from lra_jax.research.reports import recipe_search
 from lra_jax.training.run_result import DamagedResult
-from run_records import write_run
+from run_records import task_config, write_run
 
 
 def config(seed, **changes):
-    c = task_defaults.get_config("pathfinder,mini").to_dict()
-    c["seed"] = seed
-    for key, value in changes.items():
-        *path, last = key.split(".")
-        node = c
-        for part in path:
-            node = node[part]
-        node[last] = value
-    return c
-
+    return task_config("pathfinder,mini", seed, **changes)
 
 def run(root, name, seed, test, **changes):
     write_run(os.path.join(root, recipe_search.SEARCH_ROOT, name, f"seed{seed}"), config(seed, **changes), test,
