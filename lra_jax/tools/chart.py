@@ -20,6 +20,9 @@ full-scale points solid, mini-scale hollow, every variant its own colour and mar
 models (experiments/reference/lra_paper.json, full scale: Table 2 speed and memory at 4K relative to the
 Transformer, Table 1 accuracy averaged over the tasks our point is scored on) on the same axes, joined by
 a dotted line only to our full-scale point of the same variant, never across scales.
+The self-pretraining figure and gain table set each variant's self-pretrained arm against its arm from
+scratch; --spt_runs gives that comparison runs of its own (both arms, when the headline's runs of a task
+moved to another recipe), and the table and figure name each task whose recipe there is not the headline's.
 Secondary panels, also relative to softmax: --cpu_bench (measured on a CPU) and --modeled (the TPU
 compiler's modeled step on the paper's hardware, labelled modeled). s4d, the state-space yardstick, is a
 diamond. The published LRA score of each implemented state-space or modern-mixer variant (S4D, S5, LRU,
@@ -66,6 +69,10 @@ def define_flags(values: flags.FlagValues) -> None:
     defaults = ChartOptions()
     flags.DEFINE_string("runs", defaults.runs, "Directories (comma-separated) searched recursively for results.json.",
                         flag_values=values)
+    flags.DEFINE_string("spt_runs", None, "Directories (comma-separated) of the self-pretraining comparison, both "
+                        "arms: when given, its figure, gain table and the interactive view's self-pretrained arm "
+                        "are drawn from these runs alone (a task whose recipe there is not the headline's is named) "
+                        "and the self-pretrained runs under --runs are not read.", flag_values=values)
     flags.DEFINE_string("bench", None, "Bench JSONs (`python -m lra_jax.tools.bench`; comma-separated paths or "
                         "globs) for the main panel: speed and memory relative to softmax on one device; without "
                         "it the main panel has no speed axis.", flag_values=values)

@@ -42,8 +42,9 @@ def display_path(path: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class ChartOptions:
     """The flags of `python -m lra_jax.tools.chart` that decide what is drawn, in the order a command names them.
-    `runs`, `bench` and `cpu_bench` are comma-separated lists (`bench` of paths or globs)."""
+    `runs`, `spt_runs`, `bench` and `cpu_bench` are comma-separated lists (`bench` of paths or globs)."""
     runs: str = "runs"
+    spt_runs: str | None = None
     bench: str | None = None
     device: str | None = None
     length: int | None = None
@@ -57,8 +58,9 @@ class ChartOptions:
 
     def normalized(self) -> ChartOptions:
         """The same options with every path relative to the working directory, so commands compare equal."""
+        names = ("runs", "spt_runs", "bench", "cpu_bench", "out", "modeled", "reference")
         paths = {name: ",".join(display_path(p) for p in getattr(self, name).split(",") if p)
-                 for name in ("runs", "bench", "cpu_bench", "out", "modeled", "reference") if getattr(self, name)}
+                 for name in names if getattr(self, name)}
         return dataclasses.replace(self, **paths)
 
     def command(self) -> str:

@@ -205,9 +205,10 @@ def headline(scores: Scores, main: DeviceSpeeds | None, reference: dict[str, Any
                    speeds, {v: s.source for v, s in main.speeds.items()} if main else {}, missing)
 
 
-def pretraining(scores: Scores, main: DeviceSpeeds, styles) -> View | None:
+def pretraining(scores: Scores, main: DeviceSpeeds, styles, source: str = "") -> View | None:
     """lra_spt.png: from scratch → self-pretrained, per variant, on the main device's speed axis; None
-    without a self-pretrained arm."""
+    without a self-pretrained arm. `source` (`spt_report.source_note`): where both arms' runs are not the
+    headline's, which runs they are and the tasks whose recipe differs."""
     if not any(is_pretrained(s) for s in scores):
         return None
     title = (f"Self-pretraining: each arrow runs from a variant's score trained from scratch to its score "
@@ -217,7 +218,7 @@ def pretraining(scores: Scores, main: DeviceSpeeds, styles) -> View | None:
                                     f"× softmax's (measured on {main.device})", "", gid="spt-score-bar")
     missing = {v: f"no measured speed on {main.device}" for s in scores.values() for v in s if v not in speeds}
     return _finish("lra_spt", fig, panel, handles, f"bubble area: {main.memory_words} on {main.device}, relative "
-                   "to softmax's", not_drawn_line(missing), main.device, speeds,
+                   "to softmax's", "\n".join(filter(None, [source, not_drawn_line(missing)])), main.device, speeds,
                    {v: s.source for v, s in main.speeds.items()}, missing)
 
 
@@ -262,12 +263,14 @@ def modeled(scores: Scores, modeled_speeds: Modeled, source: str, styles) -> Vie
 
 def views(scores: Scores, main: DeviceSpeeds | None, reference: dict[str, Any] | None,
           cpu_speeds: DeviceSpeeds | None = None, modeled_speeds: Modeled | None = None, modeled_source: str = "",
-          note: str = "") -> list[View]:
-    """Every figure the inputs allow, the headline first."""
-    styles = chart_panels.variant_styles({v for s in scores.values() for v in s})  # the same in every figure
-    drawn = [headline(scores, main, reference, styles, note)]
+          note: str = "", spt_scores: Scores | None = None, spt_source: str = "") -> list[View]:
+    """Every figure the inputs allow, the headline first. The self-pretraining figure draws `spt_scores` (both
+    arms) where the comparison has runs of its own, `scores` otherwise."""
+    spt_scores = scores if spt_scores is None else spt_scores
+    styles = chart_panels.variant_styles({v for s in (*scores.values(), *spt_scores.values()) for v in s})
+    drawn = [headline(scores, main, reference, styles, note)]  # the same styles in every figure
     if main:
-        drawn.append(pretraining(scores, main, styles))
+        drawn.append(pretraining(spt_scores, main, styles, spt_source))
     if cpu_speeds:
         drawn.append(cpu(scores, cpu_speeds, styles))
     if modeled_speeds:

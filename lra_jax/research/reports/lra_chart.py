@@ -34,6 +34,7 @@ from lra_jax.research.reports.lra_results import (
     aggregate,
     caption,
     diverged_note,
+    is_pretrained,
     markdown_table,
     read_runs,
     unfinished_note,
@@ -68,12 +69,15 @@ def _read_reference(path: str | None) -> dict[str, Any] | None:
         return json.load(f)
 
 
-def read_scores(options: ChartOptions) -> tuple[dict[str, dict[str, dict[str, Any]]], str, list[str]]:
-    """(scale -> `aggregate` of that scale's cells, each variant's with "files": {task: the chosen point's run
-    directory}, note naming what was left out, results files read) from every directory of `options.runs`
-    (comma-separated). A cell whose chosen point has fewer than `options.min_seeds` seeds is left out and named."""
-    dirs = [d for d in options.runs.split(",") if d]
-    results = [r for d in dirs for r in read_runs(d, options.scale)]
+def read_scores(options: ChartOptions, runs: str | None = None, pretrained: bool = True
+                ) -> tuple[dict[str, dict[str, dict[str, Any]]], str, list[str]]:
+    """(series -> `aggregate` of that series' cells, each variant's with "files": {task: the chosen point's run
+    directory}, note naming what was left out, results files read) from every directory of `runs` (comma-
+    separated; default `options.runs`), self-pretrained runs left out unless `pretrained`. A cell whose chosen
+    point has fewer than `options.min_seeds` seeds is left out and named."""
+    runs = runs or options.runs
+    dirs = [d for d in runs.split(",") if d]
+    results = [r for d in dirs for r in read_runs(d, options.scale) if pretrained or not is_pretrained(r.scale)]
     selections = selection.select_all(results)
     note = "\n".join(filter(None, [diverged_note(results), unfinished_note(selections, options.min_seeds)]))
     kept = {cell: s for cell, s in selections.items() if s is None or s.n >= options.min_seeds}
@@ -87,7 +91,7 @@ def read_scores(options: ChartOptions) -> tuple[dict[str, dict[str, dict[str, An
             m["files"] = {t: files[(t, scale, variant)] for t in m["accuracy"] if (t, scale, variant) in files}
     if not scores:
         raise LraError(f"no results.json{' of scale ' + options.scale if options.scale else ''} under "
-                       f"{options.runs}" + (" that is a result: " + note if results else ""))
+                       f"{runs}" + (" that is a result: " + note if results else ""))
     return scores, note, [f for d in dirs for f in chart_manifest.results_files(d)]
 
 
@@ -96,8 +100,15 @@ def render(options: ChartOptions, mixer_references: Sequence[str] = MIXER_REFERE
     `mixer_references`: the state-space and modern-mixer papers' published-figures files, each listed in the
     table and an input of the manifest (a missing file is skipped). Prints one line per label that covers
     something in a figure (`chart_panels.Panel.problems`)."""
-    scores, note, inputs = read_scores(options)
-    note = "\n".join(filter(None, [note, spt_report.unmatched_note(scores)]))
+    options = options.normalized()  # every path as the manifest records it, so that --check draws the same text
+    scores, note, inputs = read_scores(options, pretrained=not options.spt_runs)
+    spt_scores, spt_source = scores, ""
+    if options.spt_runs:  # the self-pretraining comparison from runs of its own, both arms
+        spt_scores, spt_left_out, spt_inputs = read_scores(options, options.spt_runs)
+        inputs += spt_inputs
+        note = "\n".join(filter(None, [note, spt_left_out]))
+        spt_source = spt_report.source_note(options.spt_runs, spt_scores, scores)
+    note = "\n".join(filter(None, [note, spt_report.unmatched_note(spt_scores)]))
     if note:
         print(note)
     main = cpu = modeled = None
@@ -112,13 +123,16 @@ def render(options: ChartOptions, mixer_references: Sequence[str] = MIXER_REFERE
         inputs.append(options.modeled)
     reference = _read_reference(options.reference)
     mixers = {path: document for path in mixer_references if (document := _read_reference(path))}
-    pretraining = spt_report.gain_table(scores, main)
+    pretraining = spt_report.gain_table(spt_scores, main, spt_source)
     spt_reference = _read_reference(SPT_REFERENCE) if pretraining else None
     inputs += [p for p, r in ((options.reference, reference), *mixers.items(), (SPT_REFERENCE, spt_reference)) if r]
     # One caption per scale; the two arms of one scale share theirs, said once.
     captions = "\n".join(dict.fromkeys(filter(None, [caption(scores[s]) for s in ordered_scales(scores)] + [note])))
     views = chart_views.views(scores, main, reference, cpu, modeled,
-                              chart_manifest.display_path(options.modeled) if options.modeled else "", captions)
+                              chart_manifest.display_path(options.modeled) if options.modeled else "", captions,
+                              spt_scores, spt_source)
+    # The tables and the interactive view: the headline's series from scratch and the comparison's self-pretrained.
+    scores = {**scores, **{s: m for s, m in spt_scores.items() if is_pretrained(s)}}
     for view in views:
         for problem in view.panel.problems():
             print(f"warning: {view.name}: {problem}", file=sys.stderr)

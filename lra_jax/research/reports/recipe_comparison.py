@@ -28,7 +28,7 @@ import os
 
 from lra_jax.attention import registry
 from lra_jax.errors import LraError
-from lra_jax.research.reports import docs_pages, learning, recipe_search, seed_statistics
+from lra_jax.research.reports import docs_pages, learning, recipe_search, recipes, seed_statistics
 from lra_jax.research.sweeps import selection
 from lra_jax.training import run_result
 
@@ -39,35 +39,32 @@ END = "<!-- end of recipe comparison -->"
 EARLIER_ROOT = os.path.join("experiments", "mini-lra", "pathfinder-mini")
 CURRENT_ROOT = os.path.join("experiments", "pathfinder-mini-rerun", "pathfinder-mini")
 MIN_SEEDS = 3
-# A recipe: every setting the search varied except the learning rate, which the sweep's grid chooses.
-RECIPE = tuple((name, path) for name, path in recipe_search.SETTINGS if name != "rate")
 
 
 @dataclasses.dataclass(frozen=True)
 class Column:
     """One recipe's mini Pathfinder runs from scratch: the recipe and each variant's selection."""
-    recipe: dict[str, object]  # setting name -> value (`RECIPE`)
+    recipe: dict[str, object]  # setting name -> value (`recipes.RECIPE`)
     cells: dict[str, selection.Selection]  # variant -> its reported grid point and seeds
 
 
 def column(path: str) -> Column:
     """The Column of the runs under `path`; LraError where they hold more than one recipe."""
     results = [r for r in selection.load(path, scale="mini") if r.task == "pathfinder" and r.pretrain == "none"]
-    recipes: dict[tuple, str] = {}  # recipe -> the first run that has it
+    found: dict[tuple, str] = {}  # recipe's values -> the first run that has it
     for r in results:
-        config = run_result.read(os.path.dirname(r.path))["config"]
-        recipes.setdefault(tuple(recipe_search.setting(config, p) for _, p in RECIPE), r.path)
-    if len(recipes) > 1:
-        (first, a), (second, b) = list(recipes.items())[:2]
-        differ = ", ".join(f"{name} {x} vs {y}" for (name, _), x, y in zip(RECIPE, first, second) if x != y)
-        raise LraError(f"{path} holds mini Pathfinder runs of {len(recipes)} recipes ({differ}: {a} and {b}); "
+        found.setdefault(tuple(recipes.recipe(run_result.read(os.path.dirname(r.path))["config"]).values()), r.path)
+    if len(found) > 1:
+        (first, a), (second, b) = list(found.items())[:2]
+        differ = ", ".join(f"{name} {x} vs {y}" for (name, _), x, y in zip(recipes.RECIPE, first, second) if x != y)
+        raise LraError(f"{path} holds mini Pathfinder runs of {len(found)} recipes ({differ}: {a} and {b}); "
                        "a column is one recipe: move the other recipe's runs to a directory of their own")
     by_variant: dict[str, list[selection.Result]] = {}
     for r in results:
         by_variant.setdefault(r.variant, []).append(r)
     cells = {v: s for v, rs in sorted(by_variant.items()) if (s := selection.select(rs)) is not None}
-    recipe = next(iter(recipes), (None,) * len(RECIPE))
-    return Column(dict(zip((name for name, _ in RECIPE), recipe)), cells)
+    recipe = next(iter(found), (None,) * len(recipes.RECIPE))
+    return Column(dict(zip((name for name, _ in recipes.RECIPE), recipe)), cells)
 
 
 def ranks(means: dict[str, float]) -> dict[str, int]:
@@ -78,11 +75,6 @@ def ranks(means: dict[str, float]) -> dict[str, int]:
 def _score(s: selection.Selection) -> str:
     std = "" if s.test_std is None else f" ± {100 * s.test_std:.1f}"
     return f"{100 * s.test_mean:.1f}{std}{learning.learned_note(learning.learned_seeds(s))}"
-
-
-def _recipe_words(recipe: dict[str, object], other: dict[str, object]) -> str:
-    return ", ".join(f"{name} {value:g}" if isinstance(value, (int, float)) else f"{name} {value}"
-                     for name, value in recipe.items() if value != other[name]) or "the same"
 
 
 def _arm(s: selection.Selection) -> tuple[float, float | None, int]:
@@ -119,8 +111,8 @@ def block(root: str = ".") -> str:
         return (f"t {w.t:+.2f} (df {w.df:.1f}), p {seed_statistics.p_text(w.p)}, "
                 f"Holm {seed_statistics.p_text(adjusted[v])}: {said(v)}")
 
-    old_words = _recipe_words(earlier.recipe, current.recipe)
-    new_words = _recipe_words(current.recipe, earlier.recipe)
+    old_words = recipes.words(earlier.recipe, current.recipe)
+    new_words = recipes.words(current.recipe, earlier.recipe)
     lines = [status, "",
              f"| variant | earlier recipe ({old_words}): test (%) | rank | current recipe ({new_words}): test (%) "
              "| rank | change (points) | Welch's t-test, Holm-adjusted |",

@@ -17,10 +17,10 @@ from __future__ import annotations
 import glob
 import os
 from collections import defaultdict
-from typing import Any
 
 from lra_jax.config import task_defaults
 from lra_jax.research.reports import docs_pages, learning
+from lra_jax.research.reports.recipes import SETTINGS, setting
 from lra_jax.research.sweeps import selection
 from lra_jax.training import run_result
 
@@ -31,20 +31,6 @@ END = "<!-- end of recipe search -->"
 SEARCH_ROOT = os.path.join("experiments", "pathfinder-mini-recipe")
 OLD_RECIPE_RUNS = os.path.join("experiments", "mini-lra", "pathfinder-mini", "softmax")
 TARGET_ACCURACY = 0.65
-# The recipe's settings, as (column, config path); a row is one distinct tuple of their values.
-SETTINGS = (("layers", "model.num_layers"), ("width", "model.emb_dim"), ("steps", "num_train_steps"),
-            ("rate", "optimizer.learning_rate"), ("warm-up", "optimizer.warmup_steps"), ("batch", "batch_size"),
-            ("contour", "data.generator.contour_length"), ("distractors", "data.generator.num_distractors"),
-            ("examples", "data.generator.num_examples"))
-
-
-def setting(config: dict[str, Any], path: str) -> Any:
-    """The value at dotted `path` of a run's config (as config.json holds it); None where it has none."""
-    for key in path.split("."):
-        config = config.get(key, {}) if isinstance(config, dict) else {}
-    return config if config != {} else None
-
-
 def runs(root: str = ".") -> list[tuple[tuple, selection.Result]]:
     """(recipe, result) of every softmax run of the search and of the old recipe, read with its evidence."""
     found = []

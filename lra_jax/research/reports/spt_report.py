@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lra_jax.research.reports import seed_statistics
+from lra_jax.research.reports import recipes, seed_statistics
 from lra_jax.research.reports.lra_results import (
     LRA_TASKS,
     REFERENCE_VARIANTS,
@@ -71,6 +71,16 @@ def unmatched_note(scores: Scores) -> str:
                    for (a, b), vs in groups.items()).strip()
 
 
+def source_note(runs: str, spt_scores: Scores, headline: Scores) -> str:
+    """What a comparison drawn from runs of its own (`runs`, the chart's --spt_runs) says of its source: both
+    arms from those runs, and each task whose recipe there is not the headline's from-scratch one
+    (`recipes.difference_note`), so that no reader sets its arms against the headline's scores."""
+    differences = [recipes.difference_note(spt_scores[s], headline[s], TASK_TITLES)
+                   for s in sorted(spt_scores) if not is_pretrained(s) and s in headline]
+    return " ".join(filter(None, [f"Both arms of the self-pretraining comparison are the runs under {runs}.",
+                                  *differences]))
+
+
 def _gain(after: float | None, before: float | None, std_after: float | None, std_before: float | None) -> str:
     if after is None or before is None:
         return "—"
@@ -78,11 +88,12 @@ def _gain(after: float | None, before: float | None, std_after: float | None, st
     return f"{after - before:+.2f}" + ("" if spread is None else f" ± {spread:.2f}")
 
 
-def gain_table(scores: Scores, main=None) -> list[str]:
+def gain_table(scores: Scores, main=None, source: str = "") -> list[str]:
     """Per self-pretrained series, each variant's gain over the same variant from scratch at the same scale:
     per task and on the score, SPT mean - scratch mean (test accuracy, %), ± the std of a single-seed
     difference of independent runs, sqrt(std_spt² + std_scratch²) (none where either has one seed); then
-    its `findings`, with the speeds of `main` (`chart_speeds.DeviceSpeeds`, or None)."""
+    its `findings`, with the speeds of `main` (`chart_speeds.DeviceSpeeds`, or None). `source`
+    (`source_note`), where the comparison has runs of its own, leads each section."""
     speed = {v: s.relative_speed for v, s in main.speeds.items()} if main else None
     lines = []
     for series, spt, scratch in arms(scores):
@@ -91,7 +102,8 @@ def gain_table(scores: Scores, main=None) -> list[str]:
         lines += ["", f"## Self-pretraining gain ({series} against {base_scale(series)} from scratch)", "",
                   "Test accuracy (%) with self-pretraining minus from scratch, each at its own grid point chosen on "
                   "validation, the same fine-tuning budget: mean ± sqrt(std_spt² + std_scratch²), the spread of "
-                  "one seed's difference. Score: only where both arms are scored on the same tasks.", "",
+                  "one seed's difference. Score: only where both arms are scored on the same tasks."
+                  + (f" {source}" if source else ""), "",
                   *_header(["Variant", *(TASK_TITLES[t] for t in tasks), "Score"])]
         for v in both:
             cells = [_gain(spt[v]["accuracy"].get(t), scratch[v]["accuracy"].get(t), spt[v]["std"].get(t),

@@ -125,3 +125,52 @@ def test_spt_scored_on_other_tasks_than_from_scratch_is_named_not_drawn_and_has_
     compute = gains.split("Pretraining compute at the chosen grid point")[1]
     # means of 12, 13, 14 s and of losses 2.0, 2.1, 2.2
     assert table_rows(compute)["linear"] == ["linear", "100 steps, 13 s, loss 2.10"]
+
+
+def test_spt_runs_of_their_own_give_both_arms_and_name_the_task_whose_recipe_is_not_the_headlines(tmp_path):
+    """--spt_runs: the headline's Pathfinder on one recipe (2 layers), the self-pretraining comparison's two arms
+    on another (1 layer). The gain is set against the comparison's own scratch arm, never the headline's; the
+    self-pretrained runs under --runs are not read; the table and the figure say where both arms come from and
+    which task's recipe is not the headline's; the command records the flag and --check holds."""
+    from lra_jax.research.reports.chart_manifest import display_path
+    from lra_jax.tools import chart as chart_command
+
+    headline, comparison = tmp_path / "headline", tmp_path / "comparison"
+
+    def write(root, seed, accuracy, layers, spt=False):
+        workdir = run_dir(root / "spt" if spt else root, "pathfinder", "softmax", seed, "mini", "")
+        record = {"task": "pathfinder", "variant": "softmax", "test_accuracy": accuracy, "val_accuracy": accuracy,
+                  "scale": "mini", "config": {"seed": seed, "scale": "mini", "model": {"num_layers": layers}}}
+        if spt:
+            record.update(pretrain_objective="masked", pretrain={"num_steps": 100})
+        write_record(workdir, record)
+
+    for seed in (0, 1, 2):
+        write(headline, seed, 0.70 + 0.01 * seed, layers=2)
+        write(headline, seed, 0.99, layers=2, spt=True)  # not the comparison's: never read
+        write(comparison, seed, 0.50 + 0.01 * seed, layers=1)
+        write(comparison, seed, 0.60 + 0.01 * seed, layers=1, spt=True)
+    bench = tmp_path / "bench.json"
+    write_bench(bench, [("softmax", 4096, "ok", 100.0, 2**30)])
+    out = tmp_path / "out"
+    paths = chart(headline, out, bench=bench, spt_runs=str(comparison))
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    gains = table.split("## Self-pretraining gain")[1]
+    assert table_rows(gains)["softmax"] == ["softmax", "+10.00 ± 1.41", "+10.00 ± 1.41"]
+    shown = display_path(str(comparison))  # as the command names it: relative to the working directory
+    source = (f"Both arms of the self-pretraining comparison are the runs under {shown}. Pathfinder on another "
+              "recipe than the headline's (layers 1; the headline: layers 2).")
+    assert source in gains
+    with open(paths["inputs"], encoding="utf-8") as f:
+        manifest = json.load(f)
+    headline_points = manifest["panels"][0]["points"]
+    assert [round(p["y"], 3) for p in headline_points if p.get("series") == "mini"] == [71.0]
+    spt_panel = next(p for p in manifest["panels"] if p["figure"] == "lra_spt")
+    assert " ".join(spt_panel["note"].split()).startswith(source)
+    assert f"--spt_runs={shown}" in manifest["command"]
+    with open(paths["lra_interactive.json"], encoding="utf-8") as f:
+        interactive = json.load(f)
+    pretrained = [p for panel in interactive["panels"] for p in panel["points"] if p["arm"] == "self-pretrained"]
+    assert pretrained and all(round(p["y"], 3) == 61.0 for p in pretrained)
+    chart_command.main(["--check", f"--out={out}"])  # exits 1 if anything differs
