@@ -36,14 +36,23 @@ try:
 except ImportError:
     sync_playwright = None
 
+MISSING = ('Playwright for Python is not installed (pip install -e ".[site]")' if sync_playwright is None else
+           f"no Chromium at {CHROMIUM} (apt-get install -y chromium, or set LRA_JAX_CHROMIUM)"
+           if not os.path.exists(CHROMIUM) else None)
+# Anyone's own `pytest` skips the browser test without a browser; CI (CI=true, where .ci/run installs
+# Chromium) fails instead, so that a CI that passes has opened the pages.
+IN_CI = os.environ.get("CI") == "true"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.one_stack("oldest"),  # what the site looks like does not depend on the jax version
-    pytest.mark.skipif(sync_playwright is None,
-                       reason='Playwright for Python is not installed (pip install -e ".[site]")'),
-    pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                       reason=f"no Chromium at {CHROMIUM} (apt-get install -y chromium, or set LRA_JAX_CHROMIUM)"),
+    pytest.mark.skipif(MISSING is not None and not IN_CI, reason=str(MISSING)),
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def browser_in_ci():  # before the module's other fixtures: the site is not built for nothing
+    if MISSING is not None:
+        pytest.fail(f"CI opens the site in a browser, and cannot: {MISSING}")
 
 # Per page: each table's hidden width (its scroll width against its box and its wrappers') and how far it
 # runs past the content column's right edge, each code block's hidden width (a command or a text table cut
