@@ -102,8 +102,8 @@ def page(drawn: list[maps.Panel]) -> str:
              settings_line(), "",
              "`python -m lra_jax.tools.patterns` draws these maps for any variant, length and seed; "
              "`python -m lra_jax.tools.docs` writes this page and its images, and its `--check` draws the maps "
-             "again and fails where they differ (the images compared by a digest of the levels drawn: zero, "
-             "below 10⁻⁶, then each decade)."]
+             "again and fails where they differ (the images compared by a digest of the levels drawn: below 10⁻⁶ "
+             "of the largest, exact zeros and rounding alike since machines round differently, then each decade)."]
     for family, members in dependence_figure.by_family(drawn).items():
         variants = list(dict.fromkeys(panel.variant for panel in members))
         heading = family[0].upper() + family[1:]

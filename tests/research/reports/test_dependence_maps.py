@@ -33,13 +33,16 @@ def test_a_causal_form_that_leaks_is_called_not_causal():
     assert "at up to 1e-7 of the largest derivative" in text and "not causal" in text
 
 
-def test_the_digest_sees_zeros_and_decades_not_the_last_bits():
+def test_the_digest_sees_decades_not_the_last_bits_nor_rounding_where_the_algebra_says_zero():
     norms = np.array([[1.0, 0.02], [0.0, 3e-7]])
     base = maps.digest([maps.Panel("softmax", None, norms)])
     assert maps.digest([maps.Panel("softmax", None, norms * (1 + 1e-6))]) == base
-    assert maps.digest([maps.Panel("softmax", None, norms + np.array([[0, 0], [1e-12, 0]]))]) != base
+    # an exact zero that another machine computes as rounding, and rounding it computes as zero: the same map
+    assert maps.digest([maps.Panel("softmax", None, norms + np.array([[0, 0], [1e-8, 0]]))]) == base
+    assert maps.digest([maps.Panel("softmax", None, norms * np.array([[1, 1], [1, 0]]))]) == base
+    assert maps.digest([maps.Panel("softmax", None, norms + np.array([[0, 0], [1e-5, 0]]))]) != base
     assert maps.digest([maps.Panel("softmax", None, norms * np.array([[1, 0.1], [1, 1]]))]) != base
-    np.testing.assert_array_equal(maps.levels(norms), [[7, 6], [0, 1]])
+    np.testing.assert_array_equal(maps.levels(norms), [[6, 5], [0, 0]])
 
 
 def test_a_panel_says_its_family_cost_and_whether_the_input_chooses_its_pattern():
