@@ -1,12 +1,10 @@
 """One panel of the LRA chart: LRA score (y) against training speed relative to softmax (x), bubble area
 proportional to memory relative to softmax, as the LRA paper's Figure 3 (Transformer = 1 on both).
 
-Our points: full-scale scores solid, mini-scale scores hollow; a variant scored on fewer tasks than the
-others of its scale is marked * (and dashed). Every variant has a colour and a marker of its own, the same
-on every panel and in every chart (`variant_styles`, from the attention registry's names). A
-self-pretrained run's point (`lra_results.series_name`) is reached by an arrow from the same variant's point
-trained from scratch, and is drawn only where both are scored on the same tasks (`spt_report.same_tasks`).
-The LRA paper's points (`draw_paper`), all at the paper's full scale, go on the same axes as grey squares,
+Our points, trained from scratch: full-scale scores solid, mini-scale scores hollow; a variant scored on fewer
+tasks than the others of its scale is marked * (and dashed). Every variant has a colour and a marker of its
+own, the same on every panel and in every chart (`variant_styles`, from the attention registry's names). The
+LRA paper's points (`draw_paper`), all at the paper's full scale, go on the same axes as grey squares,
 at the paper's Table 1 accuracy averaged over the tasks of our point of the same variant, so that both mean
 the same thing; a dotted line joins one to our point only where ours is full scale too: no line joins
 points of different scales. The legend and the title state the scale behind every point. Labels are placed
@@ -24,13 +22,11 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no window, whatever backend the machine has
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.lines import Line2D
-from matplotlib.patches import FancyArrowPatch
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from lra_jax.attention import registry
 from lra_jax.research.reports.chart_labels import covered, place_labels, point_box
 from lra_jax.research.reports.chart_manifest import rounded
-from lra_jax.research.reports.spt_report import same_tasks
 from lra_jax.research.reports.lra_results import (
     LRA_TASKS,
     REFERENCE_VARIANTS,
@@ -186,12 +182,9 @@ def draw_ours(ax, scores: dict[str, dict[str, dict[str, Any]]], speeds: dict[str
         measured = scores[series]
         tasks = set(scored_tasks(measured))
         solid = base_scale(series) == "full"
-        scratch_scores = scores.get(base_scale(series), {}) if is_pretrained(series) else {}
         for variant, m in measured.items():
             if m["score"] is None or variant not in speeds:
                 continue
-            if variant in scratch_scores and not same_tasks(m, scratch_scores[variant]):
-                continue  # an arrow between means over different tasks would compare nothing (named in the note)
             x, memory = speeds[variant]
             y, size = m["score"], bubble_area(memory, largest)
             color, marker = ("black", "D") if variant in REFERENCE_VARIANTS else styles[variant]
@@ -204,15 +197,7 @@ def draw_ours(ax, scores: dict[str, dict[str, dict[str, Any]]], speeds: dict[str
                 ax.scatter([x], [y], marker=marker, facecolor=color if solid else "none", edgecolor=color, **style)
             ax.scatter([x], [y], s=6, color="black", zorder=4)
             label = variant + (f" ({base_scale(series)})" if several else "") + ("*" if partial else "")
-            scratch = next((p for p in points if p.variant == variant and p.series == base_scale(series)), None)
-            if is_pretrained(series) and scratch:  # reached by an arrow from scratch, the label stays there
-                ax.add_patch(FancyArrowPatch((scratch.x, scratch.y), (x, y), arrowstyle="-|>", color=color,
-                                             linewidth=1.4, shrinkA=4, shrinkB=4, mutation_scale=14, zorder=3.8))
-                points.append(Point(variant, series, x, y, size, "", f"{label} [{series}]", color, marker,
-                                    m["score_std"]))
-            else:
-                points.append(Point(variant, series, x, y, size, label, label if not is_pretrained(series)
-                                    else f"{label} [{series}]", color, marker, m["score_std"]))
+            points.append(Point(variant, series, x, y, size, label, label, color, marker, m["score_std"]))
     return points
 
 
@@ -288,9 +273,6 @@ def legend_handles(ax, points: list[Point], largest: float) -> list:
     marks = [("full", "o", "0.3", "ours, full scale (solid)"), ("mini", "o", "none", "ours, mini scale (hollow)")]
     handles += [Line2D([], [], marker=m, linestyle="", markerfacecolor=face, markeredgecolor="0.3", markersize=9,
                        label=text) for s, m, face, text in marks if s in series]
-    if any(is_pretrained(p.series) for p in points):
-        handles.append(Line2D([], [], marker=r"$\rightarrow$", linestyle="", color="0.3", markersize=13,
-                              label="from scratch → self-pretrained"))
     if any(p.label.endswith("*") for p in points):
         handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none", markeredgecolor="0.3",
                               markersize=9, label="* scored on fewer tasks (dashed)"))

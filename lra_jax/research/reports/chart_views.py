@@ -4,8 +4,8 @@
   to softmax on the main accelerator, y = LRA score, bubble area = memory relative to softmax; one point per
   variant trained from scratch, and the paper's points on the same axes. The variants it cannot draw (no
   measured speed there) are named under it.
-- `pretraining` (lra_spt.png): the same axes, an arrow from each variant's from-scratch score to its
-  self-pretrained one.
+- `pretraining` (lra_spt.png): one row per variant, an arrow from its score trained from scratch to its score
+  self-pretrained, each with its spread over seeds; the row names the variant's speed.
 - `cpu` (lra_cpu.png): every variant, against its speed measured on a CPU.
 - `modeled` (lra_tpu_modeled.png): against the TPU compiler's modeled step on the paper's hardware, labelled
   modeled: no TPU ran.
@@ -24,12 +24,14 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no window, whatever backend the machine has
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
+from matplotlib.patches import FancyArrowPatch
 from matplotlib.text import Text
 
-from lra_jax.research.reports import chart_panels
+from lra_jax.research.reports import chart_panels, spt_report
 from lra_jax.research.reports.chart_panels import Panel, ordered_scales, scale_line
 from lra_jax.research.reports.chart_speeds import BASELINE, DeviceSpeeds
-from lra_jax.research.reports.lra_results import is_pretrained
+from lra_jax.research.reports.lra_results import REFERENCE_VARIANTS, base_scale, is_pretrained
 
 WIDTH_IN, DPI = 10.0, 100  # 1000 px natural width
 AXES_HEIGHT_IN = 5.6
@@ -37,6 +39,7 @@ SMALLEST_PT = 9.0  # no text smaller: 12.5 px at 100 dpi, 9.5 px when the figure
 TITLE_PT, AXIS_PT = 11.0, 10.0
 PAD_IN = 0.12
 TITLE_CHARS, NOTE_CHARS = 110, 140  # characters per line of the title (11 pt) and the note (9 pt) at 1000 px
+ARM_OFFSET, ROW_MARKER_AREA = 0.17, 50.0  # the self-pretraining figure: each arm's place in its row, marker (pt²)
 Scores = dict[str, dict[str, dict[str, Any]]]
 Speeds = dict[str, tuple[float, float | None]]  # variant -> (speed, memory), both relative to softmax's
 Modeled = tuple[int, str, dict[str, dict[str, Any]]]  # `table2_report.load_modeled`: (length, target, variants)
@@ -206,20 +209,74 @@ def headline(scores: Scores, main: DeviceSpeeds | None, reference: dict[str, Any
 
 
 def pretraining(scores: Scores, main: DeviceSpeeds, styles, source: str = "") -> View | None:
-    """lra_spt.png: from scratch → self-pretrained, per variant, on the main device's speed axis; None
-    without a self-pretrained arm. `source` (`spt_report.source_note`): where both arms' runs are not the
-    headline's, which runs they are and the tasks whose recipe differs."""
-    if not any(is_pretrained(s) for s in scores):
+    """lra_spt.png: one row per variant whose two arms are scored on the same tasks (`spt_report.same_tasks`),
+    the best from scratch at the top: its score from scratch (hollow) and self-pretrained (filled), each with
+    ±1 std of a single-seed score, and an arrow from one to the other; the row names the variant's speed on the
+    main device. None without a self-pretrained arm. `source` (`spt_report.source_note`): where both arms' runs
+    are not the headline's, which runs they are and the tasks whose recipe differs."""
+    pairs = spt_report.arms(scores)
+    if not pairs:
         return None
-    title = (f"Self-pretraining: each arrow runs from a variant's score trained from scratch to its score "
-             f"self-pretrained, same fine-tuning budget; {ours_line(scores)}")
     speeds = relative(main)
-    fig, panel, handles, _ = _panel(scores, speeds, styles, title, f"training speed at length {main.length}, "
-                                    f"× softmax's (measured on {main.device})", "", gid="spt-score-bar")
-    missing = {v: f"no measured speed on {main.device}" for s in scores.values() for v in s if v not in speeds}
-    return _finish("lra_spt", fig, panel, handles, f"bubble area: {main.memory_words} on {main.device}, relative "
-                   "to softmax's", "\n".join(filter(None, [source, not_drawn_line(missing)])), main.device, speeds,
-                   {v: s.source for v, s in main.speeds.items()}, missing)
+    rows, missing = [], {}
+    for series, spt, scratch in pairs:
+        for variant in sorted(set(spt) | set(scratch)):
+            if variant not in spt:
+                missing[variant] = "no self-pretrained arm"
+            elif variant not in scratch or scratch[variant]["score"] is None or spt[variant]["score"] is None:
+                missing[variant] = "no score from scratch and self-pretrained"
+            elif not spt_report.same_tasks(spt[variant], scratch[variant]):
+                missing[variant] = "the arms are scored on other tasks"
+            else:
+                rows.append((series, variant, scratch[variant], spt[variant]))
+    rows.sort(key=lambda row: (row[2]["score"], row[1]))  # the best from scratch on the top row
+    several = len(pairs) > 1
+    title = ("Self-pretraining: each arrow runs from a variant's score trained from scratch (hollow) to its score "
+             f"self-pretrained (filled), same fine-tuning budget, best from scratch at the top; {ours_line(scores)}")
+    fig = plt.figure(figsize=(WIDTH_IN, 8.0), dpi=DPI)
+    ax = fig.add_axes((0.25, 0.3, 0.7, 0.6))
+    ax.set_title(wrap(title, TITLE_CHARS), fontsize=TITLE_PT)
+    ax.set_xlabel("LRA score: mean test accuracy over the tasks scored (%)", fontsize=AXIS_PT)
+    ax.set_ylabel(f"variant, and its training speed at length {main.length} × softmax's on {main.device}",
+                  fontsize=AXIS_PT)
+    ax.tick_params(labelsize=AXIS_PT)
+    points, names = [], []
+    for row, (series, variant, before, after) in enumerate(rows):
+        color, marker = ("black", "D") if variant in REFERENCE_VARIANTS else styles[variant]
+        ends = []
+        for arm, m, filled, y in ((base_scale(series), before, False, row - ARM_OFFSET),
+                                  (series, after, True, row + ARM_OFFSET)):
+            x = m["score"]
+            if m["score_std"]:
+                ax.plot([x - m["score_std"], x + m["score_std"]], [y, y], color=color, linewidth=1.0, alpha=0.8,
+                        gid=f"spt-score-bar-{arm.replace(', ', '-')}-{variant}")
+            ax.scatter([x], [y], s=ROW_MARKER_AREA, marker=marker, facecolor=color if filled else "none",
+                       edgecolor=color, linewidth=1.4, zorder=3)
+            key = variant + (f" ({base_scale(series)})" if several else "")
+            points.append(chart_panels.Point(variant, arm, x, y, ROW_MARKER_AREA, "",
+                                             key if arm == base_scale(series) else f"{key} [{series}]", color, marker))
+            ends.append((x, y))
+        ax.add_patch(FancyArrowPatch(*ends, arrowstyle="-|>", color=color, linewidth=1.2, shrinkA=5, shrinkB=5,
+                                     mutation_scale=11, zorder=3.5))
+        speed = speeds.get(variant)
+        names.append(variant + (f" ({base_scale(series)})" if several else "")
+                     + (f"  {speed[0]:.2g}×" if speed else "  no speed"))
+    ax.set_yticks(range(len(rows)), names)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.grid(axis="x", color="0.9")
+    ax.set_axisbelow(True)
+    handles = [Line2D([], [], marker="o", markerfacecolor="none", markeredgecolor="0.3", linestyle="",
+                      label="from scratch"),
+               Line2D([], [], marker="o", color="0.3", linestyle="", label="self-pretrained"),
+               Line2D([], [], color="0.3", linewidth=1.0, label="±1 std of a single-seed score")]
+    legends = [fig.legend(handles=handles, loc="upper left", ncol=3, fontsize=SMALLEST_PT, frameon=False,
+                          borderpad=0.2, columnspacing=2.0)]
+    note = "\n".join(filter(None, [source, not_drawn_line(missing)]))
+    text = fig.text(0, 0, wrap(note, NOTE_CHARS), fontsize=SMALLEST_PT, va="top", ha="left")
+    _lay_out(fig, ax, legends, text)
+    panel = Panel(ax, points, legends)
+    return View("lra_spt", fig, panel, main.device, speeds, {v: s.source for v, s in main.speeds.items()}, missing,
+                note, legends)
 
 
 def cpu(scores: Scores, speeds: DeviceSpeeds, styles) -> View:

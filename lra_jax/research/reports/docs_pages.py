@@ -43,7 +43,7 @@ REPORT_FENCE = "```{ .text .bench-report }"
 ASSETS = {f"assets/{name}.png": os.path.join(CHARTS, f"{name}.png")
           for name in ("lra_chart", "lra_spt", "lra_cpu", "lra_tpu_modeled")}
 # The figures the scores page shows under the headline, each with what it is.
-OTHER_VIEWS = (("lra_spt", "Self-pretraining: from scratch → self-pretrained, per variant, on the headline's axes"),
+OTHER_VIEWS = (("lra_spt", "Self-pretraining: from scratch → self-pretrained, a row per variant"),
                ("lra_cpu", "Every variant, against its speed measured on one CPU core"),
                ("lra_tpu_modeled", "Against the TPU compiler's modeled step on the paper's hardware (compiled, "
                 "not measured)"))

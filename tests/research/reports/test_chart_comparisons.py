@@ -210,10 +210,12 @@ def test_self_pretrained_runs_are_scored_apart_and_drawn_with_an_arrow_from_scra
     with open(paths["inputs"], encoding="utf-8") as f:
         panels = json.load(f)["panels"]
     assert {p["series"] for p in panels[0]["points"]} == {"mini", "paper"}  # the headline: from scratch only
-    main = next(p for p in panels if p["figure"] == "lra_spt")
+    main = next(p for p in panels if p["figure"] == "lra_spt")  # one row per variant, the score on x
     points = {(p["series"], p["variant"]): p for p in main["points"]}
-    assert points[("mini", "linear")]["y"] == pytest.approx(31.0)
-    assert points[("mini, SPT (masked)", "linear")]["y"] == pytest.approx(41.0)  # its val accuracy 0 chose nothing
+    assert points[("mini", "linear")]["x"] == pytest.approx(31.0)
+    assert points[("mini, SPT (masked)", "linear")]["x"] == pytest.approx(41.0)  # its val accuracy 0 chose nothing
+    rows = {v: round(points[("mini", v)]["y"]) for v in ("linear", "softmax")}
+    assert rows == {"linear": 0, "softmax": 1}, "the best from scratch on the top row"
     assert "mini scale, SPT (masked): ListOps, 2 seeds" in main["title"]
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
