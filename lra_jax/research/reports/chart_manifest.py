@@ -110,8 +110,9 @@ def results_files(runs_dir: str) -> list[str]:
 
 
 def input_records(paths: list[str]) -> list[dict[str, Any]]:
-    """One record per input file: path, sha256 and recorded commit, sorted by path."""
-    records = [{"path": display_path(p), "sha256": sha256_of(p), "commit": recorded_commit(p)} for p in paths]
+    """One record per input file (one for a file read twice): path, sha256 and recorded commit, sorted by path."""
+    unique = {display_path(p): p for p in paths}
+    records = [{"path": shown, "sha256": sha256_of(p), "commit": recorded_commit(p)} for shown, p in unique.items()]
     return sorted(records, key=lambda r: r["path"])
 
 

@@ -251,3 +251,11 @@ def test_check_without_a_manifest_is_one_clear_error(tmp_path):
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert "cannot read the chart's manifest" in done.stderr and "draw the chart first" in done.stderr
+
+
+def test_a_file_read_twice_is_one_input(tmp_path):
+    """--runs and --spt_runs may share a directory: its files are recorded once."""
+    path = tmp_path / "results.json"
+    path.write_text("{}")
+    assert [r["path"] for r in chart_manifest.input_records([str(path), str(path)])] == [
+        chart_manifest.display_path(str(path))]

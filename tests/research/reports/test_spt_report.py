@@ -162,6 +162,7 @@ def test_spt_runs_of_their_own_give_both_arms_and_name_the_task_whose_recipe_is_
     source = (f"Both arms of the self-pretraining comparison are the runs under {shown}. Pathfinder on another "
               "recipe than the headline's (layers 1; the headline: layers 2).")
     assert source in gains
+    assert source in table.split("## How the scores are computed")[1].split("## Self-pretraining gain")[0]
     with open(paths["inputs"], encoding="utf-8") as f:
         manifest = json.load(f)
     headline_points = manifest["panels"][0]["points"]
