@@ -224,7 +224,7 @@ def pretraining(scores: Scores, main: DeviceSpeeds, styles, source: str = "") ->
             if variant not in spt:
                 missing[variant] = "no self-pretrained arm"
             elif variant not in scratch or scratch[variant]["score"] is None or spt[variant]["score"] is None:
-                missing[variant] = "no score from scratch and self-pretrained"
+                missing[variant] = "not scored in both arms"
             elif not spt_report.same_tasks(spt[variant], scratch[variant]):
                 missing[variant] = "the arms are scored on other tasks"
             else:
