@@ -272,6 +272,25 @@ def test_reference_file_is_consistent():
     assert by_name["Transformer"] == "softmax" and by_name["Sparse Trans."] == "strided"
 
 
+def test_the_label_geometry_sees_what_crosses_and_what_does_not():
+    """The placer's and the check's geometry: a segment through a box, beside it, stopping short of it,
+    vertical and horizontal ones (the clipping's parallel cases), and two segments crossing or not."""
+    from lra_jax.research.reports.chart_labels import crossings, overlaps, segments_crossing
+
+    box = (10.0, 10.0, 20.0, 20.0)
+    segments = [((0, 15), (30, 15)),  # straight through
+                ((0, 0), (30, 5)),  # below it
+                ((0, 15), (9, 15)),  # stops short
+                ((15, 0), (15, 30)),  # vertical, through
+                ((25, 0), (25, 30)),  # vertical, beside
+                ((0, 25), (30, 25)),  # horizontal, above
+                ((15, 15), (40, 40))]  # starts inside
+    assert crossings([a for a, _ in segments], [b for _, b in segments], [box])[:, 0].tolist() == [
+        True, False, False, True, False, False, True]
+    assert segments_crossing([(0, 0), (0, 0)], [(10, 10), (10, 0)], [((0, 10), (10, 0))]).tolist() == [[True], [False]]
+    assert overlaps([box, (30, 30, 40, 40)], [(15, 15, 25, 25)]).tolist() == [[25.0], [0.0]]
+
+
 def test_crowded_labels_do_not_overlap_and_stay_inside_the_axes():
     import matplotlib
 

@@ -67,25 +67,40 @@ def test_the_headline_is_one_point_per_variant_from_scratch_with_the_paper_and_n
 
 def test_the_check_itself_sees_an_overlap(rendered):
     """`covered` is what the tests above rely on: it must report a label set on another, on a point and on
-    an error bar."""
+    an error bar, and a leader line through another label's text."""
     views, _, _ = rendered
     panel = views[0].panel
-    first = panel.annotations[0]
+    ax, first = panel.ax, panel.annotations[0]
     x, y = first.xy
-    twin = panel.ax.annotate(first.get_text() + " twin", (x, y), xytext=first.get_position(),
-                             textcoords=first.anncoords, ha="center", va="center", fontsize=first.get_fontsize())
+    added = []  # removed at the end: the figure is the module's
+
+    def annotate(*args, **kwargs):
+        added.append(ax.annotate(*args, **kwargs))
+        return added[-1]
+
     try:
-        found = chart_labels.covered(panel.ax.figure, panel.annotations + [twin], panel._point_boxes(),
-                                     panel._bars(), panel.legends)
+        twin = annotate(first.get_text() + " twin", (x, y), xytext=first.get_position(), textcoords=first.anncoords,
+                        ha="center", va="center", fontsize=first.get_fontsize())
+        found = chart_labels.covered(ax.figure, panel.annotations + [twin], panel._point_boxes(), panel._bars(),
+                                     panel.legends)
         assert any("overlaps label" in line and "twin" in line for line in found), found
-        on_point = panel.ax.annotate("on a point", (x, y), ha="center", va="center")
+        on_point = annotate("on a point", (x, y), ha="center", va="center")
         assert any("'on a point' overlaps the point" in line
-                   for line in chart_labels.covered(panel.ax.figure, [on_point], panel._point_boxes()))
-        on_bar = panel.ax.annotate("on a bar", (x, y), ha="center", va="center")
+                   for line in chart_labels.covered(ax.figure, [on_point], panel._point_boxes()))
+        on_bar = annotate("on a bar", (x, y), ha="center", va="center")
         assert any("'on a bar' overlaps the error bar" in line
-                   for line in chart_labels.covered(panel.ax.figure, [on_bar], [], panel._bars()))
+                   for line in chart_labels.covered(ax.figure, [on_bar], [], panel._bars()))
+        # A leader line from left of the first label's text to a label right of it runs through that text.
+        box = chart_labels.text_extent(first, ax.figure.canvas.get_renderer())
+        start = (box.x0 - 30, (box.y0 + box.y1) / 2)
+        through = annotate("through", ax.transData.inverted().transform(start),
+                           xytext=((box.x1 + 60 - start[0]) * 72.0 / ax.figure.dpi, 0), textcoords="offset points",
+                           ha="center", va="center", arrowprops=dict(arrowstyle="-"))
+        assert (f"label {first.get_text()!r} is crossed by the leader line of 'through'"
+                in chart_labels.covered(ax.figure, [first, through], []))
     finally:
-        twin.remove()
+        for annotation in added:
+            annotation.remove()
 
 
 def test_the_interactive_view_holds_every_point_of_every_panel_with_its_hover(rendered):
