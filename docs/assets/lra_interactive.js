@@ -3,7 +3,7 @@ window.LRA_CHART = {
   "from scratch",
   "self-pretrained"
  ],
- "generated_by": "python -m lra_jax.tools.chart --runs=experiments/mini-lra,experiments/pathfinder-mini-earlier-recipe --bench='experiments/results/bench-h*-b32-4096-*.json' --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json --modeled=experiments/results/table2-tpu-v3-4x4.json --out=experiments/charts --scale=mini --min_seeds=3",
+ "generated_by": "python -m lra_jax.tools.chart --runs=experiments/mini-lra,experiments/pathfinder-mini-rerun --spt_runs=experiments/mini-lra,experiments/pathfinder-mini-earlier-recipe --bench='experiments/results/bench-h*-b32-4096-*.json' --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json --modeled=experiments/results/table2-tpu-v3-4x4.json --out=experiments/charts --scale=mini --min_seeds=3",
  "panels": [
   {
    "log_x": true,
@@ -12,14 +12,14 @@ window.LRA_CHART = {
     {
      "arm": "from scratch",
      "color": "#1f77b4",
-     "err": 0.706583,
+     "err": 5.34497,
      "hover": [
       "<b>additive</b> (from scratch)",
       "ListOps: 36.9 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/additive/optimizer.learning_rate=0.05",
-      "Pathfinder: 51.1 ± 1.3 (3 seeds, 0/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/additive/optimizer.learning_rate=0.001",
-      "score: 44.0 ± 0.7",
+      "Pathfinder: 62.1 ± 10.7 (3 seeds, 2/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/additive/optimizer.learning_rate=0.002",
+      "score: 49.5 ± 5.3",
       "speed: 0.057× softmax's",
       "memory: 6.31× softmax's",
       "scale: mini",
@@ -30,19 +30,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "additive",
      "x": 0.0570482,
-     "y": 44.0194
+     "y": 49.4778
     },
     {
      "arm": "from scratch",
      "color": "#ff7f0e",
-     "err": 1.11556,
+     "err": 1.75931,
      "hover": [
       "<b>bigbird</b> (from scratch)",
       "ListOps: 37.3 ± 0.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/bigbird/optimizer.learning_rate=0.05",
-      "Pathfinder: 54.4 ± 2.2 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/bigbird/optimizer.learning_rate=0.001",
-      "score: 45.8 ± 1.1",
+      "Pathfinder: 69.0 ± 3.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/bigbird/optimizer.learning_rate=0.001",
+      "score: 53.2 ± 1.8",
       "speed: 3.48× softmax's",
       "memory: 1× softmax's",
       "scale: mini",
@@ -53,19 +53,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "bigbird",
      "x": 3.47593,
-     "y": 45.8472
+     "y": 53.1806
     },
     {
      "arm": "from scratch",
      "color": "#2ca02c",
-     "err": 5.67045,
+     "err": 6.45762,
      "hover": [
       "<b>dynamic_conv</b> (from scratch)",
       "ListOps: 36.0 ± 0.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/dynamic_conv/optimizer.learning_rate=0.05",
-      "Pathfinder: 62.2 ± 11.3 (3 seeds, 2/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/dynamic_conv/optimizer.learning_rate=0.005",
-      "score: 49.1 ± 5.7",
+      "Pathfinder: 71.4 ± 12.9 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/dynamic_conv/optimizer.learning_rate=0.002",
+      "score: 53.7 ± 6.5",
       "speed: 2.13× softmax's",
       "memory: 1.08× softmax's",
       "scale: mini",
@@ -76,19 +76,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "dynamic_conv",
      "x": 2.13375,
-     "y": 49.0944
+     "y": 53.6778
     },
     {
      "arm": "from scratch",
      "color": "#d62728",
-     "err": 0.661805,
+     "err": 3.85898,
      "hover": [
       "<b>fnet</b> (from scratch)",
       "ListOps: 35.1 ± 1.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/fnet/optimizer.learning_rate=0.05",
-      "Pathfinder: 51.6 ± 0.8 (3 seeds, 0/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/fnet/optimizer.learning_rate=0.001",
-      "score: 43.3 ± 0.7",
+      "Pathfinder: 68.6 ± 7.6 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/fnet/optimizer.learning_rate=0.002",
+      "score: 51.9 ± 3.9",
       "speed: 3.74× softmax's",
       "memory: 0.804× softmax's",
       "scale: mini",
@@ -99,19 +99,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "fnet",
      "x": 3.74301,
-     "y": 43.3417
+     "y": 51.8556
     },
     {
      "arm": "from scratch",
      "color": "#8c564b",
-     "err": 0.391933,
+     "err": 0.345641,
      "hover": [
       "<b>gmlp</b> (from scratch)",
       "ListOps: 35.6 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/gmlp/optimizer.learning_rate=0.05",
-      "Pathfinder: 86.2 ± 0.6 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/gmlp/optimizer.learning_rate=0.005",
-      "score: 60.9 ± 0.4",
+      "Pathfinder: 86.6 ± 0.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/gmlp/optimizer.learning_rate=0.001",
+      "score: 61.1 ± 0.3",
       "speed: 2.49× softmax's",
       "memory: 1.28× softmax's",
       "scale: mini",
@@ -122,19 +122,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "gmlp",
      "x": 2.49061,
-     "y": 60.9083
+     "y": 61.1028
     },
     {
      "arm": "from scratch",
      "color": "#bcbd22",
-     "err": 4.86245,
+     "err": 0.989774,
      "hover": [
       "<b>lightweight_conv</b> (from scratch)",
       "ListOps: 36.4 ± 0.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/lightweight_conv/optimizer.learning_rate=0.05",
-      "Pathfinder: 54.9 ± 9.7 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/lightweight_conv/optimizer.learning_rate=0.005",
-      "score: 45.7 ± 4.9",
+      "Pathfinder: 68.3 ± 1.9 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/lightweight_conv/optimizer.learning_rate=0.002",
+      "score: 52.3 ± 1.0",
       "speed: 3.52× softmax's",
       "memory: 1.06× softmax's",
       "scale: mini",
@@ -145,19 +145,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "lightweight_conv",
      "x": 3.5166,
-     "y": 45.6722
+     "y": 52.325
     },
     {
      "arm": "from scratch",
      "color": "#17becf",
-     "err": 0.0800752,
+     "err": 1.08041,
      "hover": [
       "<b>linear</b> (from scratch)",
       "ListOps: 37.3 ± 0.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/linear/optimizer.learning_rate=0.05",
-      "Pathfinder: 49.4 ± 0.0 (3 seeds, 0/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/linear/optimizer.learning_rate=0.001",
-      "score: 43.3 ± 0.1",
+      "Pathfinder: 52.4 ± 2.2 (3 seeds, 0/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/linear/optimizer.learning_rate=0.002",
+      "score: 44.9 ± 1.1",
       "speed: 5.49× softmax's",
       "memory: 1× softmax's",
       "scale: mini",
@@ -168,19 +168,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "linear",
      "x": 5.49415,
-     "y": 43.3472
+     "y": 44.875
     },
     {
      "arm": "from scratch",
      "color": "#393b79",
-     "err": 0.464454,
+     "err": 0.551597,
      "hover": [
       "<b>linformer</b> (from scratch)",
       "ListOps: 35.6 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/linformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 83.6 ± 0.8 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/linformer/optimizer.learning_rate=0.001",
-      "score: 59.6 ± 0.5",
+      "Pathfinder: 85.9 ± 1.0 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/linformer/optimizer.learning_rate=0.002",
+      "score: 60.7 ± 0.6",
       "speed: 2.97× softmax's",
       "memory: 1.36× softmax's",
       "scale: mini",
@@ -191,19 +191,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "linformer",
      "x": 2.96793,
-     "y": 59.5889
+     "y": 60.7139
     },
     {
      "arm": "from scratch",
      "color": "#637939",
-     "err": 1.82871,
+     "err": 1.28464,
      "hover": [
       "<b>local</b> (from scratch)",
       "ListOps: 36.2 ± 1.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/local/optimizer.learning_rate=0.05",
-      "Pathfinder: 64.5 ± 3.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/local/optimizer.learning_rate=0.005",
-      "score: 50.3 ± 1.8",
+      "Pathfinder: 75.9 ± 2.1 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/local/optimizer.learning_rate=0.002",
+      "score: 56.1 ± 1.3",
       "speed: 4.39× softmax's",
       "memory: 1× softmax's",
       "scale: mini",
@@ -214,19 +214,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "local",
      "x": 4.38903,
-     "y": 50.3333
+     "y": 56.0556
     },
     {
      "arm": "from scratch",
      "color": "#8c6d31",
-     "err": 2.52497,
+     "err": 1.42254,
      "hover": [
       "<b>longformer</b> (from scratch)",
       "ListOps: 37.7 ± 0.8 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/longformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 62.3 ± 5.0 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/longformer/optimizer.learning_rate=0.005",
-      "score: 50.0 ± 2.5",
+      "Pathfinder: 73.6 ± 2.7 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/longformer/optimizer.learning_rate=0.002",
+      "score: 55.7 ± 1.4",
       "speed: 2.86× softmax's",
       "memory: 1.2× softmax's",
       "scale: mini",
@@ -237,19 +237,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "longformer",
      "x": 2.86302,
-     "y": 50.0333
+     "y": 55.6722
     },
     {
      "arm": "from scratch",
      "color": "#7b4173",
-     "err": 5.07809,
+     "err": 2.85448,
      "hover": [
       "<b>luong</b> (from scratch)",
       "ListOps: 36.6 ± 0.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/luong/optimizer.learning_rate=0.05",
-      "Pathfinder: 55.2 ± 10.2 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/luong/optimizer.learning_rate=0.005",
-      "score: 45.9 ± 5.1",
+      "Pathfinder: 61.9 ± 5.7 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/luong/optimizer.learning_rate=0.002",
+      "score: 49.3 ± 2.9",
       "speed: 0.99× softmax's",
       "memory: 1.05× softmax's",
       "scale: mini",
@@ -260,19 +260,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "luong",
      "x": 0.990117,
-     "y": 45.8972
+     "y": 49.2722
     },
     {
      "arm": "from scratch",
      "color": "#b5cf6b",
-     "err": 4.29422,
+     "err": 0.781306,
      "hover": [
       "<b>mixer</b> (from scratch)",
       "ListOps: 39.6 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/mixer/optimizer.learning_rate=0.1",
-      "Pathfinder: 66.9 ± 8.6 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/mixer/optimizer.learning_rate=0.001",
-      "score: 53.2 ± 4.3",
+      "Pathfinder: 85.6 ± 1.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/mixer/optimizer.learning_rate=0.002",
+      "score: 62.6 ± 0.8",
       "speed: 5.89× softmax's",
       "memory: 0.85× softmax's",
       "scale: mini",
@@ -283,19 +283,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "mixer",
      "x": 5.89014,
-     "y": 53.2139
+     "y": 62.5611
     },
     {
      "arm": "from scratch",
      "color": "#e7ba52",
-     "err": 0.938675,
+     "err": 2.52712,
      "hover": [
       "<b>nystromformer</b> (from scratch)",
       "ListOps: 39.0 ± 1.8 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/nystromformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 71.5 ± 0.4 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/nystromformer/optimizer.learning_rate=0.005",
-      "score: 55.2 ± 0.9",
+      "Pathfinder: 83.5 ± 4.7 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/nystromformer/optimizer.learning_rate=0.002",
+      "score: 61.2 ± 2.5",
       "speed: 1.69× softmax's",
       "memory: 1.24× softmax's",
       "scale: mini",
@@ -306,19 +306,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "nystromformer",
      "x": 1.68805,
-     "y": 55.25
+     "y": 61.25
     },
     {
      "arm": "from scratch",
      "color": "#d6616b",
-     "err": 3.64324,
+     "err": 1.6473,
      "hover": [
       "<b>performer</b> (from scratch)",
       "ListOps: 35.8 ± 1.7 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/performer/optimizer.learning_rate=0.05",
-      "Pathfinder: 57.7 ± 7.1 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/performer/optimizer.learning_rate=0.001",
-      "score: 46.8 ± 3.6",
+      "Pathfinder: 69.5 ± 2.8 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/performer/optimizer.learning_rate=0.002",
+      "score: 52.7 ± 1.6",
       "speed: 3.26× softmax's",
       "memory: 1.68× softmax's",
       "scale: mini",
@@ -329,19 +329,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "performer",
      "x": 3.26154,
-     "y": 46.7639
+     "y": 52.6667
     },
     {
      "arm": "from scratch",
      "color": "#ce6dbd",
-     "err": 1.7217,
+     "err": 4.06766,
      "hover": [
       "<b>reformer</b> (from scratch)",
       "ListOps: 35.3 ± 0.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/reformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 54.6 ± 3.4 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/reformer/optimizer.learning_rate=0.001",
-      "score: 45.0 ± 1.7",
+      "Pathfinder: 60.3 ± 8.1 (3 seeds, 2/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/reformer/optimizer.learning_rate=0.002",
+      "score: 47.8 ± 4.1",
       "speed: 1.34× softmax's",
       "memory: 2.02× softmax's",
       "scale: mini",
@@ -352,19 +352,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "reformer",
      "x": 1.33676,
-     "y": 44.9694
+     "y": 47.8028
     },
     {
      "arm": "from scratch",
      "color": "#1b9e77",
-     "err": 2.3394,
+     "err": 1.81843,
      "hover": [
       "<b>routing</b> (from scratch)",
       "ListOps: 36.1 ± 0.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/routing/optimizer.learning_rate=0.05",
-      "Pathfinder: 61.4 ± 4.6 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/routing/optimizer.learning_rate=0.005",
-      "score: 48.8 ± 2.3",
+      "Pathfinder: 67.8 ± 3.6 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/routing/optimizer.learning_rate=0.002",
+      "score: 52.0 ± 1.8",
       "speed: 2.64× softmax's",
       "memory: 1.5× softmax's",
       "scale: mini",
@@ -375,19 +375,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "routing",
      "x": 2.64101,
-     "y": 48.775
+     "y": 51.9694
     },
     {
      "arm": "from scratch",
      "color": "#000000",
-     "err": 0.522614,
+     "err": 1.76743,
      "hover": [
       "<b>s4d</b> (from scratch)",
       "ListOps: 34.4 ± 1.0 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/s4d/optimizer.learning_rate=0.05",
-      "Pathfinder: 86.6 ± 0.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/s4d/optimizer.learning_rate=0.005",
-      "score: 60.5 ± 0.5",
+      "Pathfinder: 90.2 ± 3.4 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/s4d/optimizer.learning_rate=0.002",
+      "score: 62.3 ± 1.8",
       "speed: 2.23× softmax's",
       "memory: 1.24× softmax's",
       "scale: mini",
@@ -398,19 +398,19 @@ window.LRA_CHART = {
      "symbol": "diamond",
      "variant": "s4d",
      "x": 2.23304,
-     "y": 60.4917
+     "y": 62.325
     },
     {
      "arm": "from scratch",
      "color": "#ad494a",
-     "err": 7.05012,
+     "err": 1.78357,
      "hover": [
       "<b>sinkhorn</b> (from scratch)",
       "ListOps: 38.2 ± 1.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/sinkhorn/optimizer.learning_rate=0.05",
-      "Pathfinder: 58.4 ± 14.0 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/sinkhorn/optimizer.learning_rate=0.005",
-      "score: 48.3 ± 7.1",
+      "Pathfinder: 67.2 ± 3.2 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/sinkhorn/optimizer.learning_rate=0.001",
+      "score: 52.7 ± 1.8",
       "speed: 3.06× softmax's",
       "memory: 1.28× softmax's",
       "scale: mini",
@@ -421,19 +421,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "sinkhorn",
      "x": 3.05737,
-     "y": 48.3389
+     "y": 52.7417
     },
     {
      "arm": "from scratch",
      "color": "#a55194",
-     "err": 2.66048,
+     "err": 0.583353,
      "hover": [
       "<b>softmax</b> (from scratch)",
       "ListOps: 37.2 ± 0.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/softmax/optimizer.learning_rate=0.05",
-      "Pathfinder: 52.4 ± 5.3 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/softmax/optimizer.learning_rate=0.005",
-      "score: 44.8 ± 2.7",
+      "Pathfinder: 69.5 ± 1.0 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/softmax/optimizer.learning_rate=0.001",
+      "score: 53.4 ± 0.6",
       "speed: 1× softmax's",
       "memory: 1× softmax's",
       "scale: mini",
@@ -444,19 +444,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "softmax",
      "x": 1.0,
-     "y": 44.8111
+     "y": 53.3806
     },
     {
      "arm": "from scratch",
      "color": "#bd9e39",
-     "err": 0.723146,
+     "err": 2.40871,
      "hover": [
       "<b>strided</b> (from scratch)",
       "ListOps: 36.0 ± 0.7 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/strided/optimizer.learning_rate=0.05",
-      "Pathfinder: 58.9 ± 1.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/strided/optimizer.learning_rate=0.001",
-      "score: 47.4 ± 0.7",
+      "Pathfinder: 79.8 ± 4.8 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/strided/optimizer.learning_rate=0.002",
+      "score: 57.9 ± 2.4",
       "speed: 3.91× softmax's",
       "memory: 1.13× softmax's",
       "scale: mini",
@@ -467,19 +467,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "strided",
      "x": 3.91259,
-     "y": 47.4306
+     "y": 57.875
     },
     {
      "arm": "from scratch",
      "color": "#31a354",
-     "err": 1.99703,
+     "err": 2.58541,
      "hover": [
       "<b>synthesizer</b> (from scratch)",
       "ListOps: 37.2 ± 1.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/synthesizer/optimizer.learning_rate=0.05",
-      "Pathfinder: 53.7 ± 3.8 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/synthesizer/optimizer.learning_rate=0.005",
-      "score: 45.5 ± 2.0",
+      "Pathfinder: 58.8 ± 5.0 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/synthesizer/optimizer.learning_rate=0.002",
+      "score: 48.0 ± 2.6",
       "speed: 0.456× softmax's",
       "memory: 1.21× softmax's",
       "scale: mini",
@@ -490,19 +490,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "synthesizer",
      "x": 0.456109,
-     "y": 45.4778
+     "y": 48.0056
     },
     {
      "arm": "from scratch",
      "color": "#756bb1",
-     "err": 3.32845,
+     "err": 0.413768,
      "hover": [
       "<b>taylor</b> (from scratch)",
       "ListOps: 36.8 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/taylor/optimizer.learning_rate=0.05",
-      "Pathfinder: 53.3 ± 6.6 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/taylor/optimizer.learning_rate=0.001",
-      "score: 45.1 ± 3.3",
+      "Pathfinder: 53.9 ± 0.7 (3 seeds, 0/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/taylor/optimizer.learning_rate=0.001",
+      "score: 45.3 ± 0.4",
       "speed: 3.77× softmax's",
       "memory: 1.06× softmax's",
       "scale: mini",
@@ -513,7 +513,7 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "taylor",
      "x": 3.76793,
-     "y": 45.0833
+     "y": 45.3472
     },
     {
      "arm": "self-pretrained",
@@ -1195,14 +1195,14 @@ window.LRA_CHART = {
     {
      "arm": "from scratch",
      "color": "#1f77b4",
-     "err": 0.706583,
+     "err": 5.34497,
      "hover": [
       "<b>additive</b> (from scratch)",
       "ListOps: 36.9 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/additive/optimizer.learning_rate=0.05",
-      "Pathfinder: 51.1 ± 1.3 (3 seeds, 0/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/additive/optimizer.learning_rate=0.001",
-      "score: 44.0 ± 0.7",
+      "Pathfinder: 62.1 ± 10.7 (3 seeds, 2/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/additive/optimizer.learning_rate=0.002",
+      "score: 49.5 ± 5.3",
       "speed: 0.0925× softmax's",
       "memory: 1.03× softmax's",
       "scale: mini",
@@ -1213,19 +1213,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "additive",
      "x": 0.0924939,
-     "y": 44.0194
+     "y": 49.4778
     },
     {
      "arm": "from scratch",
      "color": "#ff7f0e",
-     "err": 1.11556,
+     "err": 1.75931,
      "hover": [
       "<b>bigbird</b> (from scratch)",
       "ListOps: 37.3 ± 0.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/bigbird/optimizer.learning_rate=0.05",
-      "Pathfinder: 54.4 ± 2.2 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/bigbird/optimizer.learning_rate=0.001",
-      "score: 45.8 ± 1.1",
+      "Pathfinder: 69.0 ± 3.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/bigbird/optimizer.learning_rate=0.001",
+      "score: 53.2 ± 1.8",
       "speed: 1.3× softmax's",
       "memory: 0.924× softmax's",
       "scale: mini",
@@ -1236,19 +1236,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "bigbird",
      "x": 1.29564,
-     "y": 45.8472
+     "y": 53.1806
     },
     {
      "arm": "from scratch",
      "color": "#2ca02c",
-     "err": 5.67045,
+     "err": 6.45762,
      "hover": [
       "<b>dynamic_conv</b> (from scratch)",
       "ListOps: 36.0 ± 0.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/dynamic_conv/optimizer.learning_rate=0.05",
-      "Pathfinder: 62.2 ± 11.3 (3 seeds, 2/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/dynamic_conv/optimizer.learning_rate=0.005",
-      "score: 49.1 ± 5.7",
+      "Pathfinder: 71.4 ± 12.9 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/dynamic_conv/optimizer.learning_rate=0.002",
+      "score: 53.7 ± 6.5",
       "speed: 2.41× softmax's",
       "memory: 0.495× softmax's",
       "scale: mini",
@@ -1259,19 +1259,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "dynamic_conv",
      "x": 2.40976,
-     "y": 49.0944
+     "y": 53.6778
     },
     {
      "arm": "from scratch",
      "color": "#d62728",
-     "err": 0.661805,
+     "err": 3.85898,
      "hover": [
       "<b>fnet</b> (from scratch)",
       "ListOps: 35.1 ± 1.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/fnet/optimizer.learning_rate=0.05",
-      "Pathfinder: 51.6 ± 0.8 (3 seeds, 0/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/fnet/optimizer.learning_rate=0.001",
-      "score: 43.3 ± 0.7",
+      "Pathfinder: 68.6 ± 7.6 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/fnet/optimizer.learning_rate=0.002",
+      "score: 51.9 ± 3.9",
       "speed: 2.9× softmax's",
       "memory: 0.377× softmax's",
       "scale: mini",
@@ -1282,19 +1282,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "fnet",
      "x": 2.90433,
-     "y": 43.3417
+     "y": 51.8556
     },
     {
      "arm": "from scratch",
      "color": "#9467bd",
-     "err": 0.790042,
+     "err": 3.68851,
      "hover": [
       "<b>gla</b> (from scratch)",
       "ListOps: 40.7 ± 0.4 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/gla/optimizer.learning_rate=0.05",
-      "Pathfinder: 74.9 ± 1.5 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/gla/optimizer.learning_rate=0.005",
-      "score: 57.8 ± 0.8",
+      "Pathfinder: 81.7 ± 7.4 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/gla/optimizer.learning_rate=0.002",
+      "score: 61.2 ± 3.7",
       "speed: 1.38× softmax's",
       "memory: 0.738× softmax's",
       "scale: mini",
@@ -1305,19 +1305,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "gla",
      "x": 1.37977,
-     "y": 57.825
+     "y": 61.2
     },
     {
      "arm": "from scratch",
      "color": "#8c564b",
-     "err": 0.391933,
+     "err": 0.345641,
      "hover": [
       "<b>gmlp</b> (from scratch)",
       "ListOps: 35.6 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/gmlp/optimizer.learning_rate=0.05",
-      "Pathfinder: 86.2 ± 0.6 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/gmlp/optimizer.learning_rate=0.005",
-      "score: 60.9 ± 0.4",
+      "Pathfinder: 86.6 ± 0.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/gmlp/optimizer.learning_rate=0.001",
+      "score: 61.1 ± 0.3",
       "speed: 1.8× softmax's",
       "memory: 0.595× softmax's",
       "scale: mini",
@@ -1328,19 +1328,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "gmlp",
      "x": 1.803,
-     "y": 60.9083
+     "y": 61.1028
     },
     {
      "arm": "from scratch",
      "color": "#e377c2",
-     "err": 11.6778,
+     "err": 9.60687,
      "hover": [
       "<b>hyena</b> (from scratch)",
       "ListOps: 40.8 ± 1.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/hyena/optimizer.learning_rate=0.05",
-      "Pathfinder: 76.1 ± 23.3 (3 seeds, 2/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/hyena/optimizer.learning_rate=0.005",
-      "score: 58.4 ± 11.7",
+      "Pathfinder: 77.1 ± 19.2 (3 seeds, 2/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/hyena/optimizer.learning_rate=0.001",
+      "score: 58.9 ± 9.6",
       "speed: 1.44× softmax's",
       "memory: 0.77× softmax's",
       "scale: mini",
@@ -1351,19 +1351,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "hyena",
      "x": 1.44124,
-     "y": 58.4389
+     "y": 58.9111
     },
     {
      "arm": "from scratch",
      "color": "#bcbd22",
-     "err": 4.86245,
+     "err": 0.989774,
      "hover": [
       "<b>lightweight_conv</b> (from scratch)",
       "ListOps: 36.4 ± 0.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/lightweight_conv/optimizer.learning_rate=0.05",
-      "Pathfinder: 54.9 ± 9.7 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/lightweight_conv/optimizer.learning_rate=0.005",
-      "score: 45.7 ± 4.9",
+      "Pathfinder: 68.3 ± 1.9 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/lightweight_conv/optimizer.learning_rate=0.002",
+      "score: 52.3 ± 1.0",
       "speed: 2.68× softmax's",
       "memory: 0.473× softmax's",
       "scale: mini",
@@ -1374,19 +1374,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "lightweight_conv",
      "x": 2.67957,
-     "y": 45.6722
+     "y": 52.325
     },
     {
      "arm": "from scratch",
      "color": "#17becf",
-     "err": 0.0800752,
+     "err": 1.08041,
      "hover": [
       "<b>linear</b> (from scratch)",
       "ListOps: 37.3 ± 0.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/linear/optimizer.learning_rate=0.05",
-      "Pathfinder: 49.4 ± 0.0 (3 seeds, 0/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/linear/optimizer.learning_rate=0.001",
-      "score: 43.3 ± 0.1",
+      "Pathfinder: 52.4 ± 2.2 (3 seeds, 0/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/linear/optimizer.learning_rate=0.002",
+      "score: 44.9 ± 1.1",
       "speed: 1.85× softmax's",
       "memory: 0.55× softmax's",
       "scale: mini",
@@ -1397,19 +1397,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "linear",
      "x": 1.84533,
-     "y": 43.3472
+     "y": 44.875
     },
     {
      "arm": "from scratch",
      "color": "#393b79",
-     "err": 0.464454,
+     "err": 0.551597,
      "hover": [
       "<b>linformer</b> (from scratch)",
       "ListOps: 35.6 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/linformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 83.6 ± 0.8 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/linformer/optimizer.learning_rate=0.001",
-      "score: 59.6 ± 0.5",
+      "Pathfinder: 85.9 ± 1.0 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/linformer/optimizer.learning_rate=0.002",
+      "score: 60.7 ± 0.6",
       "speed: 2.07× softmax's",
       "memory: 0.596× softmax's",
       "scale: mini",
@@ -1420,19 +1420,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "linformer",
      "x": 2.06615,
-     "y": 59.5889
+     "y": 60.7139
     },
     {
      "arm": "from scratch",
      "color": "#637939",
-     "err": 1.82871,
+     "err": 1.28464,
      "hover": [
       "<b>local</b> (from scratch)",
       "ListOps: 36.2 ± 1.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/local/optimizer.learning_rate=0.05",
-      "Pathfinder: 64.5 ± 3.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/local/optimizer.learning_rate=0.005",
-      "score: 50.3 ± 1.8",
+      "Pathfinder: 75.9 ± 2.1 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/local/optimizer.learning_rate=0.002",
+      "score: 56.1 ± 1.3",
       "speed: 1.83× softmax's",
       "memory: 0.706× softmax's",
       "scale: mini",
@@ -1443,19 +1443,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "local",
      "x": 1.83423,
-     "y": 50.3333
+     "y": 56.0556
     },
     {
      "arm": "from scratch",
      "color": "#8c6d31",
-     "err": 2.52497,
+     "err": 1.42254,
      "hover": [
       "<b>longformer</b> (from scratch)",
       "ListOps: 37.7 ± 0.8 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/longformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 62.3 ± 5.0 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/longformer/optimizer.learning_rate=0.005",
-      "score: 50.0 ± 2.5",
+      "Pathfinder: 73.6 ± 2.7 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/longformer/optimizer.learning_rate=0.002",
+      "score: 55.7 ± 1.4",
       "speed: 1.52× softmax's",
       "memory: 0.774× softmax's",
       "scale: mini",
@@ -1466,19 +1466,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "longformer",
      "x": 1.52431,
-     "y": 50.0333
+     "y": 55.6722
     },
     {
      "arm": "from scratch",
      "color": "#843c39",
-     "err": 5.60314,
+     "err": 0.875635,
      "hover": [
       "<b>lru</b> (from scratch)",
       "ListOps: 37.2 ± 1.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/lru/optimizer.learning_rate=0.05",
-      "Pathfinder: 87.8 ± 11.1 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/lru/optimizer.learning_rate=0.005",
-      "score: 62.5 ± 5.6",
+      "Pathfinder: 98.5 ± 1.2 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/lru/optimizer.learning_rate=0.002",
+      "score: 67.8 ± 0.9",
       "speed: 2.18× softmax's",
       "memory: 0.564× softmax's",
       "scale: mini",
@@ -1489,19 +1489,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "lru",
      "x": 2.18143,
-     "y": 62.5167
+     "y": 67.85
     },
     {
      "arm": "from scratch",
      "color": "#7b4173",
-     "err": 5.07809,
+     "err": 2.85448,
      "hover": [
       "<b>luong</b> (from scratch)",
       "ListOps: 36.6 ± 0.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/luong/optimizer.learning_rate=0.05",
-      "Pathfinder: 55.2 ± 10.2 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/luong/optimizer.learning_rate=0.005",
-      "score: 45.9 ± 5.1",
+      "Pathfinder: 61.9 ± 5.7 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/luong/optimizer.learning_rate=0.002",
+      "score: 49.3 ± 2.9",
       "speed: 1.01× softmax's",
       "memory: 1.02× softmax's",
       "scale: mini",
@@ -1512,19 +1512,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "luong",
      "x": 1.00937,
-     "y": 45.8972
+     "y": 49.2722
     },
     {
      "arm": "from scratch",
      "color": "#6b6ecf",
-     "err": 2.76552,
+     "err": 0.798566,
      "hover": [
       "<b>mega</b> (from scratch)",
       "ListOps: 49.2 ± 0.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/mega/optimizer.learning_rate=0.05",
-      "Pathfinder: 74.7 ± 5.5 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/mega/optimizer.learning_rate=0.005",
-      "score: 61.9 ± 2.8",
+      "Pathfinder: 85.6 ± 1.6 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/mega/optimizer.learning_rate=0.002",
+      "score: 67.4 ± 0.8",
       "speed: 0.941× softmax's",
       "memory: 1.12× softmax's",
       "scale: mini",
@@ -1535,19 +1535,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "mega",
      "x": 0.940543,
-     "y": 61.9333
+     "y": 67.3917
     },
     {
      "arm": "from scratch",
      "color": "#b5cf6b",
-     "err": 4.29422,
+     "err": 0.781306,
      "hover": [
       "<b>mixer</b> (from scratch)",
       "ListOps: 39.6 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/mixer/optimizer.learning_rate=0.1",
-      "Pathfinder: 66.9 ± 8.6 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/mixer/optimizer.learning_rate=0.001",
-      "score: 53.2 ± 4.3",
+      "Pathfinder: 85.6 ± 1.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/mixer/optimizer.learning_rate=0.002",
+      "score: 62.6 ± 0.8",
       "speed: 3.11× softmax's",
       "memory: 0.394× softmax's",
       "scale: mini",
@@ -1558,19 +1558,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "mixer",
      "x": 3.10569,
-     "y": 53.2139
+     "y": 62.5611
     },
     {
      "arm": "from scratch",
      "color": "#e7ba52",
-     "err": 0.938675,
+     "err": 2.52712,
      "hover": [
       "<b>nystromformer</b> (from scratch)",
       "ListOps: 39.0 ± 1.8 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/nystromformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 71.5 ± 0.4 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/nystromformer/optimizer.learning_rate=0.005",
-      "score: 55.2 ± 0.9",
+      "Pathfinder: 83.5 ± 4.7 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/nystromformer/optimizer.learning_rate=0.002",
+      "score: 61.2 ± 2.5",
       "speed: 1.2× softmax's",
       "memory: 0.555× softmax's",
       "scale: mini",
@@ -1581,19 +1581,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "nystromformer",
      "x": 1.20449,
-     "y": 55.25
+     "y": 61.25
     },
     {
      "arm": "from scratch",
      "color": "#d6616b",
-     "err": 3.64324,
+     "err": 1.6473,
      "hover": [
       "<b>performer</b> (from scratch)",
       "ListOps: 35.8 ± 1.7 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/performer/optimizer.learning_rate=0.05",
-      "Pathfinder: 57.7 ± 7.1 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/performer/optimizer.learning_rate=0.001",
-      "score: 46.8 ± 3.6",
+      "Pathfinder: 69.5 ± 2.8 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/performer/optimizer.learning_rate=0.002",
+      "score: 52.7 ± 1.6",
       "speed: 1.7× softmax's",
       "memory: 0.71× softmax's",
       "scale: mini",
@@ -1604,19 +1604,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "performer",
      "x": 1.69596,
-     "y": 46.7639
+     "y": 52.6667
     },
     {
      "arm": "from scratch",
      "color": "#ce6dbd",
-     "err": 1.7217,
+     "err": 4.06766,
      "hover": [
       "<b>reformer</b> (from scratch)",
       "ListOps: 35.3 ± 0.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/reformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 54.6 ± 3.4 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/reformer/optimizer.learning_rate=0.001",
-      "score: 45.0 ± 1.7",
+      "Pathfinder: 60.3 ± 8.1 (3 seeds, 2/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/reformer/optimizer.learning_rate=0.002",
+      "score: 47.8 ± 4.1",
       "speed: 1.33× softmax's",
       "memory: 1× softmax's",
       "scale: mini",
@@ -1627,19 +1627,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "reformer",
      "x": 1.3274,
-     "y": 44.9694
+     "y": 47.8028
     },
     {
      "arm": "from scratch",
      "color": "#1b9e77",
-     "err": 2.3394,
+     "err": 1.81843,
      "hover": [
       "<b>routing</b> (from scratch)",
       "ListOps: 36.1 ± 0.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/routing/optimizer.learning_rate=0.05",
-      "Pathfinder: 61.4 ± 4.6 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/routing/optimizer.learning_rate=0.005",
-      "score: 48.8 ± 2.3",
+      "Pathfinder: 67.8 ± 3.6 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/routing/optimizer.learning_rate=0.002",
+      "score: 52.0 ± 1.8",
       "speed: 2.06× softmax's",
       "memory: 0.538× softmax's",
       "scale: mini",
@@ -1650,19 +1650,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "routing",
      "x": 2.05982,
-     "y": 48.775
+     "y": 51.9694
     },
     {
      "arm": "from scratch",
      "color": "#000000",
-     "err": 0.522614,
+     "err": 1.76743,
      "hover": [
       "<b>s4d</b> (from scratch)",
       "ListOps: 34.4 ± 1.0 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/s4d/optimizer.learning_rate=0.05",
-      "Pathfinder: 86.6 ± 0.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/s4d/optimizer.learning_rate=0.005",
-      "score: 60.5 ± 0.5",
+      "Pathfinder: 90.2 ± 3.4 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/s4d/optimizer.learning_rate=0.002",
+      "score: 62.3 ± 1.8",
       "speed: 2.3× softmax's",
       "memory: 0.517× softmax's",
       "scale: mini",
@@ -1673,19 +1673,19 @@ window.LRA_CHART = {
      "symbol": "diamond",
      "variant": "s4d",
      "x": 2.29738,
-     "y": 60.4917
+     "y": 62.325
     },
     {
      "arm": "from scratch",
      "color": "#e7298a",
-     "err": 4.76107,
+     "err": 1.1314,
      "hover": [
       "<b>s5</b> (from scratch)",
       "ListOps: 34.9 ± 1.7 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/s5/optimizer.learning_rate=0.05",
-      "Pathfinder: 83.1 ± 9.4 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/s5/optimizer.learning_rate=0.005",
-      "score: 59.0 ± 4.8",
+      "Pathfinder: 98.1 ± 1.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/s5/optimizer.learning_rate=0.002",
+      "score: 66.5 ± 1.1",
       "speed: 1.72× softmax's",
       "memory: 0.603× softmax's",
       "scale: mini",
@@ -1696,19 +1696,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "s5",
      "x": 1.71696,
-     "y": 59.0222
+     "y": 66.5083
     },
     {
      "arm": "from scratch",
      "color": "#5254a3",
-     "err": 4.67408,
+     "err": 0.59057,
      "hover": [
       "<b>s6</b> (from scratch)",
       "ListOps: 49.5 ± 0.9 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/s6/optimizer.learning_rate=0.05",
-      "Pathfinder: 72.9 ± 9.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/s6/optimizer.learning_rate=0.005",
-      "score: 61.2 ± 4.7",
+      "Pathfinder: 90.9 ± 0.8 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/s6/optimizer.learning_rate=0.002",
+      "score: 70.2 ± 0.6",
       "speed: 0.369× softmax's",
       "memory: 1.47× softmax's",
       "scale: mini",
@@ -1719,19 +1719,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "s6",
      "x": 0.3689,
-     "y": 61.2389
+     "y": 70.1972
     },
     {
      "arm": "from scratch",
      "color": "#ad494a",
-     "err": 7.05012,
+     "err": 1.78357,
      "hover": [
       "<b>sinkhorn</b> (from scratch)",
       "ListOps: 38.2 ± 1.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/sinkhorn/optimizer.learning_rate=0.05",
-      "Pathfinder: 58.4 ± 14.0 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/sinkhorn/optimizer.learning_rate=0.005",
-      "score: 48.3 ± 7.1",
+      "Pathfinder: 67.2 ± 3.2 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/sinkhorn/optimizer.learning_rate=0.001",
+      "score: 52.7 ± 1.8",
       "speed: 1.88× softmax's",
       "memory: 0.554× softmax's",
       "scale: mini",
@@ -1742,19 +1742,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "sinkhorn",
      "x": 1.87736,
-     "y": 48.3389
+     "y": 52.7417
     },
     {
      "arm": "from scratch",
      "color": "#a55194",
-     "err": 2.66048,
+     "err": 0.583353,
      "hover": [
       "<b>softmax</b> (from scratch)",
       "ListOps: 37.2 ± 0.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/softmax/optimizer.learning_rate=0.05",
-      "Pathfinder: 52.4 ± 5.3 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/softmax/optimizer.learning_rate=0.005",
-      "score: 44.8 ± 2.7",
+      "Pathfinder: 69.5 ± 1.0 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/softmax/optimizer.learning_rate=0.001",
+      "score: 53.4 ± 0.6",
       "speed: 1× softmax's",
       "memory: 1× softmax's",
       "scale: mini",
@@ -1765,19 +1765,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "softmax",
      "x": 1.0,
-     "y": 44.8111
+     "y": 53.3806
     },
     {
      "arm": "from scratch",
      "color": "#8ca252",
-     "err": 5.2007,
+     "err": 1.45789,
      "hover": [
       "<b>ssd</b> (from scratch)",
       "ListOps: 36.5 ± 2.8 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/ssd/optimizer.learning_rate=0.05",
-      "Pathfinder: 79.2 ± 10.0 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/ssd/optimizer.learning_rate=0.005",
-      "score: 57.9 ± 5.2",
+      "Pathfinder: 88.3 ± 0.8 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/ssd/optimizer.learning_rate=0.002",
+      "score: 62.4 ± 1.5",
       "speed: 0.796× softmax's",
       "memory: 1.37× softmax's",
       "scale: mini",
@@ -1788,19 +1788,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "ssd",
      "x": 0.796428,
-     "y": 57.8611
+     "y": 62.3889
     },
     {
      "arm": "from scratch",
      "color": "#bd9e39",
-     "err": 0.723146,
+     "err": 2.40871,
      "hover": [
       "<b>strided</b> (from scratch)",
       "ListOps: 36.0 ± 0.7 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/strided/optimizer.learning_rate=0.05",
-      "Pathfinder: 58.9 ± 1.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/strided/optimizer.learning_rate=0.001",
-      "score: 47.4 ± 0.7",
+      "Pathfinder: 79.8 ± 4.8 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/strided/optimizer.learning_rate=0.002",
+      "score: 57.9 ± 2.4",
       "speed: 2.11× softmax's",
       "memory: 0.481× softmax's",
       "scale: mini",
@@ -1811,19 +1811,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "strided",
      "x": 2.10558,
-     "y": 47.4306
+     "y": 57.875
     },
     {
      "arm": "from scratch",
      "color": "#31a354",
-     "err": 1.99703,
+     "err": 2.58541,
      "hover": [
       "<b>synthesizer</b> (from scratch)",
       "ListOps: 37.2 ± 1.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/synthesizer/optimizer.learning_rate=0.05",
-      "Pathfinder: 53.7 ± 3.8 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/synthesizer/optimizer.learning_rate=0.005",
-      "score: 45.5 ± 2.0",
+      "Pathfinder: 58.8 ± 5.0 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/synthesizer/optimizer.learning_rate=0.002",
+      "score: 48.0 ± 2.6",
       "speed: 0.674× softmax's",
       "memory: 1.23× softmax's",
       "scale: mini",
@@ -1834,19 +1834,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "synthesizer",
      "x": 0.67429,
-     "y": 45.4778
+     "y": 48.0056
     },
     {
      "arm": "from scratch",
      "color": "#756bb1",
-     "err": 3.32845,
+     "err": 0.413768,
      "hover": [
       "<b>taylor</b> (from scratch)",
       "ListOps: 36.8 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/taylor/optimizer.learning_rate=0.05",
-      "Pathfinder: 53.3 ± 6.6 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/taylor/optimizer.learning_rate=0.001",
-      "score: 45.1 ± 3.3",
+      "Pathfinder: 53.9 ± 0.7 (3 seeds, 0/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/taylor/optimizer.learning_rate=0.001",
+      "score: 45.3 ± 0.4",
       "speed: 1.9× softmax's",
       "memory: 0.522× softmax's",
       "scale: mini",
@@ -1857,7 +1857,7 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "taylor",
      "x": 1.89942,
-     "y": 45.0833
+     "y": 45.3472
     },
     {
      "arm": "self-pretrained",
@@ -2377,14 +2377,14 @@ window.LRA_CHART = {
     {
      "arm": "from scratch",
      "color": "#ff7f0e",
-     "err": 1.11556,
+     "err": 1.75931,
      "hover": [
       "<b>bigbird</b> (from scratch)",
       "ListOps: 37.3 ± 0.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/bigbird/optimizer.learning_rate=0.05",
-      "Pathfinder: 54.4 ± 2.2 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/bigbird/optimizer.learning_rate=0.001",
-      "score: 45.8 ± 1.1",
+      "Pathfinder: 69.0 ± 3.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/bigbird/optimizer.learning_rate=0.001",
+      "score: 53.2 ± 1.8",
       "speed: 0.973× softmax's",
       "memory: 0.537× softmax's",
       "scale: mini",
@@ -2395,19 +2395,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "bigbird",
      "x": 0.973171,
-     "y": 45.8472
+     "y": 53.1806
     },
     {
      "arm": "from scratch",
      "color": "#d62728",
-     "err": 0.661805,
+     "err": 3.85898,
      "hover": [
       "<b>fnet</b> (from scratch)",
       "ListOps: 35.1 ± 1.1 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/fnet/optimizer.learning_rate=0.05",
-      "Pathfinder: 51.6 ± 0.8 (3 seeds, 0/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/fnet/optimizer.learning_rate=0.001",
-      "score: 43.3 ± 0.7",
+      "Pathfinder: 68.6 ± 7.6 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/fnet/optimizer.learning_rate=0.002",
+      "score: 51.9 ± 3.9",
       "speed: 4.04× softmax's",
       "memory: 0.0953× softmax's",
       "scale: mini",
@@ -2418,19 +2418,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "fnet",
      "x": 4.03807,
-     "y": 43.3417
+     "y": 51.8556
     },
     {
      "arm": "from scratch",
      "color": "#8c564b",
-     "err": 0.391933,
+     "err": 0.345641,
      "hover": [
       "<b>gmlp</b> (from scratch)",
       "ListOps: 35.6 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/gmlp/optimizer.learning_rate=0.05",
-      "Pathfinder: 86.2 ± 0.6 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/gmlp/optimizer.learning_rate=0.005",
-      "score: 60.9 ± 0.4",
+      "Pathfinder: 86.6 ± 0.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/gmlp/optimizer.learning_rate=0.001",
+      "score: 61.1 ± 0.3",
       "speed: 3.69× softmax's",
       "memory: 0.222× softmax's",
       "scale: mini",
@@ -2441,19 +2441,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "gmlp",
      "x": 3.69135,
-     "y": 60.9083
+     "y": 61.1028
     },
     {
      "arm": "from scratch",
      "color": "#17becf",
-     "err": 0.0800752,
+     "err": 1.08041,
      "hover": [
       "<b>linear</b> (from scratch)",
       "ListOps: 37.3 ± 0.2 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/linear/optimizer.learning_rate=0.05",
-      "Pathfinder: 49.4 ± 0.0 (3 seeds, 0/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/linear/optimizer.learning_rate=0.001",
-      "score: 43.3 ± 0.1",
+      "Pathfinder: 52.4 ± 2.2 (3 seeds, 0/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/linear/optimizer.learning_rate=0.002",
+      "score: 44.9 ± 1.1",
       "speed: 4.44× softmax's",
       "memory: 0.2× softmax's",
       "scale: mini",
@@ -2464,19 +2464,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "linear",
      "x": 4.44081,
-     "y": 43.3472
+     "y": 44.875
     },
     {
      "arm": "from scratch",
      "color": "#393b79",
-     "err": 0.464454,
+     "err": 0.551597,
      "hover": [
       "<b>linformer</b> (from scratch)",
       "ListOps: 35.6 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/linformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 83.6 ± 0.8 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/linformer/optimizer.learning_rate=0.001",
-      "score: 59.6 ± 0.5",
+      "Pathfinder: 85.9 ± 1.0 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/linformer/optimizer.learning_rate=0.002",
+      "score: 60.7 ± 0.6",
       "speed: 4.14× softmax's",
       "memory: 0.181× softmax's",
       "scale: mini",
@@ -2487,19 +2487,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "linformer",
      "x": 4.14123,
-     "y": 59.5889
+     "y": 60.7139
     },
     {
      "arm": "from scratch",
      "color": "#637939",
-     "err": 1.82871,
+     "err": 1.28464,
      "hover": [
       "<b>local</b> (from scratch)",
       "ListOps: 36.2 ± 1.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/local/optimizer.learning_rate=0.05",
-      "Pathfinder: 64.5 ± 3.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/local/optimizer.learning_rate=0.005",
-      "score: 50.3 ± 1.8",
+      "Pathfinder: 75.9 ± 2.1 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/local/optimizer.learning_rate=0.002",
+      "score: 56.1 ± 1.3",
       "speed: 2.58× softmax's",
       "memory: 0.252× softmax's",
       "scale: mini",
@@ -2510,19 +2510,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "local",
      "x": 2.578,
-     "y": 50.3333
+     "y": 56.0556
     },
     {
      "arm": "from scratch",
      "color": "#8c6d31",
-     "err": 2.52497,
+     "err": 1.42254,
      "hover": [
       "<b>longformer</b> (from scratch)",
       "ListOps: 37.7 ± 0.8 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/longformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 62.3 ± 5.0 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/longformer/optimizer.learning_rate=0.005",
-      "score: 50.0 ± 2.5",
+      "Pathfinder: 73.6 ± 2.7 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/longformer/optimizer.learning_rate=0.002",
+      "score: 55.7 ± 1.4",
       "speed: 1.56× softmax's",
       "memory: 0.434× softmax's",
       "scale: mini",
@@ -2533,19 +2533,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "longformer",
      "x": 1.56388,
-     "y": 50.0333
+     "y": 55.6722
     },
     {
      "arm": "from scratch",
      "color": "#7b4173",
-     "err": 5.07809,
+     "err": 2.85448,
      "hover": [
       "<b>luong</b> (from scratch)",
       "ListOps: 36.6 ± 0.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/luong/optimizer.learning_rate=0.05",
-      "Pathfinder: 55.2 ± 10.2 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/luong/optimizer.learning_rate=0.005",
-      "score: 45.9 ± 5.1",
+      "Pathfinder: 61.9 ± 5.7 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/luong/optimizer.learning_rate=0.002",
+      "score: 49.3 ± 2.9",
       "speed: 0.992× softmax's",
       "memory: 1.01× softmax's",
       "scale: mini",
@@ -2556,19 +2556,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "luong",
      "x": 0.99193,
-     "y": 45.8972
+     "y": 49.2722
     },
     {
      "arm": "from scratch",
      "color": "#b5cf6b",
-     "err": 4.29422,
+     "err": 0.781306,
      "hover": [
       "<b>mixer</b> (from scratch)",
       "ListOps: 39.6 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/mixer/optimizer.learning_rate=0.1",
-      "Pathfinder: 66.9 ± 8.6 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/mixer/optimizer.learning_rate=0.001",
-      "score: 53.2 ± 4.3",
+      "Pathfinder: 85.6 ± 1.5 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/mixer/optimizer.learning_rate=0.002",
+      "score: 62.6 ± 0.8",
       "speed: 8.62× softmax's",
       "memory: 0.096× softmax's",
       "scale: mini",
@@ -2579,19 +2579,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "mixer",
      "x": 8.61866,
-     "y": 53.2139
+     "y": 62.5611
     },
     {
      "arm": "from scratch",
      "color": "#d6616b",
-     "err": 3.64324,
+     "err": 1.6473,
      "hover": [
       "<b>performer</b> (from scratch)",
       "ListOps: 35.8 ± 1.7 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/performer/optimizer.learning_rate=0.05",
-      "Pathfinder: 57.7 ± 7.1 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/performer/optimizer.learning_rate=0.001",
-      "score: 46.8 ± 3.6",
+      "Pathfinder: 69.5 ± 2.8 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/performer/optimizer.learning_rate=0.002",
+      "score: 52.7 ± 1.6",
       "speed: 3.49× softmax's",
       "memory: 0.244× softmax's",
       "scale: mini",
@@ -2602,19 +2602,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "performer",
      "x": 3.49466,
-     "y": 46.7639
+     "y": 52.6667
     },
     {
      "arm": "from scratch",
      "color": "#ce6dbd",
-     "err": 1.7217,
+     "err": 4.06766,
      "hover": [
       "<b>reformer</b> (from scratch)",
       "ListOps: 35.3 ± 0.3 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/reformer/optimizer.learning_rate=0.05",
-      "Pathfinder: 54.6 ± 3.4 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/reformer/optimizer.learning_rate=0.001",
-      "score: 45.0 ± 1.7",
+      "Pathfinder: 60.3 ± 8.1 (3 seeds, 2/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/reformer/optimizer.learning_rate=0.002",
+      "score: 47.8 ± 4.1",
       "speed: 0.632× softmax's",
       "memory: 0.419× softmax's",
       "scale: mini",
@@ -2625,19 +2625,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "reformer",
      "x": 0.631506,
-     "y": 44.9694
+     "y": 47.8028
     },
     {
      "arm": "from scratch",
      "color": "#1b9e77",
-     "err": 2.3394,
+     "err": 1.81843,
      "hover": [
       "<b>routing</b> (from scratch)",
       "ListOps: 36.1 ± 0.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/routing/optimizer.learning_rate=0.05",
-      "Pathfinder: 61.4 ± 4.6 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/routing/optimizer.learning_rate=0.005",
-      "score: 48.8 ± 2.3",
+      "Pathfinder: 67.8 ± 3.6 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/routing/optimizer.learning_rate=0.002",
+      "score: 52.0 ± 1.8",
       "speed: 1.65× softmax's",
       "memory: 0.245× softmax's",
       "scale: mini",
@@ -2648,19 +2648,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "routing",
      "x": 1.64898,
-     "y": 48.775
+     "y": 51.9694
     },
     {
      "arm": "from scratch",
      "color": "#000000",
-     "err": 0.522614,
+     "err": 1.76743,
      "hover": [
       "<b>s4d</b> (from scratch)",
       "ListOps: 34.4 ± 1.0 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/s4d/optimizer.learning_rate=0.05",
-      "Pathfinder: 86.6 ± 0.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/s4d/optimizer.learning_rate=0.005",
-      "score: 60.5 ± 0.5",
+      "Pathfinder: 90.2 ± 3.4 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/s4d/optimizer.learning_rate=0.002",
+      "score: 62.3 ± 1.8",
       "speed: 0.66× softmax's",
       "memory: 0.187× softmax's",
       "scale: mini",
@@ -2671,19 +2671,19 @@ window.LRA_CHART = {
      "symbol": "diamond",
      "variant": "s4d",
      "x": 0.660362,
-     "y": 60.4917
+     "y": 62.325
     },
     {
      "arm": "from scratch",
      "color": "#ad494a",
-     "err": 7.05012,
+     "err": 1.78357,
      "hover": [
       "<b>sinkhorn</b> (from scratch)",
       "ListOps: 38.2 ± 1.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/sinkhorn/optimizer.learning_rate=0.05",
-      "Pathfinder: 58.4 ± 14.0 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/sinkhorn/optimizer.learning_rate=0.005",
-      "score: 48.3 ± 7.1",
+      "Pathfinder: 67.2 ± 3.2 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/sinkhorn/optimizer.learning_rate=0.001",
+      "score: 52.7 ± 1.8",
       "speed: 2.02× softmax's",
       "memory: 0.273× softmax's",
       "scale: mini",
@@ -2694,19 +2694,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "sinkhorn",
      "x": 2.02128,
-     "y": 48.3389
+     "y": 52.7417
     },
     {
      "arm": "from scratch",
      "color": "#a55194",
-     "err": 2.66048,
+     "err": 0.583353,
      "hover": [
       "<b>softmax</b> (from scratch)",
       "ListOps: 37.2 ± 0.6 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/softmax/optimizer.learning_rate=0.05",
-      "Pathfinder: 52.4 ± 5.3 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/softmax/optimizer.learning_rate=0.005",
-      "score: 44.8 ± 2.7",
+      "Pathfinder: 69.5 ± 1.0 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/softmax/optimizer.learning_rate=0.001",
+      "score: 53.4 ± 0.6",
       "speed: 1× softmax's",
       "memory: 1× softmax's",
       "scale: mini",
@@ -2717,19 +2717,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "softmax",
      "x": 1.0,
-     "y": 44.8111
+     "y": 53.3806
     },
     {
      "arm": "from scratch",
      "color": "#bd9e39",
-     "err": 0.723146,
+     "err": 2.40871,
      "hover": [
       "<b>strided</b> (from scratch)",
       "ListOps: 36.0 ± 0.7 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/strided/optimizer.learning_rate=0.05",
-      "Pathfinder: 58.9 ± 1.3 (3 seeds, 3/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/strided/optimizer.learning_rate=0.001",
-      "score: 47.4 ± 0.7",
+      "Pathfinder: 79.8 ± 4.8 (3 seeds, 3/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/strided/optimizer.learning_rate=0.002",
+      "score: 57.9 ± 2.4",
       "speed: 2.93× softmax's",
       "memory: 0.157× softmax's",
       "scale: mini",
@@ -2740,19 +2740,19 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "strided",
      "x": 2.93191,
-     "y": 47.4306
+     "y": 57.875
     },
     {
      "arm": "from scratch",
      "color": "#756bb1",
-     "err": 3.32845,
+     "err": 0.413768,
      "hover": [
       "<b>taylor</b> (from scratch)",
       "ListOps: 36.8 ± 0.5 (3 seeds, 3/3 learned)",
       "  runs: experiments/mini-lra/listops-mini/taylor/optimizer.learning_rate=0.05",
-      "Pathfinder: 53.3 ± 6.6 (3 seeds, 1/3 learned)",
-      "  runs: experiments/pathfinder-mini-earlier-recipe/pathfinder-mini/taylor/optimizer.learning_rate=0.001",
-      "score: 45.1 ± 3.3",
+      "Pathfinder: 53.9 ± 0.7 (3 seeds, 0/3 learned)",
+      "  runs: experiments/pathfinder-mini-rerun/pathfinder-mini/taylor/optimizer.learning_rate=0.001",
+      "score: 45.3 ± 0.4",
       "speed: 4.45× softmax's",
       "memory: 0.17× softmax's",
       "scale: mini",
@@ -2763,7 +2763,7 @@ window.LRA_CHART = {
      "symbol": "circle",
      "variant": "taylor",
      "x": 4.4484,
-     "y": 45.0833
+     "y": 45.3472
     },
     {
      "arm": "self-pretrained",

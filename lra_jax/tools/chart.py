@@ -1,6 +1,7 @@
 r"""The LRA paper's speed-vs-score bubble chart, measured, and its results table, from runs and bench JSONs.
 
-    python -m lra_jax.tools.chart --runs=experiments/mini-lra,experiments/pathfinder-mini-earlier-recipe \
+    python -m lra_jax.tools.chart --runs=experiments/mini-lra,experiments/pathfinder-mini-rerun \
+        --spt_runs=experiments/mini-lra,experiments/pathfinder-mini-earlier-recipe \
         --bench='experiments/results/bench-h200-*.json' \
         --length=4096 --cpu_bench=experiments/results/bench-cpu-1core-b8-2048-every-variant-one-command.json \
         --out=experiments/charts
