@@ -47,6 +47,9 @@ CI_STACK = os.environ.get("LRA_JAX_CI_STACK")
 # which the attention contract's forward and gradient (`test_all_padding_row_is_finite_with_finite_gradients`,
 # not so marked) do for every variant, while the properties repeated per variant are the variants' own.
 # A variant's cases share one xdist group (`--dist loadgroup`): one worker builds and compiles its layer once.
+# The thinned stack runs the slow tier only where a test is marked for it (`one_stack`): its fast tier touches
+# every area of the package (tests/test_test_tiers.py), which is what checks that the range runs, and the slow
+# tier's depth (long runs, every parametrization) runs once, on the newest stack.
 THINNED_STACK = "oldest"
 
 
@@ -56,6 +59,9 @@ def pytest_collection_modifyitems(config, items):
         if marker and CI_STACK and CI_STACK != marker.args[0]:
             item.add_marker(pytest.mark.skip(reason=f"runs on the {marker.args[0]} stack in CI "
                                                     f"(LRA_JAX_CI_STACK={CI_STACK})"))
+        elif not marker and CI_STACK == THINNED_STACK and item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.skip(reason=f"the slow tier runs on the newest stack in CI; the {CI_STACK} "
+                                                    f"stack runs the fast tier (tests/conftest.py)"))
         marker = item.get_closest_marker("every_variant")
         if marker and hasattr(item, "callspec"):
             case = str(item.callspec.params[marker.args[0]])
