@@ -75,8 +75,10 @@ def damage(workdir, case):
 
 
 def the_line(text, workdir, says):
-    """The one line of `text` that names the run's results.json and says `says`."""
-    lines = [line for line in text.splitlines() if os.path.join(workdir, "results.json") in line]
+    """The one line of `text` that names the run's results.json (by its absolute path, or relative to the working
+    directory as the chart shows paths) and says `says`."""
+    path = os.path.join(workdir, "results.json")
+    lines = [line for line in text.splitlines() if path in line or os.path.relpath(path) in line]
     assert len(lines) == 1 and says in lines[0] and "delete" in lines[0], text[-3000:]
     assert "Traceback" not in text
     return lines[0]
